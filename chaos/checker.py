@@ -1,0 +1,370 @@
+"""The checker: a pure function from a history to a verdict (DESIGN §4).
+
+It never talks to Valkey. It replays the history in stream order, keeping for every job its
+current lease (attempt, holder, deadline), and for every worker the intervals during which a
+fault held it (killed: from the kill on; paused: until resumed).
+
+Invariants:
+  no_loss               every enqueued job has an accepted complete by the end of the drain
+  no_double_completion  at most one accepted complete per job
+  recovery_bound        a lease stranded by a fault is reaped within lease_ms + reap_interval_ms
+                        + tolerance_ms of the fault
+  no_premature_reap     no lease is reaped before its deadline (last renewal + lease_ms)
+  exclusive_lease       no accepted extend or complete from anything but the live lease
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from chaos.history import Event
+
+EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
+FAULT_EVENTS = ("fault",)
+HEAL_EVENTS = ("heal",)
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    lease_ms: int
+    reap_interval_ms: int
+    tolerance_ms: int = 250
+
+    @property
+    def bound_ms(self) -> int:
+        return self.lease_ms + self.reap_interval_ms + self.tolerance_ms
+
+    @classmethod
+    def from_history(cls, events: Iterable[Event]) -> CheckConfig:
+        """From the ``run`` event the runner writes first."""
+        for event in events:
+            if event.type == "run":
+                return cls(
+                    lease_ms=int(event.extra["lease_ms"]),
+                    reap_interval_ms=int(event.extra["reap_interval_ms"]),
+                    tolerance_ms=int(event.extra.get("tolerance_ms", 250)),
+                )
+        raise ValueError("history has no 'run' event: cannot tell lease_ms and reap_interval_ms")
+
+
+@dataclass
+class LatencySummary:
+    count: int = 0
+    min_ms: int | None = None
+    p50_ms: int | None = None
+    p99_ms: int | None = None
+    max_ms: int | None = None
+
+    @classmethod
+    def of(cls, values: list[int]) -> LatencySummary:
+        if not values:
+            return cls()
+        ordered = sorted(values)
+        return cls(
+            count=len(ordered),
+            min_ms=ordered[0],
+            p50_ms=percentile(ordered, 50),
+            p99_ms=percentile(ordered, 99),
+            max_ms=ordered[-1],
+        )
+
+
+def percentile(ordered: list[int], pct: float) -> int:
+    """Nearest-rank percentile of an already sorted, non-empty list."""
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class InvariantResult:
+    ok: bool
+    violations: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def flag(self, example: dict[str, Any]) -> None:
+        self.ok = False
+        self.violations += 1
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(example)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "violations": self.violations, **self.figures,
+                "examples": self.examples}
+
+
+@dataclass
+class JobCounts:
+    enqueued: int = 0
+    completed: int = 0
+    lost: int = 0
+    double_completed: int = 0
+    unexpected: int = 0  # completed but never enqueued
+
+
+@dataclass
+class Redeliveries:
+    needed: int = 0  # the holder was killed or frozen: recovery did its job
+    needless: int = 0  # the holder was alive and unfaulted: the lease was too short for it
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    config: CheckConfig
+    invariants: dict[str, InvariantResult]
+    jobs: JobCounts
+    redeliveries: Redeliveries
+    recovery: dict[str, LatencySummary]
+    stranded: int
+    faults: int
+    rejected: dict[str, int]
+    events: int
+
+    def failed_invariants(self) -> list[str]:
+        return [name for name, result in self.invariants.items() if not result.ok]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "invariants": {name: result.as_dict() for name, result in self.invariants.items()},
+            "jobs": asdict(self.jobs),
+            "redeliveries": asdict(self.redeliveries),
+            "recovery": {name: asdict(summary) for name, summary in self.recovery.items()},
+            "stranded_leases": self.stranded,
+            "faults": self.faults,
+            "rejected": self.rejected,
+            "events": self.events,
+        }
+
+
+@dataclass
+class _Lease:
+    attempt: int
+    worker: str
+    deadline: int
+    renewed_ts: int  # claim or latest accepted extend
+
+
+@dataclass
+class _Stranded:
+    """A lease its holder held when a fault hit it; open until the holder renews it or it ends."""
+
+    job_id: str
+    attempt: int
+    worker: str
+    fault_ts: int
+    fault_id: str
+    reap_ts: int | None = None
+    reclaim_ts: int | None = None
+    recomplete_ts: int | None = None
+
+
+@dataclass
+class _FaultWindow:
+    start_ts: int
+    end_ts: int | None  # None: not healed (a kill never is)
+
+
+def _deadline(event: Event) -> int:
+    """The lease deadline on the server clock: renewal time + lease length."""
+    if event.lease_ms is not None:
+        return event.ts + event.lease_ms
+    return event.deadline if event.deadline is not None else event.ts
+
+
+def check(events: list[Event], config: CheckConfig | None = None, final: bool = True) -> Verdict:
+    """Judge a history. ``final=False`` (an aborted run) skips the end-of-run judgements."""
+    config = config or CheckConfig.from_history(events)
+    no_loss = InvariantResult(ok=True)
+    no_double = InvariantResult(ok=True)
+    bound = InvariantResult(ok=True)
+    premature = InvariantResult(ok=True)
+    exclusive = InvariantResult(ok=True)
+
+    enqueued: set[str] = set()
+    completes: Counter[str] = Counter()
+    leases: dict[str, _Lease] = {}
+    held_by: dict[str, set[str]] = {}  # worker -> job ids it holds a live lease on
+    windows: dict[str, list[_FaultWindow]] = {}
+    open_windows: dict[str, _FaultWindow] = {}  # fault_id -> its window, until healed
+    open_stranded: dict[str, list[_Stranded]] = {}  # job id -> stranded leases not yet resolved
+    awaiting_reclaim: dict[str, list[_Stranded]] = {}
+    awaiting_recomplete: dict[str, list[_Stranded]] = {}
+    stranded: list[_Stranded] = []
+    redeliveries = Redeliveries()
+    rejected: Counter[str] = Counter()
+    fault_count = 0
+
+    def release(job_id: str) -> None:
+        lease = leases.pop(job_id, None)
+        if lease is not None:
+            held_by.get(lease.worker, set()).discard(job_id)
+
+    def faulted_between(worker: str, start: int, end: int) -> bool:
+        return any(
+            window.start_ts <= end and (window.end_ts is None or window.end_ts >= start)
+            for window in windows.get(worker, [])
+        )
+
+    for event in events:
+        job_id = event.job_id or ""
+        if event.type == "enqueue":
+            enqueued.add(job_id)
+
+        elif event.type == "claim":
+            previous = leases.get(job_id)
+            if previous is not None:  # two holders of one job at once
+                exclusive.flag({"job": job_id, "op": "claim", "attempt": event.attempt,
+                                "worker": event.worker, "seq": event.seq,
+                                "live_attempt": previous.attempt, "live_worker": previous.worker})
+            release(job_id)
+            attempt = event.attempt or 0
+            worker = event.worker or "?"
+            leases[job_id] = _Lease(attempt, worker, _deadline(event), event.ts)
+            held_by.setdefault(worker, set()).add(job_id)
+            for item in awaiting_reclaim.pop(job_id, []):
+                item.reclaim_ts = event.ts
+                awaiting_recomplete.setdefault(job_id, []).append(item)
+
+        elif event.type in ("extend", "complete"):
+            lease = leases.get(job_id)
+            if lease is None or lease.attempt != event.attempt:
+                exclusive.flag({
+                    "job": job_id, "op": event.type, "attempt": event.attempt,
+                    "worker": event.worker, "seq": event.seq,
+                    "live_attempt": lease.attempt if lease else None,
+                })
+            if event.type == "extend":
+                if lease is not None and lease.attempt == event.attempt:
+                    lease.deadline = _deadline(event)
+                    lease.renewed_ts = event.ts
+            else:
+                completes[job_id] += 1
+                if lease is not None and lease.attempt == event.attempt:
+                    release(job_id)
+                for item in awaiting_recomplete.pop(job_id, []):
+                    item.recomplete_ts = event.ts
+            # The holder acted after its fault: it was back, the lease was not stranded.
+            kept = []
+            for item in open_stranded.get(job_id, []):
+                if item.attempt == event.attempt and item.worker == event.worker:
+                    stranded.remove(item)
+                else:
+                    kept.append(item)
+            open_stranded[job_id] = kept
+
+        elif event.type == "reap":
+            lease = leases.get(job_id)
+            if lease is None or lease.attempt != event.attempt:
+                premature.flag({"job": job_id, "attempt": event.attempt, "seq": event.seq,
+                                "reason": "reaped a lease that was not live"})
+            else:
+                if event.ts < lease.deadline:
+                    premature.flag({"job": job_id, "attempt": event.attempt, "seq": event.seq,
+                                    "reap_ts": event.ts, "deadline": lease.deadline,
+                                    "early_ms": lease.deadline - event.ts})
+                if faulted_between(lease.worker, lease.renewed_ts, event.ts):
+                    redeliveries.needed += 1
+                else:
+                    redeliveries.needless += 1
+            release(job_id)
+            for item in open_stranded.pop(job_id, []):
+                if item.attempt == event.attempt:
+                    item.reap_ts = event.ts
+                    awaiting_reclaim.setdefault(job_id, []).append(item)
+
+        elif event.type in FAULT_EVENTS:
+            fault_count += 1
+            worker = event.worker or "?"
+            fault_id = event.extra.get("fault_id", event.seq)
+            window = _FaultWindow(event.ts, None)
+            windows.setdefault(worker, []).append(window)
+            open_windows[fault_id] = window
+            for held in sorted(held_by.get(worker, set())):
+                lease = leases[held]
+                item = _Stranded(held, lease.attempt, worker, event.ts, fault_id)
+                stranded.append(item)
+                open_stranded.setdefault(held, []).append(item)
+
+        elif event.type in HEAL_EVENTS:
+            window = open_windows.pop(event.extra.get("fault_id", ""), None)
+            if window is not None:
+                window.end_ts = event.ts
+
+        elif event.type.endswith("_rejected"):
+            rejected[event.type] += 1
+
+    # --- judgements over the whole history ----------------------------------------------
+    double = {job_id: count for job_id, count in completes.items() if count > 1}
+    for job_id, count in sorted(double.items()):
+        no_double.flag({"job": job_id, "accepted_completes": count})
+    unexpected = sorted(set(completes) - enqueued)
+    lost = sorted(enqueued - set(completes))
+    if final:
+        for job_id in lost:
+            lease = leases.get(job_id)
+            no_loss.flag({"job": job_id, "state": "active" if lease else "pending",
+                          "attempt": lease.attempt if lease else None})
+    no_loss.figures = {"enqueued": len(enqueued), "completed": len(set(completes) & enqueued),
+                       "lost": len(lost) if final else 0, "judged": final}
+
+    reap_latency = []
+    for item in stranded:
+        if item.reap_ts is None:
+            if final:
+                bound.flag({"job": item.job_id, "attempt": item.attempt, "worker": item.worker,
+                            "fault_ts": item.fault_ts, "reason": "never recovered"})
+            continue
+        latency = item.reap_ts - item.fault_ts
+        reap_latency.append(latency)
+        if latency > config.bound_ms:
+            bound.flag({"job": item.job_id, "attempt": item.attempt, "worker": item.worker,
+                        "fault_ts": item.fault_ts, "reap_ts": item.reap_ts,
+                        "recovery_latency_ms": latency})
+    summary = LatencySummary.of(reap_latency)
+    bound.figures = {
+        "bound_ms": config.bound_ms,
+        "lease_ms": config.lease_ms,
+        "reap_interval_ms": config.reap_interval_ms,
+        "tolerance_ms": config.tolerance_ms,
+        "stranded": len(stranded),
+        **asdict(summary),
+    }
+    recovery = {
+        "reap": summary,
+        "reclaim": LatencySummary.of(
+            [i.reclaim_ts - i.fault_ts for i in stranded if i.reclaim_ts is not None]),
+        "recomplete": LatencySummary.of(
+            [i.recomplete_ts - i.fault_ts for i in stranded if i.recomplete_ts is not None]),
+    }
+    invariants = {
+        "no_loss": no_loss,
+        "no_double_completion": no_double,
+        "recovery_bound": bound,
+        "no_premature_reap": premature,
+        "exclusive_lease": exclusive,
+    }
+    no_double.figures = {"double_completed": len(double)}
+    jobs = JobCounts(
+        enqueued=len(enqueued),
+        completed=len(set(completes) & enqueued),
+        lost=len(lost) if final else 0,
+        double_completed=len(double),
+        unexpected=len(unexpected),
+    )
+    return Verdict(
+        passed=all(result.ok for result in invariants.values()),
+        config=config,
+        invariants=invariants,
+        jobs=jobs,
+        redeliveries=redeliveries,
+        recovery=recovery,
+        stranded=len(stranded),
+        faults=fault_count,
+        rejected=dict(rejected),
+        events=len(events),
+    )

