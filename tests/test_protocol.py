@@ -1,0 +1,141 @@
+"""The five protocol scripts against a real valkey-server."""
+
+from __future__ import annotations
+
+import time
+
+import valkey
+
+from chaos.history import iter_stream
+from chaos.protocol import QueueClient
+from chaos.reaper import sweep
+
+
+def events_of(queue: QueueClient) -> list[tuple[str, str | None, int | None]]:
+    return [(e.type, e.job_id, e.attempt) for e in iter_stream(queue.client, queue.keys.events)
+            if e.type != "record"]
+
+
+def test_every_transition_appends_its_event_stamped_by_the_server_clock(queue: QueueClient):
+    before = queue.server_time_ms()
+    assert queue.enqueue("a", "payload")
+    job = queue.claim(5000, "w1")
+    assert job is not None and (job.job_id, job.payload, job.attempt) == ("a", "payload", 1)
+    assert queue.extend("a", 1, 5000, "w1") is not None
+    assert queue.complete("a", 1, "w1")
+    after = queue.server_time_ms()
+    history = list(iter_stream(queue.client, queue.keys.events))
+    assert [e.type for e in history] == ["enqueue", "claim", "extend", "complete"]
+    assert all(before <= e.ts <= after for e in history)
+    claim = history[1]
+    assert claim.deadline == claim.ts + 5000 and claim.worker == "w1" and claim.lease_ms == 5000
+
+
+def test_enqueue_of_an_existing_id_is_refused(queue: QueueClient):
+    assert queue.enqueue("a")
+    assert not queue.enqueue("a")
+    assert queue.client.zcard(queue.keys.pending) == 1
+
+
+def test_claim_on_empty_queue_returns_none_and_records_nothing(queue: QueueClient):
+    assert queue.claim(1000, "w1") is None
+    assert events_of(queue) == []
+
+
+def test_claim_takes_oldest_first_and_leases_on_the_server_clock(queue: QueueClient):
+    for job_id in ("first", "second"):
+        queue.enqueue(job_id)
+        time.sleep(0.002)  # distinct enqueue scores
+    now = queue.server_time_ms()
+    job = queue.claim(700, "w1")
+    assert job is not None and job.job_id == "first"
+    score = queue.client.zscore(queue.keys.active, "first")
+    assert score == job.deadline_ms and now + 700 <= score <= queue.server_time_ms() + 700
+
+
+def test_stale_attempt_cannot_extend_or_complete(queue: QueueClient):
+    queue.enqueue("a")
+    first = queue.claim(50, "w1")
+    assert first is not None
+    time.sleep(0.08)
+    assert queue.reap(100) == 1  # the lease lapsed
+    second = queue.claim(5000, "w2")
+    assert second is not None and second.attempt == 2
+    assert queue.extend("a", 1, 5000, "w1") is None
+    assert not queue.complete("a", 1, "w1")
+    assert queue.complete("a", 2, "w2")
+    assert [t for t, _, _ in events_of(queue)] == [
+        "enqueue", "claim", "reap", "claim", "extend_rejected", "complete_rejected", "complete"]
+
+
+def test_reaped_but_unclaimed_lease_cannot_be_extended_or_completed(queue: QueueClient):
+    queue.enqueue("a")
+    queue.claim(30, "w1")
+    time.sleep(0.06)
+    assert queue.reap(100) == 1
+    assert queue.extend("a", 1, 5000, "w1") is None  # same attempt, but no longer active
+    assert not queue.complete("a", 1, "w1")
+    assert queue.client.zscore(queue.keys.pending, "a") == 0  # recovered jobs go first
+
+
+def test_complete_twice_is_rejected_the_second_time(queue: QueueClient):
+    queue.enqueue("a")
+    queue.claim(5000, "w1")
+    assert queue.complete("a", 1, "w1")
+    assert not queue.complete("a", 1, "w1")
+
+
+def test_reap_moves_only_expired_leases(queue: QueueClient):
+    queue.enqueue("short")
+    time.sleep(0.002)
+    queue.enqueue("long")
+    assert queue.claim(30, "w1").job_id == "short"
+    assert queue.claim(60_000, "w1").job_id == "long"
+    time.sleep(0.06)
+    assert queue.reap(100) == 1
+    reap = [e for e in iter_stream(queue.client, queue.keys.events) if e.type == "reap"]
+    assert [(e.job_id, e.attempt, e.worker) for e in reap] == [("short", 1, "w1")]
+    assert reap[0].ts >= reap[0].deadline  # never before the deadline
+    assert queue.client.zrange(queue.keys.active, 0, -1) == ["long"]
+
+
+def test_reap_respects_its_batch_limit_and_sweep_loops_past_it(queue: QueueClient):
+    for index in range(25):
+        queue.enqueue(f"j{index}")
+        queue.claim(20, "w1")
+    time.sleep(0.05)
+    assert queue.reap(10) == 10  # one call: one batch
+    assert sweep(queue, 10) == 15  # a sweep keeps going while a batch comes back full
+    assert queue.backlog() == (25, 0)
+
+
+def test_scripts_reload_after_the_server_forgets_them(queue: QueueClient):
+    queue.client.script_flush()
+    assert queue.enqueue("a")  # NOSCRIPT -> load again -> retry
+    assert queue.claim(1000, "w") is not None
+
+
+def test_record_stamps_runner_events_with_server_time(queue: QueueClient):
+    before = queue.server_time_ms()
+    ts = queue.record(type="fault", kind="kill", worker="w1", fault_id="f1")
+    assert before <= ts <= queue.server_time_ms()
+    (event,) = list(iter_stream(queue.client, queue.keys.events))
+    assert (event.type, event.worker, event.ts, event.extra["kind"]) == ("fault", "w1", ts, "kill")
+
+
+def test_keys_share_one_hash_tag(queue: QueueClient):
+    keys = queue.keys
+    tag = f"{{{keys.queue}}}"
+    assert all(tag in key for key in (keys.pending, keys.active, keys.events, keys.job("x")))
+
+
+def test_server_refuses_a_client_without_the_password(valkey_server):
+    client = valkey.Valkey.from_url(valkey_server.url)
+    try:
+        client.ping()
+    except valkey.exceptions.AuthenticationError:
+        pass
+    else:
+        raise AssertionError("the run's valkey-server answered a client without its password")
+    finally:
+        client.close()

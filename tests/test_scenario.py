@@ -1,0 +1,125 @@
+"""Scenario loading and validation: every error names file, field and value; exit code 2."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaos.nemesis import plan
+from chaos.scenario import ScenarioError, load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = sorted(ROOT.joinpath("scenarios").glob("*.toml"))
+MINIMAL = 'name = "t"\n'
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "scenario.toml"
+    path.write_text(text)
+    return path
+
+
+def cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaos", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.stem)
+def test_shipped_scenarios_validate(path: Path):
+    scenario = load_scenario(path)
+    assert scenario.name == path.stem
+
+
+def test_defaults_follow_the_seed(tmp_path: Path):
+    scenario = load_scenario(write(tmp_path, MINIMAL))
+    assert scenario.topology.lease_ms == 30_000
+    assert scenario.topology.reap_limit == 100
+    assert scenario.topology.effective_heartbeat_ms == 10_000
+    assert scenario.recovery_bound_ms == 31_000
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (MINIMAL + "[topology]\nlease_ms = -5\n", ["topology.lease_ms", "-5", "greater than 0"]),
+        (MINIMAL + "[topology]\nlease_ms = 1000\nheartbeat_ms = 1000\n",
+         ["topology", "heartbeat_ms (1000) must be < lease_ms (1000)"]),
+        (MINIMAL + "[topology]\nworkers = \"four\"\n", ["topology.workers", "'four'"]),
+        (MINIMAL + "[topology]\nlease_msec = 10\n", ["topology.lease_msec", "unknown key"]),
+        (MINIMAL + "[[faults]]\nkind = \"explode\"\ntarget = \"worker-1\"\n",
+         ["faults.0.kind", "'explode'"]),
+        (MINIMAL + "[[faults]]\nkind = \"kill\"\ntarget = \"worker-9\"\n",
+         ["faults.0.target = 'worker-9'", "no such worker"]),
+        (MINIMAL + "[[faults]]\nkind = \"kill\"\ntarget = { random = 99 }\n",
+         ["faults.0.target.random = 99"]),
+        (MINIMAL + "[[faults]]\nkind = \"pause\"\ntarget = \"worker-1\"\n",
+         ["faults.0", "duration_ms"]),
+        (MINIMAL + "[[faults]]\nkind = \"kill\"\ntarget = \"worker-1\"\nat_ms = 999999\n",
+         ["faults.0.at_ms = 999999", "chaos phase"]),
+        (MINIMAL + "[[faults]]\nkind = \"kill\"\ntarget = { randm = 1 }\n",
+         ["faults.0.target"]),
+        ("seed = 1\n", ["name", "Field required"]),
+        (MINIMAL + "[topology.handler]\ndistribution = \"uniform\"\nmin_ms = 9\nmax_ms = 1\n",
+         ["topology.handler", "min_ms (9) must be <= max_ms (1)"]),
+    ],
+)
+def test_bad_values_are_named(tmp_path: Path, text: str, expected: list[str]):
+    path = write(tmp_path, text)
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(path)
+    message = str(caught.value)
+    assert message.startswith(str(path))
+    for fragment in expected:
+        assert fragment in message, message
+
+
+def test_invalid_toml_and_missing_file(tmp_path: Path):
+    with pytest.raises(ScenarioError, match="not valid TOML"):
+        load_scenario(write(tmp_path, "name = \n"))
+    with pytest.raises(ScenarioError, match="no such file"):
+        load_scenario(tmp_path / "absent.toml")
+
+
+def test_set_overrides_fields_and_list_items(tmp_path: Path):
+    path = write(tmp_path, MINIMAL + "[[faults]]\nkind = \"kill\"\ntarget = \"worker-1\"\n")
+    scenario = load_scenario(path, ["topology.lease_ms=2000", "faults.0.at_ms=250",
+                                    "description=hello world"])
+    assert scenario.topology.lease_ms == 2000
+    assert scenario.faults[0].at_ms == 250
+    assert scenario.description == "hello world"
+    with pytest.raises(ScenarioError, match="not an index"):
+        load_scenario(path, ["faults.3.at_ms=1"])
+    with pytest.raises(ScenarioError, match="topology.lease_ms = 'soon'"):
+        load_scenario(path, ["topology.lease_ms=soon"])
+
+
+def test_plan_expands_repeating_faults_inside_the_chaos_phase(tmp_path: Path):
+    path = write(tmp_path, MINIMAL + "[phases]\nchaos_ms = 1000\n"
+                 "[[faults]]\nkind = \"pause\"\ntarget = { random = 1 }\nat_ms = 100\n"
+                 "every_ms = 300\nduration_ms = 50\n")
+    fired = plan(load_scenario(path))
+    assert [f.at_ms for f in fired] == [100, 400, 700]
+    assert {f.target for f in fired} == {"random 1"}
+
+
+def test_cli_validate_exit_codes(tmp_path: Path):
+    good = cli("validate", str(SCENARIOS[0]))
+    assert good.returncode == 0 and "valid" in good.stdout
+    bad = cli("validate", str(write(tmp_path, MINIMAL + "[topology]\nreap_interval_ms = 0\n")))
+    assert bad.returncode == 2
+    assert "topology.reap_interval_ms = 0" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    usage = cli("run")
+    assert usage.returncode == 2
+
+
+def test_cli_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path):
+    result = cli("run", str(ROOT / "scenarios/kill-worker.toml"), "--dry-run", "--set", "seed=5",
+                 "--out", str(tmp_path / "never"))
+    assert result.returncode == 0, result.stderr
+    assert "scenario kill-worker (seed 5)" in result.stdout
+    assert "kill holding_oldest_lease" in result.stdout
+    assert not (tmp_path / "never").exists()
