@@ -43,8 +43,10 @@ class CheckConfig:
         """From the ``run`` event the runner writes first."""
         for event in events:
             if event.type == "run":
+                if event.lease_ms is None or "reap_interval_ms" not in event.extra:
+                    raise ValueError("the 'run' event lacks lease_ms or reap_interval_ms")
                 return cls(
-                    lease_ms=int(event.extra["lease_ms"]),
+                    lease_ms=event.lease_ms,
                     reap_interval_ms=int(event.extra["reap_interval_ms"]),
                     tolerance_ms=int(event.extra.get("tolerance_ms", 250)),
                 )
@@ -71,6 +73,12 @@ class LatencySummary:
             p99_ms=percentile(ordered, 99),
             max_ms=ordered[-1],
         )
+
+
+def run_completed(events: Iterable[Event]) -> bool:
+    """Did the run reach its end normally (not aborted)? Only then is the drain judged."""
+    return any(e.type == "phase" and e.extra.get("phase") == "end"
+               and e.extra.get("aborted", "0") == "0" for e in events)
 
 
 def percentile(ordered: list[int], pct: float) -> int:

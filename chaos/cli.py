@@ -12,11 +12,12 @@ import sys
 from pathlib import Path
 
 from chaos import __version__
-from chaos.checker import check
+from chaos.checker import check, run_completed
 from chaos.history import read_history
 from chaos.nemesis import plan
 from chaos.report import build_report, summary_text
 from chaos.runner import (
+    EXIT_ABORTED,
     EXIT_FAIL,
     EXIT_INFRA,
     EXIT_PASS,
@@ -87,16 +88,20 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         events = read_history(history)
-        verdict = check(events)
+        final = run_completed(events)
+        verdict = check(events, final=final)
     except ValueError as error:
         print(f"{history}: {error}", file=sys.stderr)
         return EXIT_USAGE
     name = next((e.extra.get("scenario", "?") for e in events if e.type == "run"), "?")
-    report = build_report(name, "pass" if verdict.passed else "fail", verdict)
+    word = ("pass" if verdict.passed else "fail") if final else "aborted"
+    report = build_report(name, word, verdict)
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         print(summary_text(report))
+    if not final:
+        return EXIT_ABORTED
     return EXIT_PASS if verdict.passed else EXIT_FAIL
 
 

@@ -220,7 +220,7 @@ class Run:
         if not self.drained:
             self.progress.say(f"!! drain timed out after {self.drain_ms} ms with jobs left")
 
-    def wind_down(self) -> None:
+    def wind_down(self, aborted: bool = False) -> None:
         """Stop children gracefully and write the last events (also on failure paths)."""
         if self.producer is not None:
             self.producer.stop()
@@ -228,7 +228,8 @@ class Run:
             self.nemesis.heal_all()
         self.runtime.stop_workers()
         if self.queue is not None:
-            self.queue.record(type="phase", phase="end", drained=int(self.drained))
+            self.queue.record(type="phase", phase="end", drained=int(self.drained),
+                              aborted=int(aborted))
         if self.exporter is not None:
             self.exporter.drain()
 
@@ -253,16 +254,16 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
     except KeyboardInterrupt:
         verdict_word, error = "aborted", "interrupted (Ctrl-C / SIGINT)"
         progress.say("!! interrupted: tearing down")
-        _try(run.wind_down)
+        _try(lambda: run.wind_down(aborted=True))
     except RuntimeError_ as failure:
         error = str(failure)
         progress.say(f"!! infrastructure error: {failure}")
-        _try(run.wind_down)
+        _try(lambda: run.wind_down(aborted=True))
     except Exception as failure:  # an unexpected bug: keep the evidence, say where
         error = f"{type(failure).__name__}: {failure}"
         (run_dir / "runner-error.txt").write_text(traceback.format_exc())
         progress.say(f"!! internal error: {error} (traceback in runner-error.txt)")
-        _try(run.wind_down)
+        _try(lambda: run.wind_down(aborted=True))
     finally:
         run.close()
     wall_ms = int((time.monotonic() - started) * 1000)

@@ -1,0 +1,159 @@
+"""Every shipped scenario, end to end: real valkey-server, real worker processes, real SIGKILL
+and SIGSTOP, through the CLI a user types. Small scale (1 s leases), a few seconds each."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from chaos.history import read_history
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.integration
+
+
+def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaos", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def run_scenario(name: str, out: Path, *extra: str) -> dict:
+    result = run_cli("run", str(ROOT / "scenarios" / f"{name}.toml"), "--out", str(out), *extra)
+    report = json.loads((out / "report.json").read_text())
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert report["verdict"] == "pass"
+    assert (out / "history.jsonl").stat().st_size > 0
+    return report
+
+
+def assert_bound_held(report: dict) -> None:
+    bound = report["invariants"]["recovery_bound"]
+    assert bound["ok"] and bound["count"] >= 1
+    assert bound["max_ms"] <= bound["bound_ms"]
+    assert bound["bound_ms"] == bound["lease_ms"] + bound["reap_interval_ms"] + bound[
+        "tolerance_ms"]
+
+
+def test_steady_state_completes_everything_once_and_reaps_nothing(tmp_path: Path):
+    report = run_scenario("steady-state", tmp_path / "run")
+    jobs = report["jobs"]
+    assert jobs["enqueued"] > 100 and jobs["completed"] == jobs["enqueued"]
+    assert jobs["lost"] == 0 and jobs["double_completed"] == 0
+    assert report["redeliveries"] == {"needed": 0, "needless": 0}
+    assert report["invariants"]["recovery_bound"]["stranded"] == 0
+
+
+def test_kill_worker_recovers_within_the_bound(tmp_path: Path):
+    report = run_scenario("kill-worker", tmp_path / "run")
+    assert_bound_held(report)
+    assert report["faults"] == 2
+    assert report["jobs"]["lost"] == 0 and report["jobs"]["double_completed"] == 0
+    assert report["redeliveries"]["needed"] >= 1
+    assert report["redeliveries"]["needless"] == 0
+    # Re-checking the saved history offline reproduces the verdict exactly.
+    recheck = run_cli("check", str(tmp_path / "run"), "--json")
+    assert recheck.returncode == 0
+    again = json.loads(recheck.stdout)
+    for key in ("invariants", "jobs", "redeliveries", "recovery"):
+        assert again[key] == report[key]
+
+
+def test_pause_worker_stale_completes_are_rejected_and_never_counted(tmp_path: Path):
+    report = run_scenario("pause-worker", tmp_path / "run")
+    assert_bound_held(report)
+    assert report["redeliveries"]["needed"] >= 1
+    assert report["jobs"]["double_completed"] == 0
+    assert report["rejected"].get("complete_rejected", 0) >= 1
+    events = read_history(tmp_path / "run" / "history.jsonl")
+    fault = next(e for e in events if e.type == "fault")
+    heal = next(e for e in events if e.type == "heal")
+    assert heal.ts - fault.ts >= 2500  # really frozen for the whole pause
+    # Every rejected complete came from the frozen worker, after it woke, for a job that was
+    # reaped from it and completed exactly once by someone else.
+    stale = [e for e in events if e.type == "complete_rejected"]
+    assert stale and all(e.worker == fault.worker and e.ts >= heal.ts for e in stale)
+    for event in stale:
+        accepted = [e for e in events if e.type == "complete" and e.job_id == event.job_id]
+        assert len(accepted) == 1 and accepted[0].worker != fault.worker
+        assert accepted[0].attempt > event.attempt
+        assert any(e.type == "reap" and e.job_id == event.job_id and e.attempt == event.attempt
+                   for e in events)
+
+
+def test_mass_kill_strands_more_than_one_reap_batch_and_still_meets_the_bound(tmp_path: Path):
+    report = run_scenario("mass-kill", tmp_path / "run")
+    assert_bound_held(report)
+    scenario = json.loads((tmp_path / "run" / "scenario.json").read_text())
+    assert report["invariants"]["recovery_bound"]["count"] > scenario["topology"]["reap_limit"]
+    assert report["faults"] == 5
+    assert report["jobs"]["lost"] == 0
+
+
+def test_run_refuses_to_overwrite_a_run_directory(tmp_path: Path):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "keep.txt").write_text("evidence")
+    result = run_cli("run", str(ROOT / "scenarios" / "steady-state.toml"), "--out", str(out))
+    assert result.returncode == 2 and "--force" in result.stderr
+    assert (out / "keep.txt").read_text() == "evidence"
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if text in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def _children_of(parent: int) -> list[int]:
+    children = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[1]) == parent:
+                children.append(int(entry.name))
+    return children
+
+
+def test_ctrl_c_tears_everything_down_and_keeps_the_evidence(tmp_path: Path):
+    out = tmp_path / "run"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / "pause-worker.toml"),
+         "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    deadline = time.monotonic() + 60
+    assert runner.stdout is not None
+    for line in runner.stdout:  # wait until the chaos phase (a worker may be frozen by then)
+        if "phase chaos" in line or time.monotonic() > deadline:
+            break
+    time.sleep(1.0)
+    assert _processes_mentioning(str(out)), "the run's valkey-server is not running"
+    assert len(_children_of(runner.pid)) >= 5, "valkey, reaper and workers should be running"
+    runner.send_signal(signal.SIGINT)
+    runner.communicate(timeout=60)
+    assert runner.returncode == 130
+    report = json.loads((out / "report.json").read_text())
+    assert report["verdict"] == "aborted"
+    port = report["run"]["valkey_url"].rsplit(":", 1)[-1].split("/")[0]
+    assert _processes_mentioning(str(out)) == []
+    assert _processes_mentioning(f"127.0.0.1:{port}") == []  # no worker or reaper left
+    # The partial history is still checkable offline.
+    assert len(read_history(out / "history.jsonl")) > 10
+    assert run_cli("check", str(out)).returncode == 130
