@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -76,8 +77,17 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else default_run_dir(scenario)
     prepare_run_dir(run_dir, args.force)
     print(describe_plan(scenario), file=sys.stderr)
-    result = run_scenario(scenario, run_dir)
+    # SIGTERM (a CI job cancelled, `kill`) tears down like Ctrl-C: heal, stop children, report.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        result = run_scenario(scenario, run_dir)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     return result.exit_code
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def cmd_check(args: argparse.Namespace) -> int:

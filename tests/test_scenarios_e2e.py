@@ -131,7 +131,8 @@ def _children_of(parent: int) -> list[int]:
     return children
 
 
-def test_ctrl_c_tears_everything_down_and_keeps_the_evidence(tmp_path: Path):
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_tears_everything_down_and_keeps_the_evidence(tmp_path: Path, signum: int):
     out = tmp_path / "run"
     runner = subprocess.Popen(
         [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / "pause-worker.toml"),
@@ -146,7 +147,7 @@ def test_ctrl_c_tears_everything_down_and_keeps_the_evidence(tmp_path: Path):
     time.sleep(1.0)
     assert _processes_mentioning(str(out)), "the run's valkey-server is not running"
     assert len(_children_of(runner.pid)) >= 5, "valkey, reaper and workers should be running"
-    runner.send_signal(signal.SIGINT)
+    runner.send_signal(signum)
     runner.communicate(timeout=60)
     assert runner.returncode == 130
     report = json.loads((out / "report.json").read_text())
