@@ -9,6 +9,7 @@ Phases (all on the runner's monotonic clock; the history carries the Valkey cloc
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 import traceback
@@ -23,7 +24,7 @@ from chaos.load import Producer
 from chaos.nemesis import Nemesis
 from chaos.protocol import QueueClient, QueueKeys
 from chaos.report import build_report, summary_text, write_json_atomic
-from chaos.runtime import LocalRuntime, RuntimeError_
+from chaos.runtime import LocalRuntime, RuntimeError_, split_password
 from chaos.scenario import Scenario
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
@@ -242,7 +243,10 @@ class Run:
 def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr) -> RunResult:
     """Run one scenario; always leaves history.jsonl and report.json in ``run_dir``."""
     progress = Progress(stream, scenario)
-    (run_dir / "scenario.json").write_text(scenario.model_dump_json(indent=2) + "\n")
+    resolved = scenario.model_dump(mode="json")
+    if scenario.valkey.url:  # the run directory is shared evidence: no secrets in it
+        resolved["valkey"]["url"] = split_password(scenario.valkey.url)[0]
+    (run_dir / "scenario.json").write_text(json.dumps(resolved, indent=2) + "\n")
     run = Run(scenario, run_dir, progress)
     verdict_word, error = "error", None
     started = time.monotonic()

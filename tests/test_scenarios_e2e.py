@@ -158,3 +158,31 @@ def test_interrupt_tears_everything_down_and_keeps_the_evidence(tmp_path: Path, 
     # The partial history is still checkable offline.
     assert len(read_history(out / "history.jsonl")) > 10
     assert run_cli("check", str(out)).returncode == 130
+
+
+def test_existing_server_by_url_keeps_the_password_off_command_lines(tmp_path: Path,
+                                                                     valkey_server):
+    url = valkey_server.url.replace("//", f"//:{valkey_server.password}@", 1)
+    report = run_scenario("steady-state", tmp_path / "run", "--set", f'valkey.url="{url}"',
+                          "--set", "valkey.queue=by-url", "--set", "phases.chaos_ms=1000")
+    assert report["jobs"]["completed"] == report["jobs"]["enqueued"] > 0
+    for name in ("report.json", "scenario.json"):
+        assert valkey_server.password not in (tmp_path / "run" / name).read_text()
+    # A second run on the same queue must refuse: its history would mix with the first.
+    again = run_cli("run", str(ROOT / "scenarios" / "steady-state.toml"), "--out",
+                    str(tmp_path / "again"), "--set", f'valkey.url="{url}"',
+                    "--set", "valkey.queue=by-url")
+    assert again.returncode == 3 and "already has keys" in again.stderr
+
+
+def test_explicit_valkey_server_binary(tmp_path: Path):
+    from chaos.runtime import valkey_server_binary
+
+    binary = valkey_server_binary(None)
+    report = run_scenario("steady-state", tmp_path / "run", "--set", f'valkey.server="{binary}"',
+                          "--set", "phases.chaos_ms=1000")
+    assert report["jobs"]["lost"] == 0
+    bad = run_cli("run", str(ROOT / "scenarios" / "steady-state.toml"), "--out",
+                  str(tmp_path / "bad"), "--set", 'valkey.server="/nonexistent/valkey-server"')
+    assert bad.returncode == 3 and "not an executable file" in bad.stderr
+    assert json.loads((tmp_path / "bad" / "report.json").read_text())["verdict"] == "error"
