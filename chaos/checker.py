@@ -132,6 +132,7 @@ class Verdict:
     faults: int
     rejected: dict[str, int]
     events: int
+    throughput_per_s: float  # accepted completes per second, first enqueue to last complete
 
     def failed_invariants(self) -> list[str]:
         return [name for name, result in self.invariants.items() if not result.ok]
@@ -146,6 +147,7 @@ class Verdict:
             "faults": self.faults,
             "rejected": self.rejected,
             "events": self.events,
+            "throughput_per_s": self.throughput_per_s,
         }
 
 
@@ -206,6 +208,8 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
     redeliveries = Redeliveries()
     rejected: Counter[str] = Counter()
     fault_count = 0
+    first_enqueue_ts: int | None = None
+    last_complete_ts: int | None = None
 
     def release(job_id: str) -> None:
         lease = leases.pop(job_id, None)
@@ -222,6 +226,8 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
         job_id = event.job_id or ""
         if event.type == "enqueue":
             enqueued.add(job_id)
+            if first_enqueue_ts is None:
+                first_enqueue_ts = event.ts
 
         elif event.type == "claim":
             previous = leases.get(job_id)
@@ -252,6 +258,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
                     lease.renewed_ts = event.ts
             else:
                 completes[job_id] += 1
+                last_complete_ts = event.ts
                 if lease is not None and lease.attempt == event.attempt:
                     release(job_id)
                 for item in awaiting_recomplete.pop(job_id, []):
@@ -375,4 +382,11 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
         faults=fault_count,
         rejected=dict(rejected),
         events=len(events),
+        throughput_per_s=_rate(sum(completes.values()), first_enqueue_ts, last_complete_ts),
     )
+
+
+def _rate(count: int, start_ts: int | None, end_ts: int | None) -> float:
+    if start_ts is None or end_ts is None or end_ts <= start_ts:
+        return 0.0
+    return round(count * 1000 / (end_ts - start_ts), 1)

@@ -57,7 +57,8 @@ def summary_text(report: dict[str, Any]) -> str:
     redeliveries = report["redeliveries"]
     lines.append(
         f"  jobs      enqueued {jobs['enqueued']}  completed {jobs['completed']}  "
-        f"lost {jobs['lost']}  double-completed {jobs['double_completed']}"
+        f"lost {jobs['lost']}  double-completed {jobs['double_completed']}  "
+        f"({report['throughput_per_s']} completes/s)"
     )
     lines.append(
         f"  faults    {report['faults']} applied, {bound['stranded']} stranded leases, "

@@ -28,6 +28,7 @@ from chaos.runtime import LocalRuntime, RuntimeError_, split_password
 from chaos.scenario import Scenario
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
+BACKLOG_SAMPLE_S = 0.25
 
 
 class RunDirError(Exception):
@@ -102,6 +103,8 @@ class Run:
         self.nemesis: Nemesis | None = None
         self.drained = False
         self.drain_ms: int | None = None
+        self.backlog: list[dict[str, Any]] = []  # pending/active over time, for the report
+        self.last_sample = 0.0
 
     # --- stages ---------------------------------------------------------------------------
     def bring_up(self) -> None:
@@ -146,15 +149,23 @@ class Run:
         raise RuntimeError_(f"not connected after {timeout:.0f}s: {', '.join(missing)}")
 
     def _status(self, force: bool = False) -> None:
+        """Watch the children; every 250 ms sample the backlog and maybe print a status line."""
         assert self.queue is not None and self.producer is not None
+        self._watch_children()
+        now = time.monotonic()
+        if not force and now - self.last_sample < BACKLOG_SAMPLE_S:
+            return
+        self.last_sample = now
         pending, active = self.queue.backlog()
+        elapsed_ms = int((now - self.progress.started) * 1000)
+        self.backlog.append({"t_ms": elapsed_ms, "phase": self.progress.phase,
+                             "pending": pending, "active": active})
         faults = len(self.nemesis.applied) if self.nemesis else 0
         self.progress.status(
             f"enqueued {self.producer.enqueued}  pending {pending}  active {active}  "
             f"faults {faults}  events {self.exporter.exported if self.exporter else 0}",
             force=force,
         )
-        self._watch_children()
 
     def _watch_children(self) -> None:
         """A worker or reaper that dies without a planned fault is recorded as a crash fault."""
@@ -311,6 +322,7 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
             },
             "faults": [vars(applied) for applied in (run.nemesis.applied if run.nemesis else [])],
             "faults_skipped": run.nemesis.skipped if run.nemesis else [],
+            "backlog": run.backlog,
         },
     }
     if error:
