@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.history import Event
+from chaos.history import Event, seq_key
 
 EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
 FAULT_EVENTS = ("fault",)
@@ -156,7 +156,7 @@ class _Lease:
     attempt: int
     worker: str
     deadline: int
-    renewed_ts: int  # claim or latest accepted extend
+    renewed: tuple[int, int]  # history position (seq) of the claim or latest accepted extend
 
 
 @dataclass
@@ -175,8 +175,8 @@ class _Stranded:
 
 @dataclass
 class _FaultWindow:
-    start_ts: int
-    end_ts: int | None  # None: not healed (a kill never is)
+    start: tuple[int, int]  # history positions (seq), so same-millisecond events still order
+    end: tuple[int, int] | None  # None: not healed (a kill never is)
 
 
 def _deadline(event: Event) -> int:
@@ -216,9 +216,9 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
         if lease is not None:
             held_by.get(lease.worker, set()).discard(job_id)
 
-    def faulted_between(worker: str, start: int, end: int) -> bool:
+    def faulted_between(worker: str, start: tuple[int, int], end: tuple[int, int]) -> bool:
         return any(
-            window.start_ts <= end and (window.end_ts is None or window.end_ts >= start)
+            window.start <= end and (window.end is None or window.end >= start)
             for window in windows.get(worker, [])
         )
 
@@ -238,7 +238,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
             release(job_id)
             attempt = event.attempt or 0
             worker = event.worker or "?"
-            leases[job_id] = _Lease(attempt, worker, _deadline(event), event.ts)
+            leases[job_id] = _Lease(attempt, worker, _deadline(event), seq_key(event.seq))
             held_by.setdefault(worker, set()).add(job_id)
             for item in awaiting_reclaim.pop(job_id, []):
                 item.reclaim_ts = event.ts
@@ -255,7 +255,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
             if event.type == "extend":
                 if lease is not None and lease.attempt == event.attempt:
                     lease.deadline = _deadline(event)
-                    lease.renewed_ts = event.ts
+                    lease.renewed = seq_key(event.seq)
             else:
                 completes[job_id] += 1
                 last_complete_ts = event.ts
@@ -282,7 +282,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
                     premature.flag({"job": job_id, "attempt": event.attempt, "seq": event.seq,
                                     "reap_ts": event.ts, "deadline": lease.deadline,
                                     "early_ms": lease.deadline - event.ts})
-                if faulted_between(lease.worker, lease.renewed_ts, event.ts):
+                if faulted_between(lease.worker, lease.renewed, seq_key(event.seq)):
                     redeliveries.needed += 1
                 else:
                     redeliveries.needless += 1
@@ -296,7 +296,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
             fault_count += 1
             worker = event.worker or "?"
             fault_id = event.extra.get("fault_id", event.seq)
-            window = _FaultWindow(event.ts, None)
+            window = _FaultWindow(seq_key(event.seq), None)
             windows.setdefault(worker, []).append(window)
             open_windows[fault_id] = window
             for held in sorted(held_by.get(worker, set())):
@@ -308,7 +308,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
         elif event.type in HEAL_EVENTS:
             healed = open_windows.pop(event.extra.get("fault_id", ""), None)
             if healed is not None:
-                healed.end_ts = event.ts
+                healed.end = seq_key(event.seq)
 
         elif event.type.endswith("_rejected"):
             rejected[event.type] += 1

@@ -138,10 +138,12 @@ class Nemesis:
             self.applied.append(AppliedFault(fault_id, fault.kind, worker, ts))
 
     def _heal(self, heal: _Heal) -> None:
-        self.runtime.resume(heal.worker)
-        self.frozen.discard(heal.worker)
+        # Record first, while the worker is still frozen: the fault window in the history then
+        # lies inside the real frozen time, and everything the worker does on waking follows it.
         ts = self.history.record(type="heal", kind=heal.kind, worker=heal.worker,
                                  fault_id=heal.fault_id)
+        self.runtime.resume(heal.worker)
+        self.frozen.discard(heal.worker)
         for applied in self.applied:
             if applied.fault_id == heal.fault_id:
                 applied.healed_ts = ts

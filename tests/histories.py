@@ -1,0 +1,217 @@
+"""A tiny builder for hand-written histories, shaped exactly like ``history.jsonl`` lines.
+
+    h = History(lease_ms=1000, reap_interval_ms=250, tolerance_ms=100)
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    f1 = h.fault("kill", "w1", ts=200)
+    h.reap("a", attempt=1, ts=1300)
+    events = h.events()
+
+Every record carries string values (as the events stream does) and goes through
+``Event.from_record``, so the checker sees what it would see from a real run. Stream ids
+(``seq``) are assigned automatically: ``<ms>-<n>``, strictly increasing, ``<ms>`` following
+``ts`` (never going backwards, like a Valkey stream id).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from chaos.history import Event
+
+
+def _seq_ids(records: list[dict[str, Any]]) -> list[str]:
+    """Strictly increasing stream ids that follow each record's ``ts``."""
+    ids = []
+    last_ms, last_n = -1, -1
+    for record in records:
+        ms = max(int(record.get("ts", 0)), last_ms)
+        last_n = last_n + 1 if ms == last_ms else 0
+        last_ms = ms
+        ids.append(f"{ms}-{last_n}")
+    return ids
+
+
+def resequence(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Fresh stream ids for an edited record list (inserted or dropped records), in list order."""
+    fresh = [dict(record) for record in records]
+    for record, seq in zip(fresh, _seq_ids(fresh), strict=True):
+        record["seq"] = seq
+    return fresh
+
+
+def to_events(records: list[dict[str, Any]]) -> list[Event]:
+    return [Event.from_record(record) for record in records]
+
+
+class History:
+    """Append events in stream order; ``events()`` gives the checker's input."""
+
+    def __init__(
+        self,
+        lease_ms: int = 1000,
+        reap_interval_ms: int = 250,
+        tolerance_ms: int | None = 100,
+        *,
+        run: bool = True,
+        ts: int = 0,
+    ) -> None:
+        self.lease_ms = lease_ms
+        self.reap_interval_ms = reap_interval_ms
+        self._records: list[dict[str, Any]] = []
+        self._last_ms = -1
+        self._last_n = -1
+        self._leases: dict[str, tuple[int, str, int]] = {}  # id -> (attempt, worker, deadline)
+        self._fault_workers: dict[str, str] = {}
+        if run:
+            self.add(
+                "run",
+                ts=ts,
+                scenario="hand-written",
+                seed=1,
+                lease_ms=lease_ms,
+                reap_interval_ms=reap_interval_ms,
+                tolerance_ms=tolerance_ms,
+            )
+
+    # --- generic -------------------------------------------------------------------------
+    def add(self, type: str, ts: int, **fields: Any) -> dict[str, Any]:
+        """Append one record; ``None`` fields are left out, everything else becomes a string."""
+        ms = max(ts, self._last_ms)
+        self._last_n = self._last_n + 1 if ms == self._last_ms else 0
+        self._last_ms = ms
+        record: dict[str, Any] = {"seq": f"{ms}-{self._last_n}", "type": type}
+        record.update({name: str(value) for name, value in fields.items() if value is not None})
+        record["ts"] = str(ts)
+        self._records.append(record)
+        return record
+
+    def records(self) -> list[dict[str, Any]]:
+        return [dict(record) for record in self._records]
+
+    def events(self) -> list[Event]:
+        return to_events(self._records)
+
+    def write_jsonl(self, path: str | Path) -> Path:
+        path = Path(path)
+        with open(path, "w", encoding="utf-8") as handle:
+            for record in self._records:
+                handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        return path
+
+    # --- queue transitions ---------------------------------------------------------------
+    def phase(self, name: str, ts: int, **extra: Any) -> dict[str, Any]:
+        return self.add("phase", ts=ts, phase=name, **extra)
+
+    def enqueue(self, job_id: str, ts: int) -> dict[str, Any]:
+        return self.add("enqueue", ts=ts, id=job_id)
+
+    def claim(
+        self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None
+    ) -> dict[str, Any]:
+        lease_ms = self.lease_ms if lease_ms is None else lease_ms
+        self._leases[job_id] = (attempt, worker, ts + lease_ms)
+        return self.add(
+            "claim",
+            ts=ts,
+            id=job_id,
+            attempt=attempt,
+            worker=worker,
+            lease_ms=lease_ms,
+            deadline=ts + lease_ms,
+        )
+
+    def extend(
+        self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None
+    ) -> dict[str, Any]:
+        lease_ms = self.lease_ms if lease_ms is None else lease_ms
+        self._leases[job_id] = (attempt, worker, ts + lease_ms)
+        return self.add(
+            "extend",
+            ts=ts,
+            id=job_id,
+            attempt=attempt,
+            worker=worker,
+            lease_ms=lease_ms,
+            deadline=ts + lease_ms,
+        )
+
+    def extend_rejected(
+        self, job_id: str, attempt: int, worker: str, ts: int, current_attempt: int | None = None
+    ) -> dict[str, Any]:
+        return self.add(
+            "extend_rejected",
+            ts=ts,
+            id=job_id,
+            attempt=attempt,
+            current_attempt=attempt if current_attempt is None else current_attempt,
+            worker=worker,
+        )
+
+    def complete(self, job_id: str, attempt: int, worker: str, ts: int) -> dict[str, Any]:
+        return self.add("complete", ts=ts, id=job_id, attempt=attempt, worker=worker)
+
+    def complete_rejected(
+        self, job_id: str, attempt: int, worker: str, ts: int, current_attempt: int | None = None
+    ) -> dict[str, Any]:
+        return self.add(
+            "complete_rejected",
+            ts=ts,
+            id=job_id,
+            attempt=attempt,
+            current_attempt=attempt if current_attempt is None else current_attempt,
+            worker=worker,
+        )
+
+    def reap(
+        self,
+        job_id: str,
+        attempt: int,
+        ts: int,
+        worker: str | None = None,
+        deadline: int | None = None,
+    ) -> dict[str, Any]:
+        """``worker`` and ``deadline`` default to the last claim/extend written for the job."""
+        _, last_worker, last_deadline = self._leases.get(job_id, (attempt, "", ts))
+        return self.add(
+            "reap",
+            ts=ts,
+            id=job_id,
+            attempt=attempt,
+            worker=last_worker if worker is None else worker,
+            deadline=last_deadline if deadline is None else deadline,
+        )
+
+    # --- faults ----------------------------------------------------------------------------
+    def fault(
+        self,
+        kind: str,
+        worker: str,
+        ts: int,
+        fault_id: str | None = None,
+        duration_ms: int | None = None,
+    ) -> str:
+        """Returns the fault id (``f1``, ``f2``, ... unless given) for ``heal``."""
+        if fault_id is None:
+            number = len(self._fault_workers) + 1
+            while f"f{number}" in self._fault_workers:
+                number += 1
+            fault_id = f"f{number}"
+        self._fault_workers[fault_id] = worker
+        self.add(
+            "fault",
+            ts=ts,
+            kind=kind,
+            worker=worker,
+            fault_id=fault_id,
+            target=worker,
+            duration_ms="" if duration_ms is None else duration_ms,
+        )
+        return fault_id
+
+    def heal(self, fault_id: str, ts: int, kind: str = "resume") -> dict[str, Any]:
+        return self.add(
+            "heal", ts=ts, kind=kind, worker=self._fault_workers.get(fault_id), fault_id=fault_id
+        )
