@@ -77,12 +77,16 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else default_run_dir(scenario)
     prepare_run_dir(run_dir, args.force)
     print(describe_plan(scenario), file=sys.stderr)
-    # SIGTERM (a CI job cancelled, `kill`) tears down like Ctrl-C: heal, stop children, report.
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    # SIGINT and SIGTERM (Ctrl-C, a cancelled CI job, `kill`) both tear down: heal, stop the
+    # children, write the report. Set explicitly: a shell's background job inherits SIGINT
+    # ignored, and Python would then leave Ctrl-C ignored too.
+    previous = {signum: signal.signal(signum, _interrupt)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         result = run_scenario(scenario, run_dir)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     return result.exit_code
 
 
