@@ -63,9 +63,10 @@ def load_script_source(name: str) -> str:
     return resources.files("chaos").joinpath("lua", f"{name}.lua").read_text()
 
 
-def connect(url: str, **kwargs: Any) -> valkey.Valkey:
-    """A client for ``url``; the password comes from the URL or ``ECHOMQ_VALKEY_PASSWORD``."""
-    password = os.environ.get("ECHOMQ_VALKEY_PASSWORD") or None
+def connect(url: str, password: str | None = None, **kwargs: Any) -> valkey.Valkey:
+    """A client for ``url``; the password is given, in the URL, or in ``ECHOMQ_VALKEY_PASSWORD``
+    (how a run hands it to its children: the environment, never a command line)."""
+    password = password or os.environ.get("ECHOMQ_VALKEY_PASSWORD") or None
     kwargs.setdefault("socket_timeout", 10)
     kwargs.setdefault("socket_connect_timeout", 5)
     client: valkey.Valkey = valkey.Valkey.from_url(

@@ -183,9 +183,7 @@ class LocalRuntime:
         return self.url
 
     def client(self) -> valkey.Valkey:
-        if self.password:
-            os.environ["ECHOMQ_VALKEY_PASSWORD"] = self.password
-        return connect(self.url)
+        return connect(self.url, self.password)
 
     # --- workers and reaper -------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> Child:
