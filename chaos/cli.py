@@ -1,4 +1,4 @@
-"""``echomq-chaos``: run, validate and re-check lease-queue chaos scenarios.
+"""echomq-chaos: run, validate and re-check lease-queue chaos scenarios.
 
 Exit codes: 0 pass, 1 an invariant failed, 2 bad input or usage, 3 infrastructure error,
 130 aborted (Ctrl-C).
