@@ -27,7 +27,7 @@ class FaultTarget(Protocol):
 
 class HistoryWriter(Protocol):
     def record(self, **fields: object) -> int: ...
-    def oldest_lease_holder(self) -> str | None: ...
+    def lease_holders_oldest_first(self) -> list[str]: ...
 
 
 @dataclass(frozen=True, order=True)
@@ -100,9 +100,9 @@ class Nemesis:
         candidates = self._candidates()
         if isinstance(spec, RandomTarget):
             return sorted(self.rng.sample(candidates, min(spec.random, len(candidates))))
-        if spec == HOLDING_OLDEST_LEASE:
-            holder = self.history.oldest_lease_holder()
-            return [holder] if holder in candidates else []
+        if spec == HOLDING_OLDEST_LEASE:  # the oldest lease of a worker we can still fault
+            holders = [h for h in self.history.lease_holders_oldest_first() if h in candidates]
+            return holders[:1]
         return [spec] if spec in candidates else []
 
     def next_due_ms(self) -> int | None:

@@ -151,13 +151,15 @@ class QueueClient:
         pending, active = pipe.execute()
         return int(pending), int(active)
 
-    def oldest_lease_holder(self) -> str | None:
-        """The worker holding the lease with the earliest deadline, if any."""
-        oldest = self.client.zrange(self.keys.active, 0, 0)
+    def lease_holders_oldest_first(self, limit: int = 100) -> list[str]:
+        """Workers holding the ``limit`` earliest-deadline leases, oldest first (repeats kept)."""
+        oldest = self.client.zrange(self.keys.active, 0, limit - 1)
         if not oldest:
-            return None
-        holder = self.client.hget(self.keys.job(oldest[0]), "worker")
-        return str(holder) if holder else None
+            return []
+        pipe = self.client.pipeline(transaction=False)
+        for job_id in oldest:
+            pipe.hget(self.keys.job(job_id), "worker")
+        return [str(holder) for holder in pipe.execute() if holder]
 
     def queue_exists(self) -> bool:
         k = self.keys

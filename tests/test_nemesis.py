@@ -13,10 +13,10 @@ from chaos.scenario import Scenario, load_scenario
 
 
 class Recorder:
-    def __init__(self, oldest_holder: str | None = None) -> None:
+    def __init__(self, holders: list[str] | None = None) -> None:
         self.actions: list[tuple[str, str]] = []
         self.events: list[dict[str, object]] = []
-        self.oldest_holder = oldest_holder
+        self.holders = holders or []
         self.clock = 1000
 
     def kill(self, name: str) -> None:
@@ -33,8 +33,8 @@ class Recorder:
         self.events.append(fields)
         return self.clock
 
-    def oldest_lease_holder(self) -> str | None:
-        return self.oldest_holder
+    def lease_holders_oldest_first(self) -> list[str]:
+        return self.holders
 
 
 def scenario(tmp_path: Path, faults: str, seed: int = 1, workers: int = 5) -> Scenario:
@@ -99,11 +99,14 @@ def test_heal_all_resumes_frozen_workers_and_drops_unfired_faults(tmp_path: Path
     assert recorder.actions == [("pause", "worker-1"), ("resume", "worker-1")]
 
 
-def test_holding_oldest_lease_targets_the_holder_and_skips_a_frozen_one(tmp_path: Path):
+def test_holding_oldest_lease_targets_the_oldest_holder_that_can_still_be_faulted(
+    tmp_path: Path,
+):
     faults = ('[[faults]]\nkind = "pause"\ntarget = "holding_oldest_lease"\nat_ms = 0\n'
               "every_ms = 100\nduration_ms = 5000\n")
-    recorder = Recorder(oldest_holder="worker-4")
+    recorder = Recorder(holders=["worker-4", "worker-4", "worker-2"])
     nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
-    run(nemesis, 100)
-    assert recorder.actions == [("pause", "worker-4")]  # the second firing finds it frozen
-    assert nemesis.skipped
+    run(nemesis, 250)
+    # worker-4 first; once it is frozen the next oldest holder; then nobody is left to pick
+    assert recorder.actions == [("pause", "worker-4"), ("pause", "worker-2")]
+    assert len(nemesis.skipped) == 1

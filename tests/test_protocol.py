@@ -139,3 +139,14 @@ def test_server_refuses_a_client_without_the_password(valkey_server):
         raise AssertionError("the run's valkey-server answered a client without its password")
     finally:
         client.close()
+
+
+def test_lease_holders_come_oldest_deadline_first(queue: QueueClient):
+    for job_id in ("a", "b", "c"):
+        queue.enqueue(job_id)
+        time.sleep(0.002)
+    queue.claim(5000, "w-late")
+    queue.claim(1000, "w-early")
+    queue.claim(3000, "w-mid")
+    assert queue.lease_holders_oldest_first() == ["w-early", "w-mid", "w-late"]
+    assert queue.lease_holders_oldest_first(limit=1) == ["w-early"]
