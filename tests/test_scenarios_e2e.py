@@ -4,6 +4,7 @@ and SIGSTOP, through the CLI a user types. Small scale (1 s leases), a few secon
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -186,3 +187,32 @@ def test_explicit_valkey_server_binary(tmp_path: Path):
                   str(tmp_path / "bad"), "--set", 'valkey.server="/nonexistent/valkey-server"')
     assert bad.returncode == 3 and "not an executable file" in bad.stderr
     assert json.loads((tmp_path / "bad" / "report.json").read_text())["verdict"] == "error"
+
+
+def test_a_run_whose_reaper_dies_fails_with_the_stranded_jobs_named(tmp_path: Path):
+    """The verdict must fail on a broken queue: with the reaper SIGKILLed before the chaos
+    phase, the killed workers' leases are never recovered."""
+    out = tmp_path / "run"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / "kill-worker.toml"),
+         "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )
+    assert runner.stdout is not None
+    for line in runner.stdout:
+        if "phase warmup" in line:
+            break
+    reaper = [pid for pid in _children_of(runner.pid)
+              if b"chaos.reaper" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    assert len(reaper) == 1
+    os.kill(reaper[0], signal.SIGKILL)
+    output, _ = runner.communicate(timeout=120)
+    assert runner.returncode == 1, output[-2000:]
+    assert "reaper exited unexpectedly" in output
+    report = json.loads((out / "report.json").read_text())
+    assert report["verdict"] == "fail"
+    assert not report["invariants"]["no_loss"]["ok"]
+    bound = report["invariants"]["recovery_bound"]
+    assert not bound["ok"] and bound["count"] == 0 and bound["stranded"] >= 1
+    assert report["jobs"]["lost"] == bound["violations"]
+    assert all(e["reason"] == "never recovered" for e in bound["examples"])
