@@ -24,8 +24,6 @@ from typing import Any
 from chaos.history import Event, seq_key
 
 EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
-FAULT_EVENTS = ("fault",)
-HEAL_EVENTS = ("heal",)
 
 
 @dataclass(frozen=True)
@@ -292,7 +290,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
                     item.reap_ts = event.ts
                     awaiting_reclaim.setdefault(job_id, []).append(item)
 
-        elif event.type in FAULT_EVENTS:
+        elif event.type == "fault":
             fault_count += 1
             worker = event.worker or "?"
             fault_id = event.extra.get("fault_id", event.seq)
@@ -305,7 +303,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
                 stranded.append(item)
                 open_stranded.setdefault(held, []).append(item)
 
-        elif event.type in HEAL_EVENTS:
+        elif event.type == "heal":
             healed = open_windows.pop(event.extra.get("fault_id", ""), None)
             if healed is not None:
                 healed.end = seq_key(event.seq)

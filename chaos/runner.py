@@ -24,7 +24,7 @@ from chaos.load import Producer
 from chaos.nemesis import Nemesis
 from chaos.protocol import QueueClient, QueueKeys
 from chaos.report import build_report, summary_text, write_json_atomic
-from chaos.runtime import LocalRuntime, RuntimeError_, split_password
+from chaos.runtime import InfraError, LocalRuntime, split_password
 from chaos.scenario import Scenario
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
@@ -113,7 +113,7 @@ class Run:
         self.runtime.start_valkey()
         self.queue = QueueClient(self.runtime.client(), self.keys)
         if self.queue.queue_exists():
-            raise RuntimeError_(
+            raise InfraError(
                 f"queue {self.keys.base!r} on {self.runtime.url} already has keys; "
                 "point the scenario at a fresh queue name (valkey.queue)"
             )
@@ -143,10 +143,10 @@ class Run:
                 child = self.runtime.children.get(name)
                 if child is not None and not child.alive:
                     log = (self.run_dir / "logs" / f"{name}.log").read_text(errors="replace")
-                    raise RuntimeError_(f"{name} exited during start-up; its log ends:\n"
+                    raise InfraError(f"{name} exited during start-up; its log ends:\n"
                                         f"{log[-1500:]}")
             time.sleep(0.05)
-        raise RuntimeError_(f"not connected after {timeout:.0f}s: {', '.join(missing)}")
+        raise InfraError(f"not connected after {timeout:.0f}s: {', '.join(missing)}")
 
     def _status(self, force: bool = False) -> None:
         """Watch the children; every 250 ms sample the backlog and maybe print a status line."""
@@ -173,7 +173,7 @@ class Run:
         for child in self.runtime.children.values():
             if child.name == "valkey":
                 if not child.alive:
-                    raise RuntimeError_("valkey-server exited during the run (see logs/valkey.log)")
+                    raise InfraError("valkey-server exited during the run (see logs/valkey.log)")
                 continue
             if not child.alive and not child.killed:
                 child.killed = True
@@ -270,7 +270,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
         verdict_word, error = "aborted", "interrupted (Ctrl-C / SIGINT)"
         progress.say("!! interrupted: tearing down")
         _try(lambda: run.wind_down(aborted=True))
-    except RuntimeError_ as failure:
+    except InfraError as failure:
         error = str(failure)
         progress.say(f"!! infrastructure error: {failure}")
         _try(lambda: run.wind_down(aborted=True))

