@@ -267,7 +267,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
         run.wind_down()
         verdict_word = "checked"
     except KeyboardInterrupt:
-        verdict_word, error = "aborted", "interrupted (Ctrl-C / SIGINT)"
+        verdict_word, error = "aborted", "interrupted (SIGINT or SIGTERM)"
         progress.say("!! interrupted: tearing down")
         _try(lambda: run.wind_down(aborted=True))
     except InfraError as failure:

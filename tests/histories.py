@@ -111,44 +111,26 @@ class History:
     def claim(
         self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None
     ) -> dict[str, Any]:
-        lease_ms = self.lease_ms if lease_ms is None else lease_ms
-        self._leases[job_id] = (attempt, worker, ts + lease_ms)
-        return self.add(
-            "claim",
-            ts=ts,
-            id=job_id,
-            attempt=attempt,
-            worker=worker,
-            lease_ms=lease_ms,
-            deadline=ts + lease_ms,
-        )
+        return self._lease("claim", job_id, attempt, worker, ts, lease_ms)
 
     def extend(
         self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None
     ) -> dict[str, Any]:
+        return self._lease("extend", job_id, attempt, worker, ts, lease_ms)
+
+    def _lease(
+        self, kind: str, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None
+    ) -> dict[str, Any]:
+        """A claim or an accepted extend: the lease now runs to ts + lease_ms."""
         lease_ms = self.lease_ms if lease_ms is None else lease_ms
         self._leases[job_id] = (attempt, worker, ts + lease_ms)
-        return self.add(
-            "extend",
-            ts=ts,
-            id=job_id,
-            attempt=attempt,
-            worker=worker,
-            lease_ms=lease_ms,
-            deadline=ts + lease_ms,
-        )
+        return self.add(kind, ts=ts, id=job_id, attempt=attempt, worker=worker,
+                        lease_ms=lease_ms, deadline=ts + lease_ms)
 
     def extend_rejected(
         self, job_id: str, attempt: int, worker: str, ts: int, current_attempt: int | None = None
     ) -> dict[str, Any]:
-        return self.add(
-            "extend_rejected",
-            ts=ts,
-            id=job_id,
-            attempt=attempt,
-            current_attempt=attempt if current_attempt is None else current_attempt,
-            worker=worker,
-        )
+        return self._rejected("extend_rejected", job_id, attempt, worker, ts, current_attempt)
 
     def complete(self, job_id: str, attempt: int, worker: str, ts: int) -> dict[str, Any]:
         return self.add("complete", ts=ts, id=job_id, attempt=attempt, worker=worker)
@@ -156,14 +138,15 @@ class History:
     def complete_rejected(
         self, job_id: str, attempt: int, worker: str, ts: int, current_attempt: int | None = None
     ) -> dict[str, Any]:
-        return self.add(
-            "complete_rejected",
-            ts=ts,
-            id=job_id,
-            attempt=attempt,
-            current_attempt=attempt if current_attempt is None else current_attempt,
-            worker=worker,
-        )
+        return self._rejected("complete_rejected", job_id, attempt, worker, ts, current_attempt)
+
+    def _rejected(
+        self, kind: str, job_id: str, attempt: int, worker: str, ts: int,
+        current_attempt: int | None,
+    ) -> dict[str, Any]:
+        current = attempt if current_attempt is None else current_attempt
+        return self.add(kind, ts=ts, id=job_id, attempt=attempt, current_attempt=current,
+                        worker=worker)
 
     def reap(
         self,
