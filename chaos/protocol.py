@@ -3,11 +3,43 @@
 Every transition is one Lua script in ``chaos/lua/``. Each script reads ``TIME`` itself and appends
 its event to the events stream in the same call, so the history holds an event exactly when the
 transition happened, stamped by the clock that scores the leases.
+
+Protocol variants (the mutant zoo)
+----------------------------------
+A checker is only worth something if it can fail, so besides the sound protocol the client speaks
+deliberately broken variants, each one small, named deviation (``QueueClient(protocol=...)``).
+The mutants break the queue, never the observer: in every variant each event is written by the
+same script that performs the transition, ``ts`` is that script's server ``TIME``, and events carry
+the same fields as the sound ones.
+
+======================  ==================================================  =====================
+protocol                deviates in                                         where
+======================  ==================================================  =====================
+sound                   nothing: the reference protocol                     the sound scripts
+unfenced-complete       complete and extend ignore the attempt (fencing     complete_unfenced.lua
+                        token): a stale holder's complete is accepted       extend_unfenced.lua
+client-clock            claim/extend deadlines and the reaper's "now" come  claim_client_clock.lua
+                        from the caller's clock (``chaos.clock``), not the  extend_client_clock.lua
+                        server's; event ts stays server TIME                reap_client_clock.lua
+nonatomic-reap          reap scans, waits ``race_window_ms``, then moves    reap_scan.lua
+                        each id unconditionally in its own round trip       reap_move.lua
+single-batch-reaper     the reaper sweeps one batch per tick, even a full   chaos.reaper.sweep
+                        one
+nonatomic-claim         claim pops (ZPOPMIN), waits ``claim_gap_ms``, then  claim_lease.lua
+                        leases in a second round trip: dying in the gap
+                        loses the job
+extend-resurrects       extend checks the attempt but not that the id is    extend_resurrects.lua
+                        still active, and re-adds it (ZADD without XX)
+no-reaper               nothing recovers lapsed leases (the runtime starts  chaos.reaper refuses
+                        no reaper)                                          to run
+======================  ==================================================  =====================
 """
 
 from __future__ import annotations
 
 import os
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
@@ -15,7 +47,24 @@ from typing import Any
 import valkey
 from valkey.exceptions import NoScriptError
 
-SCRIPT_NAMES = ("enqueue", "claim", "extend", "complete", "reap", "record")
+from chaos.clock import LocalClock
+
+SCRIPT_NAMES = ("enqueue", "claim", "extend", "complete", "reap", "record")  # the sound scripts
+
+PROTOCOLS = (
+    "sound",
+    "unfenced-complete",
+    "client-clock",
+    "nonatomic-reap",
+    "single-batch-reaper",
+    "nonatomic-claim",
+    "extend-resurrects",
+    "no-reaper",
+)
+
+# Defaults of the two widened windows, used when the caller gives none (sound: no window at all).
+NONATOMIC_CLAIM_GAP_MS = 100  # nonatomic-claim: between the pop and the lease
+NONATOMIC_REAP_WINDOW_MS = 100  # nonatomic-reap: between the scan and the moves
 
 
 @dataclass(frozen=True)
@@ -76,20 +125,54 @@ def connect(url: str, password: str | None = None, **kwargs: Any) -> valkey.Valk
 
 
 class QueueClient:
-    """Calls the protocol scripts by SHA; loads each once and reloads after a server restart."""
+    """Calls the protocol scripts by SHA; loads each once and reloads after a server restart.
 
-    def __init__(self, client: valkey.Valkey, keys: QueueKeys) -> None:
+    ``protocol`` picks the sound protocol or one of the mutant variants (``PROTOCOLS``, table in
+    the module docstring). The public methods keep their meaning for every variant; the variant
+    changes how they do it (see ``_VARIANTS`` at the end of this module). ``clock`` is the
+    caller's clock: only ``client-clock`` reads it. ``claim_gap_ms`` (nonatomic-claim) and
+    ``race_window_ms`` (nonatomic-reap) widen that variant's window; other protocols ignore them.
+    """
+
+    def __init__(
+        self,
+        client: valkey.Valkey,
+        keys: QueueKeys,
+        protocol: str = "sound",
+        clock: LocalClock | None = None,
+        *,
+        claim_gap_ms: int | None = None,
+        race_window_ms: int | None = None,
+    ) -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {protocol!r}: expected one of "
+                             f"{', '.join(PROTOCOLS)}")
         self.client = client
         self.keys = keys
-        self._sources = {name: load_script_source(name) for name in SCRIPT_NAMES}
+        self.protocol = protocol
+        self.clock = clock if clock is not None else LocalClock()
+        self.claim_gap_ms = claim_gap_ms if claim_gap_ms is not None else (
+            NONATOMIC_CLAIM_GAP_MS if protocol == "nonatomic-claim" else 0)
+        self.race_window_ms = race_window_ms if race_window_ms is not None else (
+            NONATOMIC_REAP_WINDOW_MS if protocol == "nonatomic-reap" else 0)
+        self._variant = _VARIANTS[protocol]
+        self._sources = {name: load_script_source(name)
+                         for name in (*SCRIPT_NAMES, *self._variant.scripts)}
         self._shas: dict[str, str] = {}
         self.load_scripts()
+
+    @property
+    def script_names(self) -> tuple[str, ...]:
+        """The scripts this client loaded: the sound ones plus its variant's."""
+        return tuple(self._sources)
 
     def load_scripts(self) -> None:
         for name, source in self._sources.items():
             self._shas[name] = self.client.script_load(source)
 
     def _call(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        if name not in self._shas:
+            raise ValueError(f"script {name!r} is not part of protocol {self.protocol!r}")
         try:
             return self.client.evalsha(self._shas[name], len(keys), *keys, *args)
         except NoScriptError:
@@ -97,41 +180,134 @@ class QueueClient:
             self.load_scripts()
             return self.client.evalsha(self._shas[name], len(keys), *keys, *args)
 
+    # --- the transitions (dispatched to the protocol's implementation) --------------------
     def enqueue(self, job_id: str, payload: str = "") -> bool:
         k = self.keys
         return bool(self._call("enqueue", [k.pending, k.events], [k.job_prefix, job_id, payload]))
 
     def claim(self, lease_ms: int, worker: str) -> Claimed | None:
+        return self._variant.claim(self, lease_ms, worker)
+
+    def extend(self, job_id: str, attempt: int, lease_ms: int, worker: str) -> int | None:
+        """The new deadline, or None when the lease is no longer ours."""
+        return self._variant.extend(self, job_id, attempt, lease_ms, worker)
+
+    def complete(self, job_id: str, attempt: int, worker: str) -> bool:
+        return self._variant.complete(self, job_id, attempt, worker)
+
+    def reap(self, limit: int) -> int:
+        """Return lapsed leases to pending; how many reap events were written."""
+        return self._variant.reap(self, limit)
+
+    # --- sound ------------------------------------------------------------------------------
+    def _claim_sound(self, lease_ms: int, worker: str) -> Claimed | None:
         k = self.keys
         reply = self._call(
             "claim", [k.pending, k.active, k.events], [k.job_prefix, lease_ms, worker]
         )
-        if not reply:
-            return None
-        job_id, payload, attempt, deadline = reply
-        return Claimed(str(job_id), payload or "", int(attempt), int(deadline))
+        return _claimed(reply)
 
-    def extend(self, job_id: str, attempt: int, lease_ms: int, worker: str) -> int | None:
-        """The new deadline, or None when the lease is no longer ours."""
-        k = self.keys
-        reply = self._call(
-            "extend", [k.active, k.events], [k.job_prefix, job_id, attempt, lease_ms, worker]
-        )
-        return int(reply) if reply else None
+    def _extend_sound(self, job_id: str, attempt: int, lease_ms: int, worker: str) -> int | None:
+        return self._extend_with("extend", job_id, attempt, lease_ms, worker)
 
-    def complete(self, job_id: str, attempt: int, worker: str) -> bool:
-        k = self.keys
-        reply = self._call(
-            "complete", [k.active, k.events], [k.job_prefix, job_id, attempt, worker]
-        )
-        return bool(reply)
+    def _complete_sound(self, job_id: str, attempt: int, worker: str) -> bool:
+        return self._complete_with("complete", job_id, attempt, worker)
 
-    def reap(self, limit: int) -> int:
+    def _reap_sound(self, limit: int) -> int:
         k = self.keys
         return int(
             self._call("reap", [k.active, k.pending, k.events], [k.job_prefix, limit])
         )
 
+    def _extend_with(self, script: str, job_id: str, attempt: int, lease_ms: int, worker: str,
+                     *extra: Any) -> int | None:
+        k = self.keys
+        reply = self._call(
+            script, [k.active, k.events], [k.job_prefix, job_id, attempt, lease_ms, worker, *extra]
+        )
+        return int(reply) if reply else None
+
+    def _complete_with(self, script: str, job_id: str, attempt: int, worker: str) -> bool:
+        k = self.keys
+        reply = self._call(
+            script, [k.active, k.events], [k.job_prefix, job_id, attempt, worker]
+        )
+        return bool(reply)
+
+    # --- MUTANT unfenced-complete: complete and extend ignore the attempt -------------------
+    def _complete_unfenced(self, job_id: str, attempt: int, worker: str) -> bool:
+        return self._complete_with("complete_unfenced", job_id, attempt, worker)
+
+    def _extend_unfenced(self, job_id: str, attempt: int, lease_ms: int,
+                         worker: str) -> int | None:
+        return self._extend_with("extend_unfenced", job_id, attempt, lease_ms, worker)
+
+    # --- MUTANT client-clock: deadlines and the reaper's "now" from the caller's clock ------
+    def _claim_client_clock(self, lease_ms: int, worker: str) -> Claimed | None:
+        k = self.keys
+        reply = self._call("claim_client_clock", [k.pending, k.active, k.events],
+                           [k.job_prefix, lease_ms, worker, self.clock.now_ms()])
+        return _claimed(reply)
+
+    def _extend_client_clock(self, job_id: str, attempt: int, lease_ms: int,
+                             worker: str) -> int | None:
+        return self._extend_with("extend_client_clock", job_id, attempt, lease_ms, worker,
+                                 self.clock.now_ms())
+
+    def _reap_client_clock(self, limit: int) -> int:
+        k = self.keys
+        return int(self._call("reap_client_clock", [k.active, k.pending, k.events],
+                              [k.job_prefix, limit, self.clock.now_ms()]))
+
+    # --- MUTANT nonatomic-reap: scan, wait, then move each id in its own round trip ---------
+    def _reap_nonatomic(self, limit: int) -> int:
+        scanned = self.reap_scan(limit)
+        if scanned and self.race_window_ms:
+            time.sleep(self.race_window_ms / 1000)  # widen the window another reaper races in
+        for job_id in scanned:
+            self.reap_move(job_id)
+        return len(scanned)
+
+    def reap_scan(self, limit: int) -> list[str]:
+        """nonatomic-reap step 1: ids whose lease lapsed on the server clock (moves nothing)."""
+        return [str(job_id) for job_id in self._call("reap_scan", [self.keys.active], [limit])]
+
+    def reap_move(self, job_id: str) -> bool:
+        """nonatomic-reap step 2: push ``job_id`` back to pending unconditionally, record a
+        ``reap``. True when it was still in active (False: it was pushed back anyway)."""
+        k = self.keys
+        return bool(self._call("reap_move", [k.active, k.pending, k.events],
+                               [k.job_prefix, job_id]))
+
+    # --- MUTANT nonatomic-claim: pop, wait, then lease in a second round trip ---------------
+    def _claim_nonatomic(self, lease_ms: int, worker: str) -> Claimed | None:
+        job_id = self.claim_pop()
+        if job_id is None:
+            return None
+        if self.claim_gap_ms:
+            # The job is now in neither pending nor active: dying here loses it.
+            time.sleep(self.claim_gap_ms / 1000)
+        return self.claim_lease(job_id, lease_ms, worker)
+
+    def claim_pop(self) -> str | None:
+        """nonatomic-claim step 1: take the oldest pending id (plain ZPOPMIN, no event)."""
+        popped = self.client.zpopmin(self.keys.pending)
+        return str(popped[0][0]) if popped else None
+
+    def claim_lease(self, job_id: str, lease_ms: int, worker: str) -> Claimed:
+        """nonatomic-claim step 2: lease an id popped by ``claim_pop``; records the ``claim``."""
+        k = self.keys
+        claimed = _claimed(self._call("claim_lease", [k.active, k.events],
+                                      [k.job_prefix, job_id, lease_ms, worker]))
+        assert claimed is not None  # claim_lease.lua always leases
+        return claimed
+
+    # --- MUTANT extend-resurrects: extend re-adds an id that is no longer active ------------
+    def _extend_resurrects(self, job_id: str, attempt: int, lease_ms: int,
+                           worker: str) -> int | None:
+        return self._extend_with("extend_resurrects", job_id, attempt, lease_ms, worker)
+
+    # --- runner helpers (the same for every protocol) -------------------------------------
     def record(self, **fields: Any) -> int:
         """Append a runner event (fault, heal, phase …) to the history; returns its server time."""
         args: list[Any] = []
@@ -164,3 +340,53 @@ class QueueClient:
     def queue_exists(self) -> bool:
         k = self.keys
         return bool(self.client.exists(k.pending, k.active, k.events))
+
+
+def _claimed(reply: Any) -> Claimed | None:
+    if not reply:
+        return None
+    job_id, payload, attempt, deadline = reply
+    return Claimed(str(job_id), payload or "", int(attempt), int(deadline))
+
+
+@dataclass(frozen=True)
+class _Variant:
+    """How one protocol performs each client transition: the sound way unless named here.
+    (single-batch-reaper and no-reaper deviate in the reaper process, not in the client.)"""
+
+    scripts: tuple[str, ...] = ()  # loaded besides the sound SCRIPT_NAMES
+    claim: Callable[[QueueClient, int, str], Claimed | None] = QueueClient._claim_sound
+    extend: Callable[[QueueClient, str, int, int, str], int | None] = QueueClient._extend_sound
+    complete: Callable[[QueueClient, str, int, str], bool] = QueueClient._complete_sound
+    reap: Callable[[QueueClient, int], int] = QueueClient._reap_sound
+
+
+_VARIANTS: dict[str, _Variant] = {
+    "sound": _Variant(),
+    "unfenced-complete": _Variant(
+        scripts=("complete_unfenced", "extend_unfenced"),
+        complete=QueueClient._complete_unfenced,
+        extend=QueueClient._extend_unfenced,
+    ),
+    "client-clock": _Variant(
+        scripts=("claim_client_clock", "extend_client_clock", "reap_client_clock"),
+        claim=QueueClient._claim_client_clock,
+        extend=QueueClient._extend_client_clock,
+        reap=QueueClient._reap_client_clock,
+    ),
+    "nonatomic-reap": _Variant(
+        scripts=("reap_scan", "reap_move"),
+        reap=QueueClient._reap_nonatomic,
+    ),
+    "single-batch-reaper": _Variant(),  # chaos.reaper.sweep: one batch per tick
+    "nonatomic-claim": _Variant(
+        scripts=("claim_lease",),
+        claim=QueueClient._claim_nonatomic,
+    ),
+    "extend-resurrects": _Variant(
+        scripts=("extend_resurrects",),
+        extend=QueueClient._extend_resurrects,
+    ),
+    "no-reaper": _Variant(),  # the runtime starts no reaper; chaos.reaper refuses to run
+}
+assert tuple(_VARIANTS) == PROTOCOLS
