@@ -5,6 +5,17 @@ is the reap interval. Within a tick it sweeps again while a sweep returns a full
 failure with more stranded leases than ``limit`` is still cleared in one tick.
 
 Run as ``python -m chaos.reaper --url valkey://127.0.0.1:PORT --interval-ms 250``.
+
+Optional flags (the defaults run the sound protocol):
+  --name NAME            client name (default ``reaper``); two racing reapers get two names
+  --protocol NAME        one of chaos.protocol.PROTOCOLS (default sound). Under
+                         single-batch-reaper a tick sweeps one batch, full or not. Under
+                         no-reaper the reaper refuses to run (exit code 2): that variant is a
+                         runtime that starts no reaper at all
+  --clock-file PATH      this process's clock offset file (chaos.clock: one integer, ms; absent
+                         or empty = 0); only the client-clock variant reaps by it
+  --race-window-ms MS    nonatomic-reap: the wait between the scan and the moves
+                         (default 100 under nonatomic-reap; other protocols have no window)
 """
 
 from __future__ import annotations
@@ -19,14 +30,19 @@ import time
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 from valkey.exceptions import TimeoutError as ValkeyTimeoutError
 
+from chaos.clock import LocalClock
 from chaos.procutil import die_with_parent
-from chaos.protocol import QueueClient, QueueKeys, connect
+from chaos.protocol import PROTOCOLS, QueueClient, QueueKeys, connect
 
 log = logging.getLogger("chaos.reaper")
 
 
 def sweep(queue: QueueClient, limit: int) -> int:
     """One tick: reap until a batch comes back short of the limit."""
+    if queue.protocol == "single-batch-reaper":
+        # MUTANT single-batch-reaper: one batch per tick, even a full one; the rest of a mass
+        # failure waits for later ticks, past the recovery bound.
+        return queue.reap(limit)
     total = 0
     while True:
         moved = queue.reap(limit)
@@ -63,12 +79,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--queue", default="jobs")
     parser.add_argument("--interval-ms", type=int, default=1000)
     parser.add_argument("--limit", type=int, default=100)
+    parser.add_argument("--name", default="reaper", help="client name (default reaper)")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="sound")
+    parser.add_argument("--clock-file", default=None, help="clock offset file (ms)")
+    parser.add_argument("--race-window-ms", type=int, default=None,
+                        help="nonatomic-reap scan-to-move window (default 100 there, else 0)")
     args = parser.parse_args(argv)
-    queue = QueueClient(connect(args.url, client_name="reaper"), QueueKeys(args.prefix, args.queue))
+    if args.protocol == "no-reaper":
+        parser.exit(2, "chaos.reaper: error: protocol 'no-reaper' means no reaper runs at all; "
+                       "the runtime must not start a reaper for this variant\n")
+    queue = QueueClient(
+        connect(args.url, client_name=args.name), QueueKeys(args.prefix, args.queue),
+        protocol=args.protocol, clock=LocalClock(args.clock_file),
+        race_window_ms=args.race_window_ms,
+    )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    log.info("reaper up: every %d ms, batch %d", args.interval_ms, args.limit)
+    log.info("%s up: every %d ms, batch %d, protocol %s", args.name, args.interval_ms,
+             args.limit, args.protocol)
     run(queue, args.interval_ms, args.limit, stop)
     return 0
 

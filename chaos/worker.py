@@ -7,6 +7,15 @@ The heartbeat extends every held lease each ``heartbeat_ms``; a rejected extend 
 is gone (reaped and maybe re-claimed), so the heartbeat stops renewing it. The slot still sends
 its fenced complete when the handler ends: the server, not the worker, decides whether it counts,
 and a rejected stale complete is exactly what the history must show.
+
+Protocol variants (all optional; the defaults run the sound protocol):
+  --protocol NAME      one of chaos.protocol.PROTOCOLS (default sound); the worker's claim, extend
+                       and complete follow that variant (see the table in chaos.protocol)
+  --clock-file PATH    this process's clock offset file (chaos.clock: one integer, ms; absent or
+                       empty = 0), re-read when it changes, so a clock_skew fault can shift it.
+                       Every worker has a clock; only the client-clock variant leases by it
+  --claim-gap-ms MS    nonatomic-claim: the gap between popping a job and leasing it
+                       (default 100 under nonatomic-claim; other protocols have no gap)
 """
 
 from __future__ import annotations
@@ -25,8 +34,9 @@ from dataclasses import dataclass
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 from valkey.exceptions import TimeoutError as ValkeyTimeoutError
 
+from chaos.clock import LocalClock
 from chaos.procutil import die_with_parent
-from chaos.protocol import QueueClient, QueueKeys, connect
+from chaos.protocol import PROTOCOLS, QueueClient, QueueKeys, connect
 
 log = logging.getLogger("chaos.worker")
 TRANSIENT = (ValkeyConnectionError, ValkeyTimeoutError, OSError)
@@ -60,12 +70,19 @@ class WorkerConfig:
     poll_ms: int = 20
     handler: HandlerDistribution = HandlerDistribution()
     seed: int = 1
+    protocol: str = "sound"
+    clock_file: str | None = None
+    claim_gap_ms: int | None = None  # None: the protocol's default
 
 
 class Worker:
     def __init__(self, config: WorkerConfig) -> None:
         self.config = config
-        self.queue = QueueClient(connect(config.url, client_name=config.name), config.keys)
+        self.queue = QueueClient(
+            connect(config.url, client_name=config.name), config.keys,
+            protocol=config.protocol, clock=LocalClock(config.clock_file),
+            claim_gap_ms=config.claim_gap_ms,
+        )
         self.stop = threading.Event()
         self.held: dict[str, int] = {}  # job id -> attempt, for the heartbeat
         self.held_lock = threading.Lock()
@@ -137,7 +154,8 @@ class Worker:
         beat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
         for thread in [*threads, beat]:
             thread.start()
-        log.info("%s up: %d slots", self.config.name, self.config.concurrency)
+        log.info("%s up: %d slots, protocol %s", self.config.name, self.config.concurrency,
+                 self.queue.protocol)
         while not self.stop.is_set():
             self.stop.wait(0.5)
         for thread in threads:
@@ -161,6 +179,10 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     parser.add_argument("--poll-ms", type=int, default=20)
     parser.add_argument("--handler", default="{}", help="JSON, e.g. {\"distribution\":\"fixed\"}")
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="sound")
+    parser.add_argument("--clock-file", default=None, help="clock offset file (ms)")
+    parser.add_argument("--claim-gap-ms", type=int, default=None,
+                        help="nonatomic-claim pop-to-lease gap (default 100 there, else 0)")
     args = parser.parse_args(argv)
     return WorkerConfig(
         url=args.url,
@@ -172,6 +194,9 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
         poll_ms=args.poll_ms,
         handler=HandlerDistribution(**json.loads(args.handler)),
         seed=args.seed,
+        protocol=args.protocol,
+        clock_file=args.clock_file,
+        claim_gap_ms=args.claim_gap_ms,
     )
 
 
