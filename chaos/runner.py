@@ -109,8 +109,15 @@ class Run:
     # --- stages ---------------------------------------------------------------------------
     def bring_up(self) -> None:
         scenario, topo = self.scenario, self.scenario.topology
-        self.progress.enter("setup", f"valkey + reaper + {topo.workers} workers")
+        reapers = 0 if scenario.protocol == "no-reaper" else topo.reapers
+        proxied = " via toxiproxy" if scenario.uses_proxies else ""
+        self.progress.enter("setup", f"valkey + {reapers} reaper(s) + {topo.workers} workers"
+                                     f"{proxied}, protocol {scenario.protocol}")
         self.runtime.start_valkey()
+        toxiproxy = self.runtime.start_network()
+        if toxiproxy is not None:
+            self.progress.say(f"toxiproxy: {toxiproxy.kind} {toxiproxy.version} at "
+                              f"{toxiproxy.api_url}, {len(self.runtime.link_urls)} proxies")
         self.queue = QueueClient(self.runtime.client(), self.keys)
         if self.queue.queue_exists():
             raise InfraError(
@@ -122,12 +129,13 @@ class Run:
             reap_interval_ms=topo.reap_interval_ms, reap_limit=topo.reap_limit,
             heartbeat_ms=topo.effective_heartbeat_ms, tolerance_ms=scenario.check.tolerance_ms,
             workers=",".join(topo.worker_names), concurrency=topo.concurrency,
+            protocol=scenario.protocol, reapers=topo.reapers,
         )
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path)
         self.exporter.start()
-        self.runtime.start_reaper()
+        reapers = self.runtime.start_reapers()
         self.runtime.start_workers()
-        self._wait_for_clients(["reaper", *topo.worker_names])
+        self._wait_for_clients([child.name for child in reapers] + topo.worker_names)
         self.nemesis = Nemesis(scenario, self.runtime, self.queue)
         self.producer = Producer(QueueClient(self.runtime.client(), self.keys), scenario.load)
 
@@ -315,6 +323,10 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
             "drained": run.drained,
             "drain_ms": run.drain_ms,
             "valkey_url": run.runtime.url.split("@")[-1],
+            "protocol": scenario.protocol,
+            "toxiproxy": ({**vars(run.runtime.toxiproxy), "proxies": run.runtime.links.describe()
+                           if run.runtime.links else {}}
+                          if run.runtime.toxiproxy else None),
             "load": {
                 "target_rate": scenario.load.rate,
                 "enqueued_acknowledged": run.producer.enqueued if run.producer else 0,

@@ -1,4 +1,4 @@
-"""The local runtime (DESIGN §5): Valkey, the reaper and the workers as child processes.
+"""The local runtime (DESIGN §5): Valkey, Toxiproxy, the reaper(s) and the workers as children.
 
 Everything binds 127.0.0.1. Each child runs in its own process group (so a terminal's Ctrl-C
 reaches only the runner, which then tears down in order) and dies with the runner if the runner
@@ -24,6 +24,9 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import valkey
 
+from chaos.clock import write_offset
+from chaos.nemesis import ToxicSpec
+from chaos.network import Links, NetworkError, ToxiproxyServerInfo, server_command, wait_for_api
 from chaos.procutil import die_with_parent
 from chaos.protocol import connect
 from chaos.scenario import Scenario
@@ -152,6 +155,9 @@ class LocalRuntime:
     url: str = ""
     password: str | None = None
     children: dict[str, Child] = field(default_factory=dict)
+    toxiproxy: ToxiproxyServerInfo | None = None
+    links: Links | None = None
+    link_urls: dict[str, str] = field(default_factory=dict)  # process -> its Valkey URL via proxy
     _closed: bool = False
 
     @property
@@ -183,25 +189,70 @@ class LocalRuntime:
     def client(self) -> valkey.Valkey:
         return connect(self.url, self.password)
 
+    # --- Toxiproxy ------------------------------------------------------------------------
+    def start_network(self) -> ToxiproxyServerInfo | None:
+        """Proxies for the processes the scenario routes through Toxiproxy (none: direct)."""
+        names = self.scenario.proxied_names
+        if not names:
+            return None
+        settings = self.scenario.toxiproxy
+        try:
+            if settings.url:
+                api_url = settings.url.rstrip("/")
+                version = wait_for_api(api_url, alive=lambda: True, timeout=5.0)
+                self.toxiproxy = ToxiproxyServerInfo("external", api_url, version)
+                # A shared server may hold other runs' proxies: keep ours apart by name.
+                prefix = f"emqc-{secrets.token_hex(3)}-"
+            else:
+                port = free_port()
+                kind, argv = server_command(settings, port)
+                child = self._spawn("toxiproxy", argv)
+                api_url = f"http://127.0.0.1:{port}"
+                version = wait_for_api(api_url, alive=lambda: child.alive)
+                self.toxiproxy = ToxiproxyServerInfo(kind, api_url, version, argv)
+                prefix = ""
+            self.links = Links(api_url, prefix)
+            valkey_address = urlsplit(self.url).netloc.rsplit("@", 1)[-1]
+            for name in names:
+                listen = self.links.create(name, valkey_address)
+                self.link_urls[name] = urlunsplit(urlsplit(self.url)._replace(netloc=listen))
+        except NetworkError as error:
+            raise InfraError(f"Toxiproxy: {error}") from None
+        return self.toxiproxy
+
+    def _valkey_url_for(self, name: str) -> str:
+        return self.link_urls.get(name, self.url)
+
+    def _clock_file(self, name: str) -> Path:
+        path = self.run_dir / "clocks"
+        path.mkdir(parents=True, exist_ok=True)
+        return path / f"{name}.offset_ms"
+
     # --- workers and reaper -------------------------------------------------------------
     def _spawn(self, name: str, argv: list[str]) -> Child:
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in close()
         process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             env=self.child_env(), start_new_session=True,
+            preexec_fn=die_with_parent,  # also for children that are not ours (toxiproxy-server)
         )
         child = Child(name, process, log)
         self.children[name] = child
         return child
 
-    def start_reaper(self) -> Child:
+    def start_reapers(self) -> list[Child]:
+        """The scenario's reapers; none for the ``no-reaper`` variant (nothing recovers)."""
         topo = self.scenario.topology
         settings = self.scenario.valkey
-        return self._spawn("reaper", [
-            sys.executable, "-m", "chaos.reaper", "--url", self.url,
-            "--prefix", settings.prefix, "--queue", settings.queue,
+        if self.scenario.protocol == "no-reaper":
+            return []
+        return [self._spawn(name, [
+            sys.executable, "-m", "chaos.reaper", "--url", self._valkey_url_for(name),
+            "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
             "--interval-ms", str(topo.reap_interval_ms), "--limit", str(topo.reap_limit),
-        ])
+            "--protocol", self.scenario.protocol,
+            "--clock-file", str(self._clock_file(name)),
+        ]) for name in topo.reaper_names]
 
     def start_workers(self) -> list[Child]:
         topo = self.scenario.topology
@@ -209,13 +260,15 @@ class LocalRuntime:
         started = []
         for index, name in enumerate(topo.worker_names):
             started.append(self._spawn(name, [
-                sys.executable, "-m", "chaos.worker", "--url", self.url, "--name", name,
-                "--prefix", settings.prefix, "--queue", settings.queue,
+                sys.executable, "-m", "chaos.worker", "--url", self._valkey_url_for(name),
+                "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
                 "--lease-ms", str(topo.lease_ms),
                 "--heartbeat-ms", str(topo.effective_heartbeat_ms),
                 "--concurrency", str(topo.concurrency), "--poll-ms", str(topo.poll_ms),
                 "--handler", json.dumps(topo.handler.model_dump()),
                 "--seed", str(self.scenario.seed * 7919 + index),
+                "--protocol", self.scenario.protocol,
+                "--clock-file", str(self._clock_file(name)),
             ]))
         return started
 
@@ -236,10 +289,37 @@ class LocalRuntime:
         _signal(child.process, signal.SIGCONT)
         child.paused = False
 
+    def _network(self) -> Links:
+        if self.links is None:
+            raise InfraError("a network fault, but this run has no Toxiproxy proxies")
+        return self.links
+
+    def add_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
+        try:
+            self._network().add_toxics(link, toxics)
+        except NetworkError as error:
+            raise InfraError(str(error)) from None
+
+    def remove_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
+        try:
+            self._network().remove_toxics(link, toxics)
+        except NetworkError as error:
+            raise InfraError(str(error)) from None
+
+    def set_link_enabled(self, link: str, enabled: bool) -> None:
+        try:
+            self._network().set_enabled(link, enabled)
+        except NetworkError as error:
+            raise InfraError(str(error)) from None
+
+    def set_clock_offset(self, name: str, offset_ms: int) -> None:
+        write_offset(self._clock_file(name), offset_ms)
+
     # --- teardown -------------------------------------------------------------------------
     def stop_workers(self, timeout: float = 15.0) -> None:
-        """Graceful: SIGTERM workers and reaper (resuming frozen ones first), then SIGKILL."""
-        others = [c for name, c in self.children.items() if name != "valkey"]
+        """Graceful: SIGTERM workers and reapers (resuming frozen ones first), then SIGKILL.
+        Valkey and Toxiproxy stay up until ``close()``: the workers finish through them."""
+        others = [c for name, c in self.children.items() if name not in ("valkey", "toxiproxy")]
         for child in others:
             if child.paused:
                 self.resume(child.name)
@@ -256,6 +336,8 @@ class LocalRuntime:
         if self._closed:
             return
         self._closed = True
+        if self.links is not None:  # before the server goes: on a shared one nothing else will
+            self.links.close()
         for child in self.children.values():
             if child.paused:
                 _signal(child.process, signal.SIGCONT)

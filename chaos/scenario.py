@@ -11,6 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from chaos.checker import INVARIANTS
+from chaos.protocol import PROTOCOLS
+
 PositiveMs = Annotated[int, Field(gt=0, le=86_400_000)]
 NonNegativeMs = Annotated[int, Field(ge=0, le=86_400_000)]
 HOLDING_OLDEST_LEASE = "holding_oldest_lease"
@@ -47,6 +50,7 @@ class Topology(Strict):
     lease_ms: PositiveMs = 30_000
     reap_interval_ms: PositiveMs = 1_000
     reap_limit: Annotated[int, Field(ge=1, le=100_000)] = 100
+    reapers: Annotated[int, Field(ge=1, le=8)] = 1  # more than one: they race (nonatomic-reap)
     heartbeat_ms: PositiveMs | None = None  # default lease_ms // 3
     poll_ms: PositiveMs = 20  # idle worker's wait before it tries to claim again
     handler: Handler = Handler()
@@ -58,6 +62,12 @@ class Topology(Strict):
     @property
     def worker_names(self) -> list[str]:
         return [f"worker-{i}" for i in range(1, self.workers + 1)]
+
+    @property
+    def reaper_names(self) -> list[str]:
+        if self.reapers == 1:
+            return ["reaper"]
+        return [f"reaper-{i}" for i in range(1, self.reapers + 1)]
 
     @model_validator(mode="after")
     def _heartbeat_inside_lease(self) -> Topology:
@@ -83,13 +93,49 @@ class RandomTarget(Strict):
 
 Target = str | RandomTarget
 
+PROCESS_KINDS = ("kill", "pause")
+NETWORK_KINDS = ("latency", "partition", "bandwidth", "reset_peer", "slow_close", "toxic")
+FaultKind = Literal["kill", "pause", "latency", "partition", "bandwidth", "reset_peer",
+                    "slow_close", "toxic", "clock_skew"]
+TOXIC_TYPES = ("latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer",
+               "limit_data")
+
+# The parameters each kind takes (besides kind, target, at_ms, every_ms, duration_ms) and the
+# ones it requires. Anything else set on a fault is an error, so a typo cannot pass silently.
+FAULT_PARAMETERS: dict[str, tuple[set[str], set[str]]] = {
+    "kill": (set(), set()),
+    "pause": (set(), set()),
+    "latency": ({"latency_ms", "jitter_ms", "stream", "toxicity"}, {"latency_ms"}),
+    "partition": ({"mode"}, set()),
+    "bandwidth": ({"rate_kb_s", "stream", "toxicity"}, {"rate_kb_s"}),
+    "reset_peer": ({"timeout_ms", "stream", "toxicity"}, set()),
+    "slow_close": ({"delay_ms", "stream", "toxicity"}, {"delay_ms"}),
+    "toxic": ({"toxic", "attributes", "stream", "toxicity"}, {"toxic"}),
+    "clock_skew": ({"offset_ms"}, {"offset_ms"}),
+}
+
 
 class Fault(Strict):
-    kind: Literal["kill", "pause"]
+    kind: FaultKind
     target: Target
     at_ms: NonNegativeMs = 0  # from the start of the chaos phase
     every_ms: PositiveMs | None = None  # repeat until the chaos phase ends
-    duration_ms: PositiveMs | None = None  # pause only: SIGCONT after this long
+    # pause: required. Network faults and clock_skew: healed after this long, or at the end of
+    # the chaos phase when absent. kill: not allowed (a killed worker stays dead).
+    duration_ms: PositiveMs | None = None
+    # Network faults (through the worker's Toxiproxy proxy):
+    stream: Literal["upstream", "downstream", "both"] | None = None  # default "both"
+    toxicity: Annotated[float, Field(ge=0, le=1)] | None = None  # per connection; default 1
+    latency_ms: NonNegativeMs | None = None
+    jitter_ms: NonNegativeMs | None = None
+    mode: Literal["timeout", "disable"] | None = None  # partition: timeout-0 toxic or proxy off
+    rate_kb_s: Annotated[int, Field(ge=0)] | None = None
+    delay_ms: NonNegativeMs | None = None
+    timeout_ms: NonNegativeMs | None = None
+    toxic: str | None = None  # generic pass-through: a Toxiproxy toxic type ...
+    attributes: dict[str, int | float] | None = None  # ... and its attributes
+    # clock_skew: added to the target process's local clock (negative: behind)
+    offset_ms: Annotated[int, Field(ge=-86_400_000, le=86_400_000)] | None = None
 
     @field_validator("target", mode="before")
     @classmethod
@@ -99,12 +145,30 @@ class Fault(Strict):
         return value
 
     @model_validator(mode="after")
-    def _duration(self) -> Fault:
+    def _parameters(self) -> Fault:
+        allowed, required = FAULT_PARAMETERS[self.kind]
+        given = {name for name in ALL_FAULT_PARAMETERS if getattr(self, name) is not None}
+        takes = ", ".join(sorted(allowed)) or "none"
+        for name in sorted(given - allowed):
+            raise ValueError(f"{name} = {getattr(self, name)!r}: not a parameter of a "
+                             f"{self.kind} fault (it takes: {takes})")
+        for name in sorted(required - given):
+            raise ValueError(f"a {self.kind} fault needs {name}")
         if self.kind == "pause" and self.duration_ms is None:
             raise ValueError("a pause needs duration_ms (how long the worker stays frozen)")
         if self.kind == "kill" and self.duration_ms is not None:
             raise ValueError("a kill has no duration_ms: the worker stays dead")
+        if self.kind == "toxic" and self.toxic not in TOXIC_TYPES:
+            raise ValueError(f"toxic = {self.toxic!r}: not a Toxiproxy toxic type; expected one "
+                             f"of {', '.join(TOXIC_TYPES)}")
         return self
+
+    @property
+    def is_network(self) -> bool:
+        return self.kind in NETWORK_KINDS
+
+
+ALL_FAULT_PARAMETERS = sorted(set().union(*(allowed for allowed, _ in FAULT_PARAMETERS.values())))
 
 
 class Phases(Strict):
@@ -131,32 +195,99 @@ class ValkeySettings(Strict):
         return self
 
 
+class ToxiproxySettings(Strict):
+    """Where the network faults come from (DESIGN §3)."""
+
+    # auto: workers reach Valkey through their own proxy when a network fault is planned;
+    # always: even without one (to measure the proxy's cost); never: direct links only.
+    proxies: Literal["auto", "always", "never"] = "auto"
+    # auto: a toxiproxy-server on PATH, else the built-in compatible server; builtin; or a path.
+    server: str = "auto"
+    url: str | None = None  # an existing Toxiproxy API, e.g. http://127.0.0.1:8474
+    proxy_reaper: bool = False  # the reaper gets its own proxy too (so faults can target it)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ToxiproxySettings:
+        if self.url and self.server != "auto":
+            raise ValueError("set either server (one to start) or url (a running one)")
+        if self.url and not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"url = {self.url!r}: expected http://HOST:PORT")
+        return self
+
+
 class Scenario(Strict):
     name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str = ""
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 1
+    # The protocol variant under test: "sound", or a deliberately broken one (chaos.protocol).
+    protocol: str = "sound"
+    # Invariants this scenario is expected to break (mutant scenarios; see `selftest`).
+    expect_fail: list[str] = []
     topology: Topology = Topology()
     load: Load = Load()
     faults: list[Fault] = []
     phases: Phases = Phases()
     check: Check = Check()
     valkey: ValkeySettings = ValkeySettings()
+    toxiproxy: ToxiproxySettings = ToxiproxySettings()
+
+    @field_validator("protocol")
+    @classmethod
+    def _known_protocol(cls, value: str) -> str:
+        if value not in PROTOCOLS:
+            raise ValueError(f"unknown protocol; expected one of {', '.join(PROTOCOLS)}")
+        return value
+
+    @field_validator("expect_fail")
+    @classmethod
+    def _known_invariants(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if name not in INVARIANTS:
+                raise ValueError(f"{name!r} is not an invariant; expected any of "
+                                 f"{', '.join(INVARIANTS)}")
+        return value
+
+    @property
+    def network_faults(self) -> bool:
+        return any(fault.is_network for fault in self.faults)
+
+    @property
+    def uses_proxies(self) -> bool:
+        mode = self.toxiproxy.proxies
+        return mode == "always" or (mode == "auto" and self.network_faults)
+
+    @property
+    def proxied_names(self) -> list[str]:
+        """The processes that reach Valkey through a proxy of their own, named after them."""
+        if not self.uses_proxies:
+            return []
+        reapers = self.topology.reaper_names if self.toxiproxy.proxy_reaper else []
+        return self.topology.worker_names + reapers
 
     @model_validator(mode="after")
     def _faults_fit(self) -> Scenario:
-        names = set(self.topology.worker_names)
+        workers = self.topology.worker_names
+        if self.network_faults and self.toxiproxy.proxies == "never":
+            raise ValueError("toxiproxy.proxies = 'never', but network faults are planned: "
+                             "they act on the workers' proxies")
         for index, fault in enumerate(self.faults):
             where = f"faults.{index}"
+            if fault.kind == "clock_skew":
+                names = workers + self.topology.reaper_names
+            elif fault.is_network:
+                names = self.proxied_names
+            else:
+                names = workers
             if isinstance(fault.target, str):
                 if fault.target != HOLDING_OLDEST_LEASE and fault.target not in names:
                     raise ValueError(
-                        f"{where}.target = {fault.target!r}: no such worker; expected one of "
-                        f"worker-1..worker-{self.topology.workers} or {HOLDING_OLDEST_LEASE!r}"
+                        f"{where}.target = {fault.target!r}: no such target for a {fault.kind} "
+                        f"fault; expected one of {_name_range(names)} or {HOLDING_OLDEST_LEASE!r}"
                     )
-            elif fault.target.random > self.topology.workers:
+            elif fault.target.random > len(workers):
                 raise ValueError(
                     f"{where}.target.random = {fault.target.random}: more than the "
-                    f"{self.topology.workers} workers there are"
+                    f"{len(workers)} workers there are"
                 )
             if fault.at_ms >= self.phases.chaos_ms:
                 raise ValueError(
@@ -172,6 +303,13 @@ class Scenario(Strict):
     @property
     def drain_timeout_ms(self) -> int:
         return self.recovery_bound_ms + self.phases.drain_margin_ms
+
+
+def _name_range(names: list[str]) -> str:
+    workers = [name for name in names if name.startswith("worker-")]
+    others = [name for name in names if not name.startswith("worker-")]
+    shown = [f"worker-1..worker-{len(workers)}"] if workers else []
+    return ", ".join(shown + others)
 
 
 # --- loading -------------------------------------------------------------------------------

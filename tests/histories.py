@@ -175,6 +175,7 @@ class History:
         ts: int,
         fault_id: str | None = None,
         duration_ms: int | None = None,
+        cuts_off: bool | None = None,
     ) -> str:
         """Returns the fault id (``f1``, ``f2``, ... unless given) for ``heal``."""
         if fault_id is None:
@@ -191,6 +192,7 @@ class History:
             fault_id=fault_id,
             target=worker,
             duration_ms="" if duration_ms is None else duration_ms,
+            **({} if cuts_off is None else {"cuts_off": int(cuts_off)}),
         )
         return fault_id
 

@@ -526,6 +526,26 @@ def test_a_reap_of_an_unfaulted_holder_is_needless_even_if_another_worker_was_fa
     assert verdict.stranded == 0
 
 
+@pytest.mark.parametrize(("kind", "cuts_off", "needed"),
+                         [("latency", False, 0), ("partition", True, 1), ("pause", None, 1)])
+def test_a_lease_lost_under_a_slowing_fault_is_a_needless_redelivery(kind, cuts_off, needed):
+    """Latency leaves the holder working (the lease was too short for the link); a partition
+    or a pause does not (recovery was needed). Old histories without cuts_off: cut off."""
+    h = history()
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=0)
+    f1 = h.fault(kind, "w1", ts=100, duration_ms=2000, cuts_off=cuts_off)
+    h.reap("a", attempt=1, ts=1100)
+    h.claim("a", attempt=2, worker="w2", ts=1110)
+    h.complete("a", attempt=2, worker="w2", ts=1200)
+    h.heal(f1, ts=2100)
+    h.complete_rejected("a", attempt=1, worker="w1", ts=2200, current_attempt=2)
+    verdict = check(h.events())
+    assert_fails_only(verdict)
+    assert verdict.redeliveries == Redeliveries(needed=needed, needless=1 - needed)
+    assert verdict.stranded == 1 and verdict.recovery["reap"].max_ms == 1000
+
+
 def healed_then_renewed(heal_ts: int, renew_ts: int) -> History:
     """w1 is paused at 100 and healed; it renews once, then stalls (no fault) until reaped."""
     h = history()

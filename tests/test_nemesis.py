@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaos.nemesis import Nemesis
+from chaos.nemesis import Nemesis, ToxicSpec
 from chaos.scenario import Scenario, load_scenario
 
 
@@ -27,6 +27,19 @@ class Recorder:
 
     def resume(self, name: str) -> None:
         self.actions.append(("resume", name))
+
+    def add_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
+        self.actions += [("add " + toxic.name, link) for toxic in toxics]
+        self.toxics = toxics
+
+    def remove_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
+        self.actions += [("remove " + toxic.name, link) for toxic in toxics]
+
+    def set_link_enabled(self, link: str, enabled: bool) -> None:
+        self.actions.append(("enable" if enabled else "disable", link))
+
+    def set_clock_offset(self, name: str, offset_ms: int) -> None:
+        self.actions.append((f"clock {offset_ms:+d}", name))
 
     def record(self, **fields: object) -> int:
         self.clock += 1
@@ -110,3 +123,40 @@ def test_holding_oldest_lease_targets_the_oldest_holder_that_can_still_be_faulte
     # worker-4 first; once it is frozen the next oldest holder; then nobody is left to pick
     assert recorder.actions == [("pause", "worker-4"), ("pause", "worker-2")]
     assert len(nemesis.skipped) == 1
+
+
+def test_network_faults_add_toxics_and_heal_by_removing_them(tmp_path: Path):
+    faults = ('[[faults]]\nkind = "latency"\ntarget = "worker-2"\nat_ms = 100\n'
+              "duration_ms = 500\nlatency_ms = 300\njitter_ms = 20\n"
+              '[[faults]]\nkind = "partition"\ntarget = "worker-3"\nat_ms = 200\n'
+              '[[faults]]\nkind = "partition"\ntarget = "worker-4"\nat_ms = 300\n'
+              'mode = "disable"\nduration_ms = 100\n')
+    recorder = Recorder()
+    nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
+    run(nemesis, 1000)
+    assert recorder.actions == [
+        ("add f1_latency_upstream", "worker-2"), ("add f1_latency_downstream", "worker-2"),
+        ("add f2_timeout_upstream", "worker-3"), ("add f2_timeout_downstream", "worker-3"),
+        ("disable", "worker-4"), ("enable", "worker-4"),
+        ("remove f1_latency_upstream", "worker-2"), ("remove f1_latency_downstream", "worker-2"),
+    ]
+    assert recorder.toxics[0].attributes == {"timeout": 0}  # a partition holds data, never closes
+    faults_recorded = [e for e in recorder.events if e["type"] == "fault"]
+    assert faults_recorded[0]["latency_ms"] == 300 and faults_recorded[0]["cuts_off"] == 0
+    assert faults_recorded[1]["cuts_off"] == 1
+    # The partition without a duration holds until the chaos phase ends.
+    nemesis.heal_all()
+    assert recorder.actions[-2:] == [("remove f2_timeout_upstream", "worker-3"),
+                                     ("remove f2_timeout_downstream", "worker-3")]
+    heals = [e for e in recorder.events if e["type"] == "heal"]
+    assert [h["fault_id"] for h in heals] == ["f3", "f1", "f2"]
+
+
+def test_clock_skew_targets_a_reaper_and_is_undone(tmp_path: Path):
+    faults = ('[[faults]]\nkind = "clock_skew"\ntarget = "reaper"\nat_ms = 0\n'
+              "duration_ms = 400\noffset_ms = 2500\n")
+    recorder = Recorder()
+    run(Nemesis(scenario(tmp_path, faults), recorder, recorder), 1000)
+    assert recorder.actions == [("clock +2500", "reaper"), ("clock +0", "reaper")]
+    fault = next(e for e in recorder.events if e["type"] == "fault")
+    assert fault["worker"] == "reaper" and fault["offset_ms"] == 2500 and fault["cuts_off"] == 0

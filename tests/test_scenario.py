@@ -52,7 +52,7 @@ def test_defaults_follow_the_seed(tmp_path: Path):
         (MINIMAL + "[[faults]]\nkind = \"explode\"\ntarget = \"worker-1\"\n",
          ["faults.0.kind", "'explode'"]),
         (MINIMAL + "[[faults]]\nkind = \"kill\"\ntarget = \"worker-9\"\n",
-         ["faults.0.target = 'worker-9'", "no such worker"]),
+         ["faults.0.target = 'worker-9'", "no such target for a kill fault"]),
         (MINIMAL + "[[faults]]\nkind = \"kill\"\ntarget = { random = 99 }\n",
          ["faults.0.target.random = 99"]),
         (MINIMAL + "[[faults]]\nkind = \"pause\"\ntarget = \"worker-1\"\n",
@@ -64,6 +64,26 @@ def test_defaults_follow_the_seed(tmp_path: Path):
         ("seed = 1\n", ["name", "Field required"]),
         (MINIMAL + "[topology.handler]\ndistribution = \"uniform\"\nmin_ms = 9\nmax_ms = 1\n",
          ["topology.handler", "min_ms (9) must be <= max_ms (1)"]),
+        (MINIMAL + 'protocol = "sloppy"\n', ["protocol = 'sloppy'", "unknown protocol"]),
+        (MINIMAL + 'expect_fail = ["no_lost"]\n', ["expect_fail", "'no_lost' is not an invariant"]),
+        (MINIMAL + '[[faults]]\nkind = "latency"\ntarget = "worker-1"\n',
+         ["faults.0", "a latency fault needs latency_ms"]),
+        (MINIMAL + '[[faults]]\nkind = "latency"\ntarget = "worker-1"\nlatency_ms = 5\n'
+         'rate_kb_s = 1\n', ["faults.0", "rate_kb_s = 1: not a parameter of a latency fault"]),
+        (MINIMAL + '[[faults]]\nkind = "kill"\ntarget = "worker-1"\noffset_ms = 5\n',
+         ["faults.0", "offset_ms = 5: not a parameter of a kill fault (it takes: none)"]),
+        (MINIMAL + '[[faults]]\nkind = "toxic"\ntarget = "worker-1"\ntoxic = "lag"\n',
+         ["faults.0", "toxic = 'lag': not a Toxiproxy toxic type"]),
+        (MINIMAL + '[[faults]]\nkind = "latency"\ntarget = "worker-1"\nlatency_ms = 5\n'
+         'stream = "sideways"\n', ["faults.0.stream = 'sideways'"]),
+        (MINIMAL + '[[faults]]\nkind = "partition"\ntarget = "reaper"\n',
+         ["faults.0.target = 'reaper'", "no such target for a partition fault"]),
+        (MINIMAL + '[[faults]]\nkind = "clock_skew"\ntarget = "reaper-2"\noffset_ms = 5\n',
+         ["faults.0.target = 'reaper-2'", "worker-1..worker-3, reaper"]),
+        (MINIMAL + '[toxiproxy]\nproxies = "never"\n[[faults]]\nkind = "partition"\n'
+         'target = "worker-1"\n', ["proxies = 'never', but network faults are planned"]),
+        (MINIMAL + '[toxiproxy]\nurl = "127.0.0.1:8474"\n',
+         ["toxiproxy", "url = '127.0.0.1:8474': expected http://HOST:PORT"]),
     ],
 )
 def test_bad_values_are_named(tmp_path: Path, text: str, expected: list[str]):
@@ -74,6 +94,21 @@ def test_bad_values_are_named(tmp_path: Path, text: str, expected: list[str]):
     assert message.startswith(str(path))
     for fragment in expected:
         assert fragment in message, message
+
+
+def test_network_faults_route_workers_through_proxies(tmp_path: Path):
+    direct = load_scenario(write(tmp_path, MINIMAL))
+    assert direct.proxied_names == []
+    faulty = load_scenario(write(tmp_path, MINIMAL + '[toxiproxy]\nproxy_reaper = true\n'
+                                 '[[faults]]\nkind = "partition"\ntarget = "reaper"\n'))
+    assert faulty.proxied_names == ["worker-1", "worker-2", "worker-3", "reaper"]
+    always = load_scenario(write(tmp_path, MINIMAL + '[toxiproxy]\nproxies = "always"\n'))
+    assert always.proxied_names == ["worker-1", "worker-2", "worker-3"]
+    racing = load_scenario(write(tmp_path, MINIMAL + "[topology]\nreapers = 2\n"
+                                 '[[faults]]\nkind = "clock_skew"\ntarget = "reaper-2"\n'
+                                 "offset_ms = -500\n"))
+    assert racing.topology.reaper_names == ["reaper-1", "reaper-2"]
+    assert racing.proxied_names == []  # a clock skew needs no proxy
 
 
 def test_invalid_toml_and_missing_file(tmp_path: Path):
