@@ -95,16 +95,20 @@ class InvariantResult:
     violations: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
+    # Server time at which the history first showed a violation (how fast a bug is caught).
+    first_violation_ts: int | None = None
 
-    def flag(self, example: dict[str, Any]) -> None:
+    def flag(self, example: dict[str, Any], at_ts: int) -> None:
         self.ok = False
         self.violations += 1
+        if self.first_violation_ts is None or at_ts < self.first_violation_ts:
+            self.first_violation_ts = at_ts
         if len(self.examples) < EXAMPLES:
             self.examples.append(example)
 
     def as_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "violations": self.violations, **self.figures,
-                "examples": self.examples}
+                "first_violation_ts": self.first_violation_ts, "examples": self.examples}
 
 
 @dataclass
@@ -214,6 +218,8 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
     fault_count = 0
     first_enqueue_ts: int | None = None
     last_complete_ts: int | None = None
+    second_complete_ts: dict[str, int] = {}  # job -> when it was completed a second time
+    last_ts = 0
 
     def release(job_id: str) -> None:
         lease = leases.pop(job_id, None)
@@ -228,6 +234,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
 
     for event in events:
         job_id = event.job_id or ""
+        last_ts = max(last_ts, event.ts)
         if event.type == "enqueue":
             enqueued.add(job_id)
             if first_enqueue_ts is None:
@@ -238,7 +245,8 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
             if previous is not None:  # two holders of one job at once
                 exclusive.flag({"job": job_id, "op": "claim", "attempt": event.attempt,
                                 "worker": event.worker, "seq": event.seq,
-                                "live_attempt": previous.attempt, "live_worker": previous.worker})
+                                "live_attempt": previous.attempt, "live_worker": previous.worker},
+                               event.ts)
             release(job_id)
             attempt = event.attempt or 0
             worker = event.worker or "?"
@@ -255,7 +263,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
                     "job": job_id, "op": event.type, "attempt": event.attempt,
                     "worker": event.worker, "seq": event.seq,
                     "live_attempt": lease.attempt if lease else None,
-                })
+                }, event.ts)
             if event.type == "extend":
                 if lease is not None and lease.attempt == event.attempt:
                     lease.deadline = _deadline(event)
@@ -263,6 +271,8 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
             else:
                 completes[job_id] += 1
                 last_complete_ts = event.ts
+                if completes[job_id] == 2:
+                    second_complete_ts[job_id] = event.ts
                 if lease is not None and lease.attempt == event.attempt:
                     release(job_id)
                 for item in awaiting_recomplete.pop(job_id, []):
@@ -280,12 +290,12 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
             lease = leases.get(job_id)
             if lease is None or lease.attempt != event.attempt:
                 premature.flag({"job": job_id, "attempt": event.attempt, "seq": event.seq,
-                                "reason": "reaped a lease that was not live"})
+                                "reason": "reaped a lease that was not live"}, event.ts)
             else:
                 if event.ts < lease.deadline:
                     premature.flag({"job": job_id, "attempt": event.attempt, "seq": event.seq,
                                     "reap_ts": event.ts, "deadline": lease.deadline,
-                                    "early_ms": lease.deadline - event.ts})
+                                    "early_ms": lease.deadline - event.ts}, event.ts)
                 if faulted_between(lease.worker, lease.renewed, seq_key(event.seq)):
                     redeliveries.needed += 1
                 else:
@@ -323,14 +333,16 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
     # --- judgements over the whole history ----------------------------------------------
     double = {job_id: count for job_id, count in completes.items() if count > 1}
     for job_id, count in sorted(double.items()):
-        no_double.flag({"job": job_id, "accepted_completes": count})
+        no_double.flag({"job": job_id, "accepted_completes": count},
+                       second_complete_ts[job_id])
     unexpected = sorted(set(completes) - enqueued)
     lost = sorted(enqueued - set(completes))
     if final:
         for job_id in lost:
             lease = leases.get(job_id)
+            # Loss is only certain once the run is over: caught at the end of the history.
             no_loss.flag({"job": job_id, "state": "active" if lease else "pending",
-                          "attempt": lease.attempt if lease else None})
+                          "attempt": lease.attempt if lease else None}, last_ts)
     no_loss.figures = {"enqueued": len(enqueued), "completed": len(set(completes) & enqueued),
                        "lost": len(lost) if final else 0, "judged": final}
 
@@ -339,14 +351,16 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
         if item.reap_ts is None:
             if final:
                 bound.flag({"job": item.job_id, "attempt": item.attempt, "worker": item.worker,
-                            "fault_ts": item.fault_ts, "reason": "never recovered"})
+                            "fault_ts": item.fault_ts, "reason": "never recovered"},
+                           item.fault_ts + config.bound_ms)
             continue
         latency = item.reap_ts - item.fault_ts
         reap_latency.append(latency)
         if latency > config.bound_ms:
             bound.flag({"job": item.job_id, "attempt": item.attempt, "worker": item.worker,
                         "fault_ts": item.fault_ts, "reap_ts": item.reap_ts,
-                        "recovery_latency_ms": latency})
+                        "recovery_latency_ms": latency},
+                       item.fault_ts + config.bound_ms)  # broken the moment the bound passed
     summary = LatencySummary.of(reap_latency)
     bound.figures = {
         "bound_ms": config.bound_ms,

@@ -112,7 +112,9 @@ def test_no_loss_fails_for_every_job_never_completed():
         {"job": "c", "state": "pending", "attempt": None},
     ]
     assert result.figures == {"enqueued": 3, "completed": 1, "lost": 2, "judged": True}
+    assert result.first_violation_ts == 340  # loss is certain only at the end of the history
     assert verdict.jobs.lost == 2
+    assert verdict.invariants["no_double_completion"].first_violation_ts is None
 
 
 def test_no_loss_counts_a_reaped_job_never_reclaimed_as_pending():
@@ -172,6 +174,7 @@ def test_two_accepted_completes_of_one_job_fail_no_double_completion():
     assert result.violations == 1
     assert result.examples == [{"job": "a", "accepted_completes": 2}]
     assert result.figures == {"double_completed": 1}
+    assert result.first_violation_ts == 200  # caught at the second accepted complete
     assert verdict.jobs.double_completed == 1
     assert verdict.jobs.completed == 1
 
@@ -233,6 +236,7 @@ def test_a_killed_holders_lease_reaped_too_late_fails_recovery_bound():
     assert_fails_only(verdict, "recovery_bound")
     result = verdict.invariants["recovery_bound"]
     assert result.violations == 1
+    assert result.first_violation_ts == 250 + BOUND  # the moment the bound ran out
     assert result.examples == [
         {
             "job": "a",
