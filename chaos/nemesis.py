@@ -86,17 +86,19 @@ def toxics_for(fault: Fault, fault_id: str) -> list[ToxicSpec]:
         if fault.mode == "disable":
             return []
         # timeout 0: data is held, the connection stays open, until the toxic is removed
-        toxic_type, attributes, streams = "timeout", {"timeout": 0}, ["upstream", "downstream"]
+        toxic_type, streams = "timeout", ["upstream", "downstream"]
+        attributes: dict[str, int | float] = {"timeout": 0}
     else:
         streams = ["upstream", "downstream"] if fault.stream in (None, "both") else [fault.stream]
-        toxic_type, attributes = {
+        by_kind: dict[str, tuple[str, dict[str, int | float]]] = {
             "latency": ("latency", {"latency": fault.latency_ms or 0,
                                     "jitter": fault.jitter_ms or 0}),
             "bandwidth": ("bandwidth", {"rate": fault.rate_kb_s or 0}),
             "reset_peer": ("reset_peer", {"timeout": fault.timeout_ms or 0}),
             "slow_close": ("slow_close", {"delay": fault.delay_ms or 0}),
             "toxic": (fault.toxic or "", dict(fault.attributes or {})),
-        }[fault.kind]
+        }
+        toxic_type, attributes = by_kind[fault.kind]
     toxicity = 1.0 if fault.toxicity is None else fault.toxicity
     return [ToxicSpec(f"{fault_id}_{toxic_type}_{stream}", toxic_type, stream,
                       dict(attributes), toxicity) for stream in streams]

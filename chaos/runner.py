@@ -109,9 +109,9 @@ class Run:
     # --- stages ---------------------------------------------------------------------------
     def bring_up(self) -> None:
         scenario, topo = self.scenario, self.scenario.topology
-        reapers = 0 if scenario.protocol == "no-reaper" else topo.reapers
+        reaper_count = 0 if scenario.protocol == "no-reaper" else topo.reapers
         proxied = " via toxiproxy" if scenario.uses_proxies else ""
-        self.progress.enter("setup", f"valkey + {reapers} reaper(s) + {topo.workers} workers"
+        self.progress.enter("setup", f"valkey + {reaper_count} reaper(s) + {topo.workers} workers"
                                      f"{proxied}, protocol {scenario.protocol}")
         self.runtime.start_valkey()
         toxiproxy = self.runtime.start_network()
