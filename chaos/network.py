@@ -18,7 +18,6 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 from urllib.parse import urlsplit
 
 from toxiproxy import Toxiproxy
@@ -138,9 +137,6 @@ class Links:
         except Exception as error:
             raise NetworkError(f"{'enabling' if enabled else 'disabling'} {proxy.name}: "
                                f"{error}") from None
-
-    def describe(self) -> dict[str, Any]:
-        return {name: proxy.listen for name, proxy in self.proxies.items()}
 
     def close(self) -> None:
         """Delete our proxies (and with them their toxics and connections). Best effort."""

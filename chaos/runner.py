@@ -48,9 +48,10 @@ class RunResult:
         return self.verdict == "pass"
 
 
-def default_run_dir(scenario: Scenario, root: Path = Path("runs")) -> Path:
+def default_run_dir(name: str, root: Path = Path("runs")) -> Path:
+    """``runs/<utc-time>-<name>``: sortable, and never the same for two runs a second apart."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return root / f"{stamp}-{scenario.name}"
+    return root / f"{stamp}-{name}"
 
 
 def prepare_run_dir(run_dir: Path, force: bool) -> None:
@@ -324,8 +325,7 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
             "drain_ms": run.drain_ms,
             "valkey_url": run.runtime.url.split("@")[-1],
             "protocol": scenario.protocol,
-            "toxiproxy": ({**vars(run.runtime.toxiproxy), "proxies": run.runtime.links.describe()
-                           if run.runtime.links else {}}
+            "toxiproxy": ({**vars(run.runtime.toxiproxy), "links": run.runtime.link_urls}
                           if run.runtime.toxiproxy else None),
             "load": {
                 "target_rate": scenario.load.rate,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -99,6 +100,38 @@ def test_mass_kill_strands_more_than_one_reap_batch_and_still_meets_the_bound(tm
     assert report["jobs"]["lost"] == 0
 
 
+def test_latency_spike_lapses_leases_of_a_live_worker_and_fencing_keeps_exactly_once(
+        tmp_path: Path):
+    report = run_scenario("latency-spike", tmp_path / "run")
+    assert report["redeliveries"]["needless"] >= 1  # the worker was alive, only slow
+    assert report["redeliveries"]["needed"] == 0
+    assert report["jobs"]["double_completed"] == 0 and report["jobs"]["lost"] == 0
+    assert report["rejected"].get("complete_rejected", 0) >= 1
+    toxiproxy = report["run"]["toxiproxy"]
+    assert toxiproxy["kind"] in ("builtin", "toxiproxy-server") and toxiproxy["version"]
+    assert sorted(toxiproxy["links"]) == ["worker-1", "worker-2", "worker-3"]
+    events = read_history(tmp_path / "run" / "history.jsonl")
+    fault = next(e for e in events if e.type == "fault")
+    assert (fault.worker, fault.extra["latency_ms"], fault.extra["cuts_off"]) == \
+        ("worker-1", "600", "0")
+    # Only the slow worker lost leases; its late completes were all turned away.
+    assert {e.worker for e in events if e.type == "reap"} == {"worker-1"}
+    assert {e.worker for e in events if e.type == "complete_rejected"} == {"worker-1"}
+
+
+def test_partition_worker_recovers_a_cut_off_workers_leases_and_rejects_its_stale_completes(
+        tmp_path: Path):
+    report = run_scenario("partition-worker", tmp_path / "run")
+    assert_bound_held(report)
+    assert report["redeliveries"]["needed"] >= 1 and report["redeliveries"]["needless"] == 0
+    assert report["jobs"]["double_completed"] == 0 and report["jobs"]["lost"] == 0
+    events = read_history(tmp_path / "run" / "history.jsonl")
+    heal = next(e for e in events if e.type == "heal")
+    stale = [e for e in events if e.type == "complete_rejected"]
+    # Everything the cut-off worker sent was held by the partition and arrived after it healed.
+    assert stale and all(e.worker == "worker-2" and e.ts >= heal.ts for e in stale)
+
+
 def test_run_refuses_to_overwrite_a_run_directory(tmp_path: Path):
     out = tmp_path / "run"
     out.mkdir()
@@ -135,11 +168,15 @@ def _children_of(parent: int) -> list[int]:
     return children
 
 
-@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_interrupt_tears_everything_down_and_keeps_the_evidence(tmp_path: Path, signum: int):
+@pytest.mark.parametrize(("signum", "scenario"),
+                         [(signal.SIGINT, "pause-worker"), (signal.SIGTERM, "pause-worker"),
+                          (signal.SIGINT, "partition-worker")],
+                         ids=["SIGINT", "SIGTERM", "SIGINT-partitioned"])
+def test_interrupt_tears_everything_down_and_keeps_the_evidence(tmp_path: Path, signum: int,
+                                                                scenario: str):
     out = tmp_path / "run"
     runner = subprocess.Popen(
-        [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / "pause-worker.toml"),
+        [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / f"{scenario}.toml"),
          "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
@@ -159,6 +196,14 @@ def test_interrupt_tears_everything_down_and_keeps_the_evidence(tmp_path: Path, 
     port = report["run"]["valkey_url"].rsplit(":", 1)[-1].split("/")[0]
     assert _processes_mentioning(str(out)) == []
     assert _processes_mentioning(f"127.0.0.1:{port}") == []  # no worker or reaper left
+    toxiproxy = report["run"]["toxiproxy"]
+    if toxiproxy:  # the proxy server is gone with its proxies: nothing listens any more
+        api_port = toxiproxy["api_url"].rsplit(":", 1)[-1]
+        assert _processes_mentioning(f"port {api_port}") == []  # -port or --port
+        for link in toxiproxy["links"].values():
+            with pytest.raises(OSError):
+                socket.create_connection(("127.0.0.1", int(link.rsplit(":", 1)[-1].split("/")[0])),
+                                         timeout=2).close()
     # The partial history is still checkable offline.
     assert len(read_history(out / "history.jsonl")) > 10
     assert run_cli("check", str(out)).returncode == 130
