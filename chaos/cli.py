@@ -16,7 +16,7 @@ from chaos import __version__
 from chaos.checker import check, run_completed
 from chaos.history import read_history
 from chaos.nemesis import fault_parameters, plan
-from chaos.report import build_report, summary_text
+from chaos.report import build_report, summary_text, write_json_atomic
 from chaos.runner import (
     EXIT_ABORTED,
     EXIT_FAIL,
@@ -90,7 +90,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print(describe_plan(scenario))
         return EXIT_PASS
-    run_dir = Path(args.out) if args.out else default_run_dir(scenario)
+    run_dir = Path(args.out) if args.out else default_run_dir(scenario.name)
     prepare_run_dir(run_dir, args.force)
     print(describe_plan(scenario), file=sys.stderr)
     # SIGINT and SIGTERM (Ctrl-C, a cancelled CI job, `kill`) both tear down: heal, stop the
@@ -135,6 +135,32 @@ def cmd_check(args: argparse.Namespace) -> int:
     return EXIT_PASS if verdict.passed else EXIT_FAIL
 
 
+def cmd_selftest(args: argparse.Namespace) -> int:
+    from chaos import selftest
+
+    if args.repeat < 1:
+        raise ScenarioError(f"--repeat {args.repeat}: must be at least 1")
+    mutants = selftest.load_mutants(selftest.find_mutants(Path(args.scenarios)), args.only)
+    out = Path(args.out) if args.out else default_run_dir("selftest")
+    prepare_run_dir(out, args.force)
+    print(f"selftest: {len(mutants)} mutants x {args.repeat} seed(s), each also run with the "
+          f"sound protocol; run directories under {out}", file=sys.stderr)
+    previous = {signum: signal.signal(signum, _interrupt)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        result = selftest.selftest(mutants, out, args.repeat)
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    summary = result.as_dict()
+    write_json_atomic(out / "selftest.json", summary)
+    if args.json:
+        print(json.dumps(summary, indent=2))
+    else:
+        print(selftest.table(result))
+    return result.exit_code
+
+
 def cmd_toxiproxy_serve(args: argparse.Namespace) -> int:
     from chaos.toxiproxy import serve  # only this command needs the server
 
@@ -167,6 +193,21 @@ def build_parser() -> argparse.ArgumentParser:
     check_cmd.add_argument("run_dir")
     check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     check_cmd.set_defaults(handler=cmd_check)
+
+    selftest_cmd = commands.add_parser(
+        "selftest", help="prove the checker catches every broken protocol variant",
+        description="Run every mutant scenario with its broken protocol (must fail with its "
+                    "expect_fail invariants) and with the sound protocol (must pass).")
+    selftest_cmd.add_argument("--json", action="store_true", help="print the results as JSON")
+    selftest_cmd.add_argument("--repeat", type=int, default=1, metavar="N",
+                              help="repeat with N seeds (the file's seed, +1, ...)")
+    selftest_cmd.add_argument("--only", action="append", metavar="VARIANT",
+                              help="only this variant (repeatable)")
+    selftest_cmd.add_argument("--scenarios", default=str(Path("scenarios/mutants")),
+                              help="directory of mutant scenarios (default scenarios/mutants)")
+    selftest_cmd.add_argument("--out", help="directory for the runs (default runs/<time>-selftest)")
+    selftest_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
+    selftest_cmd.set_defaults(handler=cmd_selftest)
 
     toxiproxy = commands.add_parser("toxiproxy", help="the built-in Toxiproxy-compatible server")
     toxiproxy_commands = toxiproxy.add_subparsers(dest="toxiproxy_command", required=True)
