@@ -1149,6 +1149,9 @@ class ToxiproxyApi:
                     return await handler(request, *arguments)
                 except ApiError as error:
                     return error_response(error)
+                except Exception as error:  # a bug here must not take the API down
+                    log.exception("%s %s failed", request.method, request.path)
+                    return error_response(ApiError(f"internal error: {error}", 500))
         return Response(404, b"404 page not found\n", "text/plain; charset=utf-8")
 
     def proxy(self, name: str) -> Proxy:
