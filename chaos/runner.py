@@ -263,6 +263,7 @@ class Run:
 def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr) -> RunResult:
     """Run one scenario; always leaves history.jsonl and report.json in ``run_dir``."""
     progress = Progress(stream, scenario)
+    run_dir.mkdir(parents=True, exist_ok=True)
     resolved = scenario.model_dump(mode="json")
     if scenario.valkey.url:  # the run directory is shared evidence: no secrets in it
         resolved["valkey"]["url"] = split_password(scenario.valkey.url)[0]
