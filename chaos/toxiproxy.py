@@ -1016,6 +1016,14 @@ class Request:
     path: str
     headers: dict[str, str]
     body: bytes
+    version: str = "HTTP/1.1"
+
+    @property
+    def keep_alive(self) -> bool:
+        connection = self.headers.get("connection", "").lower()
+        if self.version == "HTTP/1.0":
+            return connection == "keep-alive"
+        return connection != "close"
 
 
 @dataclass
@@ -1055,7 +1063,7 @@ async def read_request(reader: asyncio.StreamReader,
         raise HttpError("request head too large") from None
     lines = head.decode("latin-1").split("\r\n")
     try:
-        method, target, _version = lines[0].split(" ", 2)
+        method, target, version = lines[0].split(" ", 2)
     except ValueError:
         raise HttpError(f"bad request line {lines[0]!r}") from None
     headers: dict[str, str] = {}
@@ -1084,7 +1092,7 @@ async def read_request(reader: asyncio.StreamReader,
             raise HttpError("bad content length")
         body = await reader.readexactly(length)
     path = unquote(urlsplit(target).path)
-    return Request(method.upper(), path, headers, body)
+    return Request(method.upper(), path, headers, body, version.strip().upper())
 
 
 def encode_response(response: Response, keep_alive: bool) -> bytes:
@@ -1340,10 +1348,9 @@ class ToxiproxyApi:
                     break
                 if request is None:
                     break
-                keep_alive = request.headers.get("connection", "").lower() != "close"
-                writer.write(encode_response(await self.handle(request), keep_alive))
+                writer.write(encode_response(await self.handle(request), request.keep_alive))
                 await writer.drain()
-                if not keep_alive:
+                if not request.keep_alive:
                     break
         except (ConnectionError, asyncio.CancelledError):
             pass
