@@ -85,7 +85,8 @@ def toxics_for(fault: Fault, fault_id: str) -> list[ToxicSpec]:
     if fault.kind == "partition":
         if fault.mode == "disable":
             return []
-        # timeout 0: data is held, the connection stays open, until the toxic is removed
+        # timeout 0: nothing passes and nothing closes while it holds; removing it closes those
+        # connections (Toxiproxy's own behaviour), so the target reconnects after the heal
         toxic_type, streams = "timeout", ["upstream", "downstream"]
         attributes: dict[str, int | float] = {"timeout": 0}
     else:

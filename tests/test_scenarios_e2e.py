@@ -128,7 +128,8 @@ def test_partition_worker_recovers_a_cut_off_workers_leases_and_rejects_its_stal
     events = read_history(tmp_path / "run" / "history.jsonl")
     heal = next(e for e in events if e.type == "heal")
     stale = [e for e in events if e.type == "complete_rejected"]
-    # Everything the cut-off worker sent was held by the partition and arrived after it healed.
+    # The heal closed the stalled connections; the worker reconnected and retried its completes,
+    # every one of them after the heal, every one rejected.
     assert stale and all(e.worker == "worker-2" and e.ts >= heal.ts for e in stale)
 
 
