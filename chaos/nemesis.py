@@ -162,7 +162,7 @@ class Nemesis:
         """Who this fault may hit now: alive, and not already under a fault of its family."""
         topology = self.scenario.topology
         if fault.kind == "clock_skew":
-            names, busy = topology.worker_names + topology.reaper_names, self.skewed
+            names, busy = topology.worker_names + self.scenario.reaper_names, self.skewed
         elif fault.is_network:
             names, busy = self.scenario.proxied_names, self.degraded
         else:

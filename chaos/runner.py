@@ -110,9 +110,9 @@ class Run:
     # --- stages ---------------------------------------------------------------------------
     def bring_up(self) -> None:
         scenario, topo = self.scenario, self.scenario.topology
-        reaper_count = 0 if scenario.protocol == "no-reaper" else topo.reapers
         proxied = " via toxiproxy" if scenario.uses_proxies else ""
-        self.progress.enter("setup", f"valkey + {reaper_count} reaper(s) + {topo.workers} workers"
+        self.progress.enter("setup", f"valkey + {len(scenario.reaper_names)} reaper(s) + "
+                                     f"{topo.workers} workers"
                                      f"{proxied}, protocol {scenario.protocol}")
         self.runtime.start_valkey()
         toxiproxy = self.runtime.start_network()

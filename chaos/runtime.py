@@ -244,15 +244,13 @@ class LocalRuntime:
         """The scenario's reapers; none for the ``no-reaper`` variant (nothing recovers)."""
         topo = self.scenario.topology
         settings = self.scenario.valkey
-        if self.scenario.protocol == "no-reaper":
-            return []
         return [self._spawn(name, [
             sys.executable, "-m", "chaos.reaper", "--url", self._valkey_url_for(name),
             "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
             "--interval-ms", str(topo.reap_interval_ms), "--limit", str(topo.reap_limit),
             "--protocol", self.scenario.protocol,
             "--clock-file", str(self._clock_file(name)),
-        ]) for name in topo.reaper_names]
+        ]) for name in self.scenario.reaper_names]
 
     def start_workers(self) -> list[Child]:
         topo = self.scenario.topology

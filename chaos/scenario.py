@@ -248,6 +248,11 @@ class Scenario(Strict):
         return value
 
     @property
+    def reaper_names(self) -> list[str]:
+        """The reaper processes this run starts: none for ``no-reaper`` (nothing recovers)."""
+        return [] if self.protocol == "no-reaper" else self.topology.reaper_names
+
+    @property
     def network_faults(self) -> bool:
         return any(fault.is_network for fault in self.faults)
 
@@ -261,7 +266,7 @@ class Scenario(Strict):
         """The processes that reach Valkey through a proxy of their own, named after them."""
         if not self.uses_proxies:
             return []
-        reapers = self.topology.reaper_names if self.toxiproxy.proxy_reaper else []
+        reapers = self.reaper_names if self.toxiproxy.proxy_reaper else []
         return self.topology.worker_names + reapers
 
     @model_validator(mode="after")
@@ -273,7 +278,7 @@ class Scenario(Strict):
         for index, fault in enumerate(self.faults):
             where = f"faults.{index}"
             if fault.kind == "clock_skew":
-                names = workers + self.topology.reaper_names
+                names = workers + self.reaper_names
             elif fault.is_network:
                 names = self.proxied_names
             else:

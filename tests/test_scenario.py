@@ -80,6 +80,9 @@ def test_defaults_follow_the_seed(tmp_path: Path):
          ["faults.0.target = 'reaper'", "no such target for a partition fault"]),
         (MINIMAL + '[[faults]]\nkind = "clock_skew"\ntarget = "reaper-2"\noffset_ms = 5\n',
          ["faults.0.target = 'reaper-2'", "worker-1..worker-3, reaper"]),
+        (MINIMAL + 'protocol = "no-reaper"\n[[faults]]\nkind = "clock_skew"\n'
+         'target = "reaper"\noffset_ms = 5\n',
+         ["faults.0.target = 'reaper'", "no such target for a clock_skew fault"]),
         (MINIMAL + '[toxiproxy]\nproxies = "never"\n[[faults]]\nkind = "partition"\n'
          'target = "worker-1"\n', ["proxies = 'never', but network faults are planned"]),
         (MINIMAL + '[toxiproxy]\nurl = "127.0.0.1:8474"\n',
