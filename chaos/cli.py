@@ -12,7 +12,7 @@ import signal
 import sys
 from pathlib import Path
 
-from chaos import __version__
+from chaos import __version__, selftest
 from chaos.checker import check, run_completed
 from chaos.history import read_history
 from chaos.nemesis import fault_parameters, plan
@@ -136,8 +136,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
-    from chaos import selftest
-
     if args.repeat < 1:
         raise ScenarioError(f"--repeat {args.repeat}: must be at least 1")
     mutants = selftest.load_mutants(selftest.find_mutants(Path(args.scenarios)), args.only)
@@ -203,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
                               help="repeat with N seeds (the file's seed, +1, ...)")
     selftest_cmd.add_argument("--only", action="append", metavar="VARIANT",
                               help="only this variant (repeatable)")
-    selftest_cmd.add_argument("--scenarios", default=str(Path("scenarios/mutants")),
+    selftest_cmd.add_argument("--scenarios", default=str(selftest.DEFAULT_MUTANTS),
                               help="directory of mutant scenarios (default scenarios/mutants)")
     selftest_cmd.add_argument("--out", help="directory for the runs (default runs/<time>-selftest)")
     selftest_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
