@@ -7,13 +7,17 @@ Exit codes: 0 pass, 1 an invariant failed, 2 bad input or usage, 3 infrastructur
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import signal
 import sys
 from pathlib import Path
+from typing import Any
 
 from chaos import __version__, selftest
 from chaos.checker import check, run_completed
+from chaos.cleanup import clean_processes
 from chaos.history import read_history
 from chaos.nemesis import fault_parameters, plan
 from chaos.report import build_report, summary_text, write_json_atomic
@@ -93,21 +97,55 @@ def cmd_run(args: argparse.Namespace) -> int:
     run_dir = Path(args.out) if args.out else default_run_dir(scenario.name)
     prepare_run_dir(run_dir, args.force)
     print(describe_plan(scenario), file=sys.stderr)
-    # SIGINT and SIGTERM (Ctrl-C, a cancelled CI job, `kill`) both tear down: heal, stop the
-    # children, write the report. Set explicitly: a shell's background job inherits SIGINT
-    # ignored, and Python would then leave Ctrl-C ignored too.
-    previous = {signum: signal.signal(signum, _interrupt)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with InterruptsTearDown(scenario.name, run_dir):
         result = run_scenario(scenario, run_dir)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     return result.exit_code
 
 
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
+class InterruptsTearDown:
+    """SIGINT and SIGTERM (Ctrl-C, a cancelled CI job, `kill`) raise KeyboardInterrupt, so the
+    run tears down in order: stop the load, heal, stop the children, write the report. A second
+    one does not wait for that: every child is SIGKILLed and the process exits 130 at once,
+    leaving an ``aborted`` report.json if none was written yet (the history is on disk already).
+
+    Set explicitly: a shell's background job inherits SIGINT ignored, and Python would then
+    leave Ctrl-C ignored too.
+    """
+
+    def __init__(self, name: str, run_dir: Path) -> None:
+        self.name = name
+        self.run_dir = run_dir
+        self.interrupted = False
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> InterruptsTearDown:
+        self.previous = {signum: signal.signal(signum, self._handle)
+                         for signum in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if not self.interrupted:
+            self.interrupted = True
+            raise KeyboardInterrupt
+        force_exit(self.name, self.run_dir)
+
+
+def force_exit(name: str, run_dir: Path) -> None:
+    from chaos.runtime import kill_all_now  # the runtime is loaded by then; keep the CLI light
+
+    kill_all_now()
+    report = run_dir / "report.json"
+    if not report.exists():
+        with contextlib.suppress(OSError):
+            write_json_atomic(report, build_report(
+                name, "aborted", None,
+                error="interrupted twice: children SIGKILLed, orderly teardown skipped"))
+    print("!! interrupted again: children killed, exiting now", file=sys.stderr, flush=True)
+    os._exit(EXIT_ABORTED)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -143,13 +181,8 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     prepare_run_dir(out, args.force)
     print(f"selftest: {len(mutants)} mutants x {args.repeat} seed(s), each also run with the "
           f"sound protocol; run directories under {out}", file=sys.stderr)
-    previous = {signum: signal.signal(signum, _interrupt)
-                for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with InterruptsTearDown("selftest", out):
         result = selftest.selftest(mutants, out, args.repeat)
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
     summary = result.as_dict()
     write_json_atomic(out / "selftest.json", summary)
     if args.json:
@@ -157,6 +190,22 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     else:
         print(selftest.table(result))
     return result.exit_code
+
+
+def cmd_clean(args: argparse.Namespace) -> int:
+    root = Path(args.runs)
+    if not root.exists():
+        print(f"{root}: no such directory; nothing to clean")
+        return EXIT_PASS
+    if not root.is_dir():
+        print(f"{root}: not a directory", file=sys.stderr)
+        return EXIT_USAGE
+    done = clean_processes(root)
+    for line in done:
+        print(line)
+    if not done:
+        print(f"{root}: nothing left behind")
+    return EXIT_PASS
 
 
 def cmd_toxiproxy_serve(args: argparse.Namespace) -> int:
@@ -207,6 +256,17 @@ def build_parser() -> argparse.ArgumentParser:
     selftest_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
     selftest_cmd.set_defaults(handler=cmd_selftest)
 
+    clean = commands.add_parser(
+        "clean", help="kill what crashed runs left behind and remove their pid files",
+        description="Each run records its children in <run dir>/pids/. Children die with the "
+                    "runner even when it is SIGKILLed; this removes anything left anyway: it "
+                    "kills a recorded process only if its pid, boot and start time still match "
+                    "(never a recycled pid), with its process group, and deletes the pid files. "
+                    "Runs whose runner is still alive are left alone. Safe to repeat.")
+    clean.add_argument("--runs", default="runs", metavar="DIR",
+                       help="a run directory, or a directory of them (default runs/)")
+    clean.set_defaults(handler=cmd_clean)
+
     toxiproxy = commands.add_parser("toxiproxy", help="the built-in Toxiproxy-compatible server")
     toxiproxy_commands = toxiproxy.add_subparsers(dest="toxiproxy_command", required=True)
     serve = toxiproxy_commands.add_parser(
@@ -232,6 +292,9 @@ def main(argv: list[str] | None = None) -> int:
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INFRA
+    except KeyboardInterrupt:  # outside a run's own handling (start-up, the final report)
+        print("interrupted", file=sys.stderr)
+        return EXIT_ABORTED
 
 
 __all__ = ["main", "EXIT_FAIL", "EXIT_INFRA"]

@@ -9,7 +9,7 @@ Phases (all on the runner's monotonic clock; the history carries the Valkey cloc
 
 from __future__ import annotations
 
-import json
+import os
 import sys
 import time
 import traceback
@@ -19,11 +19,20 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from chaos.checker import CheckConfig, Verdict, check
+from chaos.cleanup import (
+    PID_DIR,
+    RUNNER,
+    clean_processes,
+    forget_process,
+    is_alive,
+    read_record,
+    record_process,
+)
 from chaos.history import HistoryExporter, read_history
 from chaos.load import Producer
 from chaos.nemesis import Nemesis
 from chaos.protocol import QueueClient, QueueKeys
-from chaos.report import build_report, summary_text, write_json_atomic
+from chaos.report import build_report, summary_text, write_json_atomic, write_text_atomic
 from chaos.runtime import InfraError, LocalRuntime, split_password
 from chaos.scenario import Scenario
 
@@ -55,12 +64,21 @@ def default_run_dir(name: str, root: Path = Path("runs")) -> Path:
 
 
 def prepare_run_dir(run_dir: Path, force: bool) -> None:
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: exists and is not a directory")
     if run_dir.exists() and any(run_dir.iterdir()) and not force:
         raise RunDirError(f"{run_dir}: run directory exists and is not empty (use --force)")
     if force and run_dir.exists():
+        runner = read_record(run_dir / PID_DIR / f"{RUNNER}.json")
+        if runner is not None and is_alive(runner):
+            raise RunDirError(f"{run_dir}: a run is still going there (runner pid {runner.pid})")
+        clean_processes(run_dir)  # whatever a crashed earlier run left behind
         for name in ("history.jsonl", "report.json"):
             (run_dir / name).unlink(missing_ok=True)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunDirError(f"{run_dir}: cannot create the run directory: {error}") from None
 
 
 class Progress:
@@ -267,7 +285,9 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
     resolved = scenario.model_dump(mode="json")
     if scenario.valkey.url:  # the run directory is shared evidence: no secrets in it
         resolved["valkey"]["url"] = split_password(scenario.valkey.url)[0]
-    (run_dir / "scenario.json").write_text(json.dumps(resolved, indent=2) + "\n")
+    write_json_atomic(run_dir / "scenario.json", resolved)
+    # While this record names a live process, `echomq-chaos clean` leaves the run alone.
+    record_process(run_dir, RUNNER, os.getpid())
     run = Run(scenario, run_dir, progress)
     verdict_word, error = "error", None
     started = time.monotonic()
@@ -278,7 +298,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
         verdict_word = "checked"
     except KeyboardInterrupt:
         verdict_word, error = "aborted", "interrupted (SIGINT or SIGTERM)"
-        progress.say("!! interrupted: tearing down")
+        progress.say("!! interrupted: tearing down (interrupt again to exit at once)")
         _try(lambda: run.wind_down(aborted=True))
     except InfraError as failure:
         error = str(failure)
@@ -286,13 +306,16 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
         _try(lambda: run.wind_down(aborted=True))
     except Exception as failure:  # an unexpected bug: keep the evidence, say where
         error = f"{type(failure).__name__}: {failure}"
-        (run_dir / "runner-error.txt").write_text(traceback.format_exc())
+        write_text_atomic(run_dir / "runner-error.txt", traceback.format_exc())
         progress.say(f"!! internal error: {error} (traceback in runner-error.txt)")
         _try(lambda: run.wind_down(aborted=True))
     finally:
         run.close()
     wall_ms = int((time.monotonic() - started) * 1000)
-    return finish(scenario, run_dir, verdict_word, error, run, wall_ms, stream)
+    try:
+        return finish(scenario, run_dir, verdict_word, error, run, wall_ms, stream)
+    finally:
+        forget_process(run_dir, RUNNER)
 
 
 def _try(action: Any) -> None:

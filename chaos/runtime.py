@@ -24,6 +24,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 
 import valkey
 
+from chaos.cleanup import forget_process, record_process
 from chaos.clock import write_offset
 from chaos.nemesis import ToxicSpec
 from chaos.network import Links, NetworkError, ToxiproxyServerInfo, server_command, wait_for_api
@@ -160,6 +161,9 @@ class LocalRuntime:
     link_urls: dict[str, str] = field(default_factory=dict)  # process -> its Valkey URL via proxy
     _closed: bool = False
 
+    def __post_init__(self) -> None:
+        _LIVE_RUNTIMES.append(self)
+
     @property
     def logs(self) -> Path:
         path = self.run_dir / "logs"
@@ -184,6 +188,7 @@ class LocalRuntime:
         self.url, self.password = server.url, server.password
         assert server.process is not None and server.log is not None
         self.children["valkey"] = Child("valkey", server.process, server.log)
+        record_process(self.run_dir, "valkey", server.process.pid)
         return self.url
 
     def client(self) -> valkey.Valkey:
@@ -238,6 +243,7 @@ class LocalRuntime:
         )
         child = Child(name, process, log)
         self.children[name] = child
+        record_process(self.run_dir, name, process.pid)  # for `echomq-chaos clean`
         return child
 
     def start_reapers(self) -> list[Child]:
@@ -340,14 +346,42 @@ class LocalRuntime:
             if child.paused:
                 _signal(child.process, signal.SIGCONT)
             if child.alive:
-                _signal(child.process, signal.SIGKILL)
+                _kill_group(child.process)
         for child in self.children.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=10)
+            if not child.alive:
+                forget_process(self.run_dir, child.name)
             child.log.close()
+        with contextlib.suppress(ValueError):
+            _LIVE_RUNTIMES.remove(self)
+
+    def kill_now(self) -> None:
+        """SIGKILL every child and its process group at once, without waiting (a forced exit:
+        the second Ctrl-C). Toxics need no removal: their server dies with the rest."""
+        for child in self.children.values():
+            _kill_group(child.process)
+
+
+# Runtimes not yet closed, for kill_all_now() from a signal handler.
+_LIVE_RUNTIMES: list[LocalRuntime] = []
+
+
+def kill_all_now() -> None:
+    for runtime in list(_LIVE_RUNTIMES):
+        runtime.kill_now()
 
 
 def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
     """Signal a child unless it was already reaped (its pid may belong to someone else now)."""
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signum)
+
+
+def _kill_group(process: subprocess.Popen[bytes]) -> None:
+    """SIGKILL a child and whatever it started (it leads its own session and group). Only
+    while it is not reaped: until then its pid, and so its group id, cannot be anyone else's."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+    _signal(process, signal.SIGKILL)

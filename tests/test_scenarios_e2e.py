@@ -13,7 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
+from procs import children_of, pid_records, processes_mentioning, wait_until_gone
 
+from chaos.cleanup import PID_DIR
 from chaos.history import read_history
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,33 +144,6 @@ def test_run_refuses_to_overwrite_a_run_directory(tmp_path: Path):
     assert (out / "keep.txt").read_text() == "evidence"
 
 
-def _processes_mentioning(text: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
-            continue
-        if text in cmdline:
-            found.append(int(entry.name))
-    return found
-
-
-def _children_of(parent: int) -> list[int]:
-    children = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == parent:
-                children.append(int(entry.name))
-    return children
-
-
 @pytest.mark.parametrize(("signum", "scenario"),
                          [(signal.SIGINT, "pause-worker"), (signal.SIGTERM, "pause-worker"),
                           (signal.SIGINT, "partition-worker")],
@@ -187,20 +162,27 @@ def test_interrupt_tears_everything_down_and_keeps_the_evidence(tmp_path: Path, 
         if "phase chaos" in line or time.monotonic() > deadline:
             break
     time.sleep(1.0)
-    assert _processes_mentioning(str(out)), "the run's valkey-server is not running"
-    assert len(_children_of(runner.pid)) >= 5, "valkey, reaper and workers should be running"
+    assert processes_mentioning(str(out)), "the run's valkey-server is not running"
+    assert len(children_of(runner.pid)) >= 5, "valkey, reaper and workers should be running"
+    records = pid_records(out)
+    assert sorted(r.pid for r in records) == sorted(children_of(runner.pid))
+    signalled = time.monotonic()
     runner.send_signal(signum)
     runner.communicate(timeout=60)
+    print(f"{signal.Signals(signum).name}: runner exited {time.monotonic() - signalled:.2f}s "
+          f"after the signal")
     assert runner.returncode == 130
+    assert wait_until_gone(records, timeout=0) is not None  # gone before the runner exits
+    assert not (out / PID_DIR).exists()
     report = json.loads((out / "report.json").read_text())
     assert report["verdict"] == "aborted"
     port = report["run"]["valkey_url"].rsplit(":", 1)[-1].split("/")[0]
-    assert _processes_mentioning(str(out)) == []
-    assert _processes_mentioning(f"127.0.0.1:{port}") == []  # no worker or reaper left
+    assert processes_mentioning(str(out)) == []
+    assert processes_mentioning(f"127.0.0.1:{port}") == []  # no worker or reaper left
     toxiproxy = report["run"]["toxiproxy"]
     if toxiproxy:  # the proxy server is gone with its proxies: nothing listens any more
         api_port = toxiproxy["api_url"].rsplit(":", 1)[-1]
-        assert _processes_mentioning(f"port {api_port}") == []  # -port or --port
+        assert processes_mentioning(f"port {api_port}") == []  # -port or --port
         for link in toxiproxy["links"].values():
             with pytest.raises(OSError):
                 socket.create_connection(("127.0.0.1", int(link.rsplit(":", 1)[-1].split("/")[0])),
@@ -251,7 +233,7 @@ def test_a_run_whose_reaper_dies_fails_with_the_stranded_jobs_named(tmp_path: Pa
     for line in runner.stdout:
         if "phase warmup" in line:
             break
-    reaper = [pid for pid in _children_of(runner.pid)
+    reaper = [pid for pid in children_of(runner.pid)
               if b"chaos.reaper" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(reaper) == 1
     os.kill(reaper[0], signal.SIGKILL)

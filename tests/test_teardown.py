@@ -1,0 +1,158 @@
+"""The toolkit under its own faults: Ctrl-C twice, a SIGKILLed runner, `clean`.
+Real runs through the CLI, real processes, counted through /proc."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from procs import children_of, pid_records, report, wait_until_gone
+
+from chaos.cleanup import PID_DIR, clean_processes, is_alive, record_process, start_ticks
+from chaos.history import read_history
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def cli(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaos", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def start_run(scenario: str, out: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / f"{scenario}.toml"),
+         "--out", str(out), *extra],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+
+def wait_for_line(runner: subprocess.Popen[str], text: str, timeout: float = 60) -> str:
+    assert runner.stdout is not None
+    deadline = time.monotonic() + timeout
+    seen = []
+    for line in runner.stdout:
+        seen.append(line)
+        if text in line:
+            return "".join(seen)
+        assert time.monotonic() < deadline, f"no {text!r} within {timeout}s:\n{''.join(seen)}"
+    raise AssertionError(f"runner ended before {text!r}:\n{''.join(seen)}")
+
+
+@pytest.mark.integration
+def test_second_interrupt_kills_everything_at_once(tmp_path: Path):
+    """Workers busy with 8 s jobs make the orderly teardown slow (they finish what they hold);
+    a second SIGINT must not wait for that."""
+    out = tmp_path / "run"
+    job_ms = 8000
+    runner = start_run("steady-state", out, "--set", "topology.lease_ms=30000",
+                       "--set", 'topology.handler.distribution="fixed"',
+                       "--set", f"topology.handler.fixed_ms={job_ms}")
+    wait_for_line(runner, "phase chaos")
+    time.sleep(0.5)
+    records = pid_records(out)
+    assert {r.name for r in records} >= {"valkey", "reaper", "worker-1", "worker-2"}
+    assert all(is_alive(r) for r in records)
+    runner.send_signal(signal.SIGINT)
+    wait_for_line(runner, "interrupted: tearing down")
+    second = time.monotonic()
+    runner.send_signal(signal.SIGINT)
+    output, _ = runner.communicate(timeout=30)
+    exited_after = time.monotonic() - second
+    assert runner.returncode == 130
+    assert "interrupted again" in output
+    assert exited_after < job_ms / 1000 / 2, "it waited for the workers' jobs"
+    assert wait_until_gone(records, timeout=5) is not None
+    assert report(out)["verdict"] == "aborted"
+    assert len(read_history(out / "history.jsonl")) > 10
+    assert cli("check", str(out)).returncode == 130
+
+
+@pytest.mark.integration
+def test_sigkilled_runner_takes_its_children_along_and_clean_is_idempotent(tmp_path: Path):
+    out = tmp_path / "run"
+    runner = start_run("pause-worker", out)  # a frozen (SIGSTOPped) worker when it dies
+    wait_for_line(runner, "phase chaos")
+    time.sleep(1.0)
+    records = pid_records(out)
+    assert len(records) == 5 and all(is_alive(r) for r in records)  # valkey, reaper, 3 workers
+    assert sorted(r.pid for r in records) == sorted(children_of(runner.pid))
+    runner.kill()
+    runner.communicate(timeout=10)
+    gone_after = wait_until_gone(records, timeout=10)
+    assert gone_after is not None, [r.name for r in records if is_alive(r)]
+    print(f"children gone {gone_after:.3f}s after SIGKILL of the runner")
+    # What a SIGKILLed runner leaves: its pid files (nothing alive), and a checkable history.
+    assert cli("check", str(out)).returncode == 130
+    first = cli("clean", "--runs", str(tmp_path))
+    assert first.returncode == 0
+    assert ": killed " not in first.stdout  # PDEATHSIG already did it: 0 orphans
+    assert first.stdout.count("removed pid file") == 6  # 5 children + the runner
+    assert not (out / PID_DIR).exists()
+    again = cli("clean", "--runs", str(tmp_path))
+    assert again.returncode == 0 and "nothing left behind" in again.stdout
+
+
+def test_clean_kills_only_the_recorded_process_group_never_a_recycled_pid(tmp_path: Path):
+    run, other, live = tmp_path / "run-a", tmp_path / "run-b", tmp_path / "run-c"
+    sleeper = ["sleep", "60"]
+    # A leftover worker with a grandchild in its group (a wrapper that started something).
+    leader = subprocess.Popen(["sh", "-c", "sleep 60 & exec sleep 61"], start_new_session=True)
+    innocent = subprocess.Popen(sleeper, start_new_session=True)
+    runner = subprocess.Popen(sleeper, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 5
+        while len(_group(leader.pid)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        group = _group(leader.pid)
+        assert len(group) == 2
+        record_process(run, "worker-1", leader.pid)
+        # A record whose pid now belongs to another process (a recycled pid): start time differs.
+        record_process(other, "worker-2", innocent.pid)
+        stale = other / PID_DIR / "worker-2.json"
+        stale.write_text(stale.read_text().replace(f'"start_ticks": {start_ticks(innocent.pid)}',
+                                                   '"start_ticks": 1'))
+        # A run whose runner still lives is left alone entirely.
+        record_process(live, "runner", runner.pid)
+        record_process(live, "valkey", innocent.pid)
+
+        done = clean_processes(tmp_path)
+        assert sum("killed worker-1" in line for line in done) == 2, done
+        leader.wait(timeout=5)
+        assert wait_until_gone_pids(group)
+        assert innocent.poll() is None and runner.poll() is None
+        assert any("still running" in line for line in done)
+        assert not (run / PID_DIR).exists() and not (other / PID_DIR).exists()
+        assert (live / PID_DIR / "valkey.json").exists()
+        # Idempotent: nothing more to kill or remove (the live run is reported, still untouched).
+        assert [line for line in clean_processes(tmp_path) if "still running" not in line] == []
+        assert innocent.poll() is None
+    finally:
+        for process in (leader, innocent, runner):
+            process.kill()
+            process.wait()
+
+
+def _group(pgid: int) -> list[int]:
+    return [int(p.name) for p in Path("/proc").iterdir()
+            if p.name.isdigit() and _pgid(int(p.name)) == pgid]
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[2]) if fields[0] != "Z" else None
+
+
+def wait_until_gone_pids(pids: list[int], timeout: float = 5) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not any(_pgid(pid) is not None for pid in pids):
+            return True
+        time.sleep(0.01)
+    return False
