@@ -140,6 +140,8 @@ class Verdict:
     rejected: dict[str, int]
     events: int
     throughput_per_s: float  # accepted completes per second, first enqueue to last complete
+    # The latencies behind ``recovery`` (ms after the fault), so runs can be pooled (``sweep``).
+    recovery_samples: dict[str, list[int]] = field(default_factory=dict)
 
     def failed_invariants(self) -> list[str]:
         return [name for name, result in self.invariants.items() if not result.ok]
@@ -370,13 +372,13 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
         "stranded": len(stranded),
         **asdict(summary),
     }
-    recovery = {
-        "reap": summary,
-        "reclaim": LatencySummary.of(
-            [i.reclaim_ts - i.fault_ts for i in stranded if i.reclaim_ts is not None]),
-        "recomplete": LatencySummary.of(
-            [i.recomplete_ts - i.fault_ts for i in stranded if i.recomplete_ts is not None]),
+    samples = {
+        "reap": reap_latency,
+        "reclaim": [i.reclaim_ts - i.fault_ts for i in stranded if i.reclaim_ts is not None],
+        "recomplete": [i.recomplete_ts - i.fault_ts for i in stranded
+                       if i.recomplete_ts is not None],
     }
+    recovery = {name: LatencySummary.of(values) for name, values in samples.items()}
     invariants = {  # in INVARIANTS order
         "no_loss": no_loss,
         "no_double_completion": no_double,
@@ -404,6 +406,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
         rejected=dict(rejected),
         events=len(events),
         throughput_per_s=_rate(sum(completes.values()), first_enqueue_ts, last_complete_ts),
+        recovery_samples=samples,
     )
 
 

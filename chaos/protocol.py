@@ -159,6 +159,7 @@ class QueueClient:
         self._sources = {name: load_script_source(name)
                          for name in (*SCRIPT_NAMES, *self._variant.scripts)}
         self._shas: dict[str, str] = {}
+        self.last_extend_rtt_ms: int | None = None  # client-measured, see _extend_with
         self.load_scripts()
 
     @property
@@ -222,9 +223,13 @@ class QueueClient:
     def _extend_with(self, script: str, job_id: str, attempt: int, lease_ms: int, worker: str,
                      *extra: Any) -> int | None:
         k = self.keys
-        reply = self._call(
-            script, [k.active, k.events], [k.job_prefix, job_id, attempt, lease_ms, worker, *extra]
-        )
+        previous_rtt = "" if self.last_extend_rtt_ms is None else self.last_extend_rtt_ms
+        started = time.monotonic()
+        reply = self._call(script, [k.active, k.events],
+                           [k.job_prefix, job_id, attempt, lease_ms, worker, previous_rtt, *extra])
+        # Carried by the NEXT extend event (this one is written before its reply travels back):
+        # the history then holds the extend round trips a lease has to absorb (``sweep``).
+        self.last_extend_rtt_ms = round((time.monotonic() - started) * 1000)
         return int(reply) if reply else None
 
     def _complete_with(self, script: str, job_id: str, attempt: int, worker: str) -> bool:

@@ -51,12 +51,14 @@ class Topology(Strict):
     reap_interval_ms: PositiveMs = 1_000
     reap_limit: Annotated[int, Field(ge=1, le=100_000)] = 100
     reapers: Annotated[int, Field(ge=1, le=8)] = 1  # more than one: they race (nonatomic-reap)
-    heartbeat_ms: PositiveMs | None = None  # default lease_ms // 3
+    # Default lease_ms // 3; 0 turns the heartbeat off (a lease then covers the whole handler).
+    heartbeat_ms: NonNegativeMs | None = None
     poll_ms: PositiveMs = 20  # idle worker's wait before it tries to claim again
     handler: Handler = Handler()
 
     @property
     def effective_heartbeat_ms(self) -> int:
+        """The worker's heartbeat period; 0 = no heartbeat."""
         return self.heartbeat_ms if self.heartbeat_ms is not None else max(1, self.lease_ms // 3)
 
     @property
@@ -71,7 +73,7 @@ class Topology(Strict):
 
     @model_validator(mode="after")
     def _heartbeat_inside_lease(self) -> Topology:
-        if self.effective_heartbeat_ms >= self.lease_ms:
+        if self.effective_heartbeat_ms >= self.lease_ms:  # 0 (off) always passes
             raise ValueError(
                 f"heartbeat_ms ({self.effective_heartbeat_ms}) must be < lease_ms "
                 f"({self.lease_ms}): a lease would lapse between heartbeats"

@@ -152,15 +152,18 @@ class Worker:
             for i in range(self.config.concurrency)
         ]
         beat = threading.Thread(target=self._heartbeat, name="heartbeat", daemon=True)
-        for thread in [*threads, beat]:
+        for thread in threads:
             thread.start()
+        if self.config.heartbeat_ms > 0:  # 0: no heartbeat, a lease is never renewed
+            beat.start()
         log.info("%s up: %d slots, protocol %s", self.config.name, self.config.concurrency,
                  self.queue.protocol)
         while not self.stop.is_set():
             self.stop.wait(0.5)
         for thread in threads:
             thread.join(timeout=30)
-        beat.join(timeout=5)
+        if beat.is_alive():
+            beat.join(timeout=5)
         log.info("%s stopped: %d completed, %d rejected", self.config.name, self.completed,
                  self.rejected)
         return 0
@@ -174,7 +177,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     parser.add_argument("--prefix", default="emq:")
     parser.add_argument("--queue", default="jobs")
     parser.add_argument("--lease-ms", type=int, default=30_000)
-    parser.add_argument("--heartbeat-ms", type=int, default=None, help="default lease/3")
+    parser.add_argument("--heartbeat-ms", type=int, default=None,
+                        help="default lease/3; 0 = no heartbeat")
     parser.add_argument("--concurrency", type=int, default=4)
     parser.add_argument("--poll-ms", type=int, default=20)
     parser.add_argument("--handler", default="{}", help="JSON, e.g. {\"distribution\":\"fixed\"}")
@@ -189,7 +193,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
         name=args.name,
         keys=QueueKeys(args.prefix, args.queue),
         lease_ms=args.lease_ms,
-        heartbeat_ms=args.heartbeat_ms or max(1, args.lease_ms // 3),
+        heartbeat_ms=(args.heartbeat_ms if args.heartbeat_ms is not None
+                      else max(1, args.lease_ms // 3)),
         concurrency=args.concurrency,
         poll_ms=args.poll_ms,
         handler=HandlerDistribution(**json.loads(args.handler)),
