@@ -147,3 +147,23 @@ def test_lease_holders_come_oldest_deadline_first(queue: QueueClient):
     queue.claim(3000, "w-mid")
     assert queue.lease_holders_oldest_first() == ["w-early", "w-mid", "w-late"]
     assert queue.lease_holders_oldest_first(limit=1) == ["w-early"]
+
+
+@pytest.mark.parametrize("protocol", ["sound", "unfenced-complete", "client-clock",
+                                      "extend-resurrects"])
+def test_extend_events_carry_the_previous_extend_round_trip(queue: QueueClient, protocol: str):
+    variant = QueueClient(queue.client, queue.keys, protocol=protocol)
+    assert variant.enqueue("a")
+    job = variant.claim(5000, "w1")
+    assert job is not None
+    assert variant.extend("a", job.attempt, 5000, "w1") is not None
+    first_rtt = variant.last_extend_rtt_ms
+    assert first_rtt is not None and first_rtt >= 0
+    assert variant.extend("never-enqueued", 1, 5000, "w1") is None  # rejected in every variant
+    extends = [e for e in iter_stream(queue.client, queue.keys.events)
+               if e.type.startswith("extend")]
+    assert [e.type for e in extends] == ["extend", "extend_rejected"]
+    # The first has no earlier round trip to report; the second reports the first's.
+    assert extends[0].extra["rtt_ms"] == "" and extends[1].extra["rtt_ms"] == str(first_rtt)
+    if protocol == "client-clock":  # its caller's clock still sets the deadline
+        assert extends[0].deadline is not None and extends[0].deadline >= extends[0].ts + 4000
