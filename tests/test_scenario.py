@@ -41,10 +41,16 @@ def test_defaults_follow_the_seed(tmp_path: Path):
     assert scenario.recovery_bound_ms == 31_000
 
 
+def test_heartbeat_zero_turns_the_heartbeat_off(tmp_path: Path):
+    scenario = load_scenario(write(tmp_path, MINIMAL + "[topology]\nheartbeat_ms = 0\n"))
+    assert scenario.topology.effective_heartbeat_ms == 0
+
+
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
         (MINIMAL + "[topology]\nlease_ms = -5\n", ["topology.lease_ms", "-5", "greater than 0"]),
+        (MINIMAL + "[topology]\nheartbeat_ms = -1\n", ["topology.heartbeat_ms", "-1"]),
         (MINIMAL + "[topology]\nlease_ms = 1000\nheartbeat_ms = 1000\n",
          ["topology", "heartbeat_ms (1000) must be < lease_ms (1000)"]),
         (MINIMAL + "[topology]\nworkers = \"four\"\n", ["topology.workers", "'four'"]),
