@@ -158,10 +158,14 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         events = read_history(history)
+    except (ValueError, OSError) as error:  # the message names the file (and line)
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
         final = run_completed(events)
         verdict = check(events, final=final)
-    except ValueError as error:
-        print(f"{history}: {error}", file=sys.stderr)
+    except ValueError as error:  # e.g. no run event: not a history of a run
+        print(f"error: {history}: {error}", file=sys.stderr)
         return EXIT_USAGE
     name = next((e.extra.get("scenario", "?") for e in events if e.type == "run"), "?")
     word = ("pass" if verdict.passed else "fail") if final else "aborted"

@@ -66,8 +66,11 @@ def seq_key(seq: str) -> tuple[int, int]:
 def read_history(path: str | Path) -> list[Event]:
     """Load ``history.jsonl``; a torn last line (crash mid-write) is skipped, nothing else is."""
     events: list[Event] = []
-    with open(path, encoding="utf-8") as handle:
-        lines = handle.readlines()
+    try:
+        with open(path, encoding="utf-8") as handle:
+            lines = handle.readlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path}: not UTF-8 text: {error}") from None
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -77,9 +80,29 @@ def read_history(path: str | Path) -> list[Event]:
             if number == len(lines) and not line.endswith("\n"):
                 break
             raise ValueError(f"{path}:{number}: not a JSON object") from None
-        events.append(Event.from_record(record))
+        events.append(_event(record, f"{path}:{number}"))
     events.sort(key=lambda event: seq_key(event.seq))
     return events
+
+
+def _event(record: Any, where: str) -> Event:
+    """One history line as an Event, or a ValueError naming the line and what is wrong."""
+    if not isinstance(record, dict):
+        raise ValueError(f"{where}: not a JSON object")
+    for name in ("seq", "type"):
+        if not isinstance(record.get(name), str):
+            raise ValueError(f"{where}: {name} = {record.get(name)!r}: expected a string")
+    millis, _, counter = record["seq"].partition("-")
+    if not (millis.isascii() and millis.isdigit() and (not counter or counter.isascii()
+                                                          and counter.isdigit())):
+        raise ValueError(f"{where}: seq = {record['seq']!r}: expected a stream id like 1-0")
+    for name, value in record.items():
+        if not isinstance(value, str | int) or isinstance(value, bool):
+            raise ValueError(f"{where}: {name} = {value!r}: expected a string or an integer")
+    try:
+        return Event.from_record(record)
+    except ValueError as error:
+        raise ValueError(f"{where}: {error}") from None
 
 
 def write_records(handle: IO[str], entries: Iterable[tuple[str, dict[str, str]]]) -> int:

@@ -17,6 +17,7 @@ from chaos.protocol import PROTOCOLS
 PositiveMs = Annotated[int, Field(gt=0, le=86_400_000)]
 NonNegativeMs = Annotated[int, Field(ge=0, le=86_400_000)]
 HOLDING_OLDEST_LEASE = "holding_oldest_lease"
+MAX_PLANNED_FAULTS = 10_000
 
 
 class ScenarioError(Exception):
@@ -301,6 +302,14 @@ class Scenario(Strict):
                     f"{where}.at_ms = {fault.at_ms}: must fall inside the chaos phase "
                     f"(chaos_ms = {self.phases.chaos_ms})"
                 )
+        planned = sum(1 if fault.every_ms is None else
+                      -(-(self.phases.chaos_ms - fault.at_ms) // fault.every_ms)
+                      for fault in self.faults)
+        if planned > MAX_PLANNED_FAULTS:  # the plan is built up front: keep it small
+            raise ValueError(
+                f"faults: every_ms repeats {planned} faults within chaos_ms = "
+                f"{self.phases.chaos_ms}; at most {MAX_PLANNED_FAULTS} (raise every_ms)"
+            )
         return self
 
     @property
@@ -334,7 +343,7 @@ def parse_override(assignment: str) -> tuple[list[str], Any]:
         raise ScenarioError(f"--set {assignment!r}: empty key")
     try:
         value = tomllib.loads(f"v = {raw}")["v"]
-    except tomllib.TOMLDecodeError:
+    except (tomllib.TOMLDecodeError, RecursionError):
         value = raw
     return path, value
 
@@ -356,15 +365,23 @@ def apply_override(data: dict[str, Any], path: list[str], value: Any, label: str
 
 
 def _list_index(items: list[Any], part: str, label: str) -> int:
-    if not part.isdigit() or int(part) >= len(items):
+    if not (part.isascii() and part.isdigit()) or int(part) >= len(items):
         raise ScenarioError(f"{label}: {part!r} is not an index of a list of {len(items)}")
     return int(part)
+
+
+def _location_part(part: int | str) -> str:
+    """A field name as written; a key that is no plain name (spaces, control characters, a line
+    break of its own) quoted, so each error stays on one line."""
+    text = str(part)
+    return text if text and all(c.isascii() and (c.isalnum() or c in "_-") for c in text) \
+        else repr(text)
 
 
 def _format_errors(source: str, error: ValidationError, data: dict[str, Any]) -> str:
     lines = [f"{source}: invalid scenario"]
     for item in error.errors():
-        location = ".".join(str(part) for part in item["loc"])
+        location = ".".join(_location_part(part) for part in item["loc"])
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "extra_forbidden":
             message = "unknown key"
@@ -391,7 +408,16 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         raise ScenarioError(f"{source}: cannot read: {error}") from None
     except tomllib.TOMLDecodeError as error:
         raise ScenarioError(f"{source}: not valid TOML: {error}") from None
+    except RecursionError:
+        raise ScenarioError(f"{source}: not valid TOML: arrays or tables nested too deeply") \
+            from None
     for assignment in overrides or []:
-        field_path, value = parse_override(assignment)
+        try:
+            field_path, value = parse_override(assignment)
+        except ScenarioError as error:
+            raise ScenarioError(f"{source}: {error}") from None
         apply_override(data, field_path, value, f"{source}: --set {assignment}")
-    return scenario_from_dict(data, source)
+    try:
+        return scenario_from_dict(data, source)
+    except RecursionError:
+        raise ScenarioError(f"{source}: invalid scenario: values nested too deeply") from None
