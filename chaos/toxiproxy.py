@@ -46,7 +46,11 @@ closes (Toxiproxy loses the EOF); ``reset_peer`` resets even when added to a liv
 (Toxiproxy sets SO_LINGER only when a connection starts, so a later reset is a plain close).
 Messages for malformed JSON follow Go's ``encoding/json`` wording approximately, not byte for byte.
 A link reads from its source only while its first toxic holds at most 1 MiB (Toxiproxy's channel
-buffers bound it similarly), and while the destination keeps up.
+buffers bound it similarly), and while the destination keeps up. The API bounds what a client may
+cost (Toxiproxy does not; :class:`HttpLimits`): a body over 1 MiB gets 413, a request head not
+complete within 10 s or a body within 30 s gets 408 (slowloris clients), an idle keep-alive
+connection closes after 120 s; a head over 64 KiB gets 431. Nothing a client sends makes it
+answer 500, except Toxiproxy's own ``listen tcp …`` when a proxy's listener cannot bind.
 
 The no-toxic fast path is one ``transport.write`` per chunk received, on asyncio protocols.
 
@@ -1044,23 +1048,45 @@ def error_response(error: ApiError) -> Response:
 
 
 class HttpError(Exception):
-    """A request we cannot parse; the connection is answered 400 and closed."""
+    """A request we cannot or will not read; the connection is answered ``status`` and closed."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 MAX_HEADER_BYTES = 1 << 16
-MAX_BODY_BYTES = 1 << 24
 
 
-async def read_request(reader: asyncio.StreamReader,
-                       writer: asyncio.StreamWriter) -> Request | None:
-    try:
-        head = await reader.readuntil(b"\r\n\r\n")
-    except asyncio.IncompleteReadError as error:
-        if error.partial.strip():
-            raise HttpError("truncated request") from None
+@dataclass(frozen=True)
+class HttpLimits:
+    """What one API client may cost the server (Toxiproxy itself sets none of these): a body
+    bigger than ``max_body_bytes`` is refused with 413; a request whose head or body trickles in
+    slower than the timeouts allow (a slowloris client) gets 408; an idle keep-alive connection
+    is closed after ``idle_timeout_s``. Each connection is its own task, so a slow one never
+    holds up the others."""
+
+    max_body_bytes: int = 1 << 20
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    idle_timeout_s: float = 120.0
+
+
+async def read_request(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                       limits: HttpLimits = HttpLimits()) -> Request | None:
+    try:  # the first byte may take as long as a keep-alive connection may idle ...
+        first = await asyncio.wait_for(reader.readexactly(1), limits.idle_timeout_s)
+    except (asyncio.IncompleteReadError, TimeoutError):
         return None
+    try:  # ... the rest of the head must follow promptly
+        head = first + await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"),
+                                              limits.header_timeout_s)
+    except asyncio.IncompleteReadError:
+        raise HttpError("truncated request") from None
     except asyncio.LimitOverrunError:
-        raise HttpError("request head too large") from None
+        raise HttpError("request head too large", 431) from None
+    except TimeoutError:
+        raise HttpError("request head not received in time", 408) from None
     lines = head.decode("latin-1").split("\r\n")
     try:
         method, target, version = lines[0].split(" ", 2)
@@ -1073,26 +1099,46 @@ async def read_request(reader: asyncio.StreamReader,
             headers[name.strip().lower()] = value.strip()
     if headers.get("expect", "").lower() == "100-continue":
         writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-    body = b""
+    try:
+        body = await asyncio.wait_for(read_body(reader, headers, limits.max_body_bytes),
+                                      limits.body_timeout_s)
+    except TimeoutError:
+        raise HttpError("request body not received in time", 408) from None
+    except asyncio.IncompleteReadError:
+        raise HttpError("truncated request body") from None
+    path = unquote(urlsplit(target).path)
+    return Request(method.upper(), path, headers, body, version.strip().upper())
+
+
+async def read_body(reader: asyncio.StreamReader, headers: dict[str, str],
+                    max_bytes: int) -> bytes:
+    too_large = HttpError(f"request body larger than {max_bytes} bytes", 413)
     if "chunked" in headers.get("transfer-encoding", "").lower():
-        parts = []
+        parts: list[bytes] = []
+        total = 0
         while True:
             size_line = await reader.readuntil(b"\r\n")
-            size = int(size_line.split(b";")[0].strip() or b"0", 16)
+            size_text = size_line.split(b";")[0].strip() or b"0"
+            if not all(c in b"0123456789abcdefABCDEF" for c in size_text) or len(size_text) > 16:
+                raise HttpError("bad chunk size")
+            size = int(size_text, 16)
             if size == 0:
                 while (await reader.readuntil(b"\r\n")) != b"\r\n":
                     pass  # trailers
-                break
+                return b"".join(parts)
+            total += size
+            if total > max_bytes:
+                raise too_large
             parts.append(await reader.readexactly(size))
             await reader.readexactly(2)
-        body = b"".join(parts)
-    elif headers.get("content-length"):
-        length = int(headers["content-length"])
-        if not 0 <= length <= MAX_BODY_BYTES:
+    if headers.get("content-length"):
+        text = headers["content-length"]
+        if not (text.isascii() and text.isdigit()):
             raise HttpError("bad content length")
-        body = await reader.readexactly(length)
-    path = unquote(urlsplit(target).path)
-    return Request(method.upper(), path, headers, body, version.strip().upper())
+        if int(text) > max_bytes:
+            raise too_large
+        return await reader.readexactly(int(text))
+    return b""
 
 
 def encode_response(response: Response, keep_alive: bool) -> bytes:
@@ -1118,8 +1164,10 @@ Handler = Callable[..., Awaitable[Response]]
 class ToxiproxyApi:
     """Toxiproxy's API handlers over one collection of proxies, all on one event loop."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop, seed: int | None = None) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, seed: int | None = None,
+                 limits: HttpLimits = HttpLimits()) -> None:
         self.loop = loop
+        self.limits = limits
         self.rng = random.Random(seed)
         self.proxies: dict[str, Proxy] = {}
         # Handlers await (binding a listener), so one lock keeps each API call atomic, as
@@ -1340,19 +1388,25 @@ class ToxiproxyApi:
         try:
             while True:
                 try:
-                    request = await read_request(reader, writer)
+                    request = await read_request(reader, writer, self.limits)
                 except (HttpError, ValueError, asyncio.LimitOverrunError,
-                        asyncio.IncompleteReadError):
-                    writer.write(encode_response(
-                        Response(400, b"400 Bad Request", "text/plain; charset=utf-8"), False))
+                        asyncio.IncompleteReadError) as error:
+                    status = error.status if isinstance(error, HttpError) else 400
+                    phrase = http.HTTPStatus(status).phrase
+                    writer.write(encode_response(Response(
+                        status, f"{status} {phrase}: {error}\n".encode(),
+                        "text/plain; charset=utf-8"), False))
+                    with contextlib.suppress(ConnectionError, TimeoutError):
+                        await asyncio.wait_for(writer.drain(), self.limits.header_timeout_s)
                     break
                 if request is None:
                     break
                 writer.write(encode_response(await self.handle(request), request.keep_alive))
-                await writer.drain()
+                # A client that does not read its replies must not hold the connection forever.
+                await asyncio.wait_for(writer.drain(), self.limits.body_timeout_s)
                 if not request.keep_alive:
                     break
-        except (ConnectionError, asyncio.CancelledError):
+        except (ConnectionError, TimeoutError, asyncio.CancelledError):
             pass
         finally:
             writer.close()
@@ -1368,11 +1422,12 @@ class ToxiproxyApi:
 
 
 async def run_server(host: str, port: int, stop: asyncio.Event,
-                     on_ready: Callable[[int], None], seed: int | None = None) -> None:
+                     on_ready: Callable[[int], None], seed: int | None = None,
+                     limits: HttpLimits = HttpLimits()) -> None:
     """Serve the API on ``host:port`` (0 = a free port) until ``stop`` is set, then close every
     listener and connection."""
     loop = asyncio.get_running_loop()
-    api = ToxiproxyApi(loop, seed)
+    api = ToxiproxyApi(loop, seed, limits)
     server = await asyncio.start_server(api.serve_http, host, port, limit=MAX_HEADER_BYTES,
                                         reuse_address=True)
     try:
@@ -1416,10 +1471,11 @@ class ToxiproxyServer:
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, *,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, limits: HttpLimits = HttpLimits()) -> None:
         self.host = host
         self.port = port
         self.seed = seed
+        self.limits = limits
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -1439,7 +1495,8 @@ class ToxiproxyServer:
         async def main_task() -> None:
             self._loop = asyncio.get_running_loop()
             self._stop = asyncio.Event()
-            await run_server(self.host, self.port, self._stop, on_ready, self.seed)
+            await run_server(self.host, self.port, self._stop, on_ready, self.seed,
+                             self.limits)
 
         def run() -> None:
             try:
