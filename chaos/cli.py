@@ -56,7 +56,10 @@ def describe_plan(scenario: Scenario) -> str:
            "lognormal": f"median {handler.median_ms} ms, sigma {handler.sigma}"}[
                handler.distribution],
         f"  load      {scenario.load.rate:g} jobs/s"
-        + (f", at most {scenario.load.max_jobs} jobs" if scenario.load.max_jobs else ""),
+        + (f", at most {scenario.load.max_jobs} jobs" if scenario.load.max_jobs else "")
+        + (f" by Locust: {scenario.load.producers} producer(s) + {scenario.load.consumers} "
+           f"consumer(s), batch {scenario.load.batch}, {scenario.load.processes} process(es)"
+           if scenario.load.engine == "locust" else " by the built-in producer"),
         f"  phases    warmup {phases.warmup_ms} ms -> chaos {phases.chaos_ms} ms -> heal "
         f"{phases.heal_ms} ms -> drain <= {scenario.drain_timeout_ms} ms",
         f"  bound     recovery <= {scenario.recovery_bound_ms} ms + tolerance "

@@ -29,7 +29,7 @@ from chaos.cleanup import (
     record_process,
 )
 from chaos.history import HistoryExporter, read_history
-from chaos.load import Producer
+from chaos.load import LoadSource, LocustLoad, Producer
 from chaos.nemesis import Nemesis
 from chaos.protocol import QueueClient, QueueKeys
 from chaos.report import build_report, summary_text, write_json_atomic, write_text_atomic
@@ -118,7 +118,7 @@ class Run:
         self.keys = QueueKeys(scenario.valkey.prefix, scenario.valkey.queue)
         self.queue: QueueClient | None = None
         self.exporter: HistoryExporter | None = None
-        self.producer: Producer | None = None
+        self.producer: LoadSource | None = None
         self.nemesis: Nemesis | None = None
         self.drained = False
         self.drain_ms: int | None = None
@@ -156,7 +156,15 @@ class Run:
         self.runtime.start_workers()
         self._wait_for_clients([child.name for child in reapers] + topo.worker_names)
         self.nemesis = Nemesis(scenario, self.runtime, self.queue)
-        self.producer = Producer(QueueClient(self.runtime.client(), self.keys), scenario.load)
+        if scenario.load.engine == "locust":
+            self.producer = LocustLoad(self.runtime, scenario.load, self.keys, topo.lease_ms,
+                                       scenario.protocol, self.run_dir, ready=self.queue)
+            self.progress.say(f"locust: {scenario.load.producers} producer(s) + "
+                              f"{scenario.load.consumers} consumer(s) at {scenario.load.rate:g} "
+                              f"jobs/s, {scenario.load.processes} process(es)")
+        else:
+            self.producer = Producer(QueueClient(self.runtime.client(), self.keys),
+                                     scenario.load)
 
     def _wait_for_clients(self, names: list[str], timeout: float = 30.0) -> None:
         assert self.queue is not None
@@ -188,8 +196,10 @@ class Run:
         self.backlog.append({"t_ms": elapsed_ms, "phase": self.progress.phase,
                              "pending": pending, "active": active})
         faults = len(self.nemesis.applied) if self.nemesis else 0
+        enqueued = self.producer.enqueued
         self.progress.status(
-            f"enqueued {self.producer.enqueued}  pending {pending}  active {active}  "
+            f"{'' if enqueued is None else f'enqueued {enqueued}  '}"
+            f"pending {pending}  active {active}  "
             f"faults {faults}  events {self.exporter.exported if self.exporter else 0}",
             force=force,
         )
@@ -201,6 +211,11 @@ class Run:
             if child.name == "valkey":
                 if not child.alive:
                     raise InfraError("valkey-server exited during the run (see logs/valkey.log)")
+                continue
+            if isinstance(self.producer, LocustLoad) and child is self.producer.child:
+                if not child.alive and not self.producer.stopping:
+                    raise InfraError(f"locust exited during the run (code "
+                                     f"{child.process.returncode}; see logs/{child.name}.log)")
                 continue
             if not child.alive and not child.killed:
                 child.killed = True
@@ -237,8 +252,9 @@ class Run:
         self._hold(phases.chaos_ms, nemesis_clock_start=time.monotonic())
         self._status(force=True)
         self._phase("heal")
-        self.producer.stop()
+        self.producer.request_stop()
         self.nemesis.heal_all()
+        self.producer.stop()  # Locust: waits for it to write its reports
         self._hold(phases.heal_ms)
         self._status(force=True)
         self._phase("drain")
@@ -318,6 +334,18 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
         forget_process(run_dir, RUNNER)
 
 
+def _load_summary(run: Run) -> dict[str, Any] | None:
+    """``report["load"]``: the load source's figures (None when no load ran, or its figures
+    cannot be read: the report says so under "error" rather than lose the verdict)."""
+    if run.producer is None:
+        return None
+    try:
+        return run.producer.summary()
+    except (OSError, ValueError, KeyError) as failure:
+        print(f"   (load figures unreadable: {failure})", file=sys.stderr)
+        return None
+
+
 def _try(action: Any) -> None:
     try:
         action()
@@ -342,6 +370,8 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
         verdict_word = "pass" if verdict is not None and verdict.passed else "fail"
     exit_code = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "aborted": EXIT_ABORTED}.get(
         verdict_word, EXIT_INFRA)
+    load = _load_summary(run)
+    enqueue = load.get("operations", {}).get("enqueue", {}) if load else {}
     extra: dict[str, Any] = {
         "run": {
             "wall_ms": wall_ms,
@@ -353,14 +383,18 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
                           if run.runtime.toxiproxy else None),
             "load": {
                 "target_rate": scenario.load.rate,
-                "enqueued_acknowledged": run.producer.enqueued if run.producer else 0,
-                "enqueue_errors": run.producer.errors if run.producer else 0,
+                "engine": scenario.load.engine,
+                "enqueued_acknowledged": (enqueue.get("requests", 0)
+                                          - enqueue.get("failures", 0)),
+                "enqueue_errors": enqueue.get("failures", 0),
             },
             "faults": [vars(applied) for applied in (run.nemesis.applied if run.nemesis else [])],
             "faults_skipped": run.nemesis.skipped if run.nemesis else [],
             "backlog": run.backlog,
         },
     }
+    if load is not None:
+        extra["load"] = load
     if error:
         extra["error"] = error
     report = build_report(scenario.name, verdict_word, verdict, **extra)

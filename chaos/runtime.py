@@ -211,7 +211,7 @@ class LocalRuntime:
             else:
                 port = free_port()
                 kind, argv = server_command(settings, port)
-                child = self._spawn("toxiproxy", argv)
+                child = self.spawn("toxiproxy", argv)
                 api_url = f"http://127.0.0.1:{port}"
                 version = wait_for_api(api_url, alive=lambda: child.alive)
                 self.toxiproxy = ToxiproxyServerInfo(kind, api_url, version, argv)
@@ -234,7 +234,9 @@ class LocalRuntime:
         return path / f"{name}.offset_ms"
 
     # --- workers and reaper -------------------------------------------------------------
-    def _spawn(self, name: str, argv: list[str]) -> Child:
+    def spawn(self, name: str, argv: list[str]) -> Child:
+        """Start a child logging to ``logs/<name>.log``, torn down with its process group by
+        ``close()`` whatever happens."""
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in close()
         process = subprocess.Popen(
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -250,7 +252,7 @@ class LocalRuntime:
         """The scenario's reapers; none for the ``no-reaper`` variant (nothing recovers)."""
         topo = self.scenario.topology
         settings = self.scenario.valkey
-        return [self._spawn(name, [
+        return [self.spawn(name, [
             sys.executable, "-m", "chaos.reaper", "--url", self._valkey_url_for(name),
             "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
             "--interval-ms", str(topo.reap_interval_ms), "--limit", str(topo.reap_limit),
@@ -263,7 +265,7 @@ class LocalRuntime:
         settings = self.scenario.valkey
         started = []
         for index, name in enumerate(topo.worker_names):
-            started.append(self._spawn(name, [
+            started.append(self.spawn(name, [
                 sys.executable, "-m", "chaos.worker", "--url", self._valkey_url_for(name),
                 "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
                 "--lease-ms", str(topo.lease_ms),
@@ -346,7 +348,7 @@ class LocalRuntime:
             if child.paused:
                 _signal(child.process, signal.SIGCONT)
             if child.alive:
-                _kill_group(child.process)
+                kill_group(child.process)
         for child in self.children.values():
             with contextlib.suppress(subprocess.TimeoutExpired):
                 child.process.wait(timeout=10)
@@ -360,7 +362,7 @@ class LocalRuntime:
         """SIGKILL every child and its process group at once, without waiting (a forced exit:
         the second Ctrl-C). Toxics need no removal: their server dies with the rest."""
         for child in self.children.values():
-            _kill_group(child.process)
+            kill_group(child.process)
 
 
 # Runtimes not yet closed, for kill_all_now() from a signal handler.
@@ -378,7 +380,7 @@ def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
         process.send_signal(signum)
 
 
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
+def kill_group(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL a child and whatever it started (it leads its own session and group). Only
     while it is not reaped: until then its pid, and so its group id, cannot be anyone else's."""
     if process.returncode is None:

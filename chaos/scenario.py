@@ -82,12 +82,53 @@ class Topology(Strict):
         return self
 
 
-class Load(Strict):
-    """The built-in producer: enqueue at ``rate`` jobs/s from warmup until the heal phase."""
+class LoadMix(Strict):
+    """Shares of the Locust users: producers enqueue, consumers claim/extend/complete beside
+    the scenario's workers (faults never target them)."""
 
+    producer: Annotated[float, Field(ge=0)] = 1.0
+    consumer: Annotated[float, Field(ge=0)] = 0.0
+
+
+class Load(Strict):
+    """The load from warmup until the heal phase: ``rate`` jobs/s enqueued in total, by the
+    built-in producer (a thread in the runner) or by Locust (a subprocess, loadtests/queue.py)."""
+
+    engine: Literal["builtin", "locust"] = "builtin"
     rate: Annotated[float, Field(gt=0, le=1_000_000)] = 50.0
-    max_jobs: Annotated[int, Field(ge=0)] | None = None  # stop enqueuing after this many
+    max_jobs: Annotated[int, Field(ge=0)] | None = None  # builtin: stop after this many
     payload_bytes: Annotated[int, Field(ge=0, le=1_000_000)] = 16
+    # Locust only:
+    users: Annotated[int, Field(ge=1, le=10_000)] = 2
+    spawn_rate: Annotated[float, Field(gt=0, le=100_000)] = 100.0  # users started per second
+    mix: LoadMix = LoadMix()
+    batch: Annotated[int, Field(ge=1, le=10_000)] = 1  # jobs per pipelined enqueue round trip
+    processes: Annotated[int, Field(ge=1, le=256)] = 1  # >1: Locust --processes (cores)
+    work_min_ms: NonNegativeMs = 10  # consumer users' simulated work per job
+    work_max_ms: NonNegativeMs = 50
+
+    @property
+    def producers(self) -> int:
+        """Producer users out of ``users`` by the mix (at least one; the rest consume)."""
+        total = self.mix.producer + self.mix.consumer
+        return min(self.users, max(1, round(self.users * self.mix.producer / total)))
+
+    @property
+    def consumers(self) -> int:
+        return self.users - self.producers
+
+    @model_validator(mode="after")
+    def _engine_fields(self) -> Load:
+        if self.engine == "locust" and self.max_jobs is not None:
+            raise ValueError("max_jobs is a builtin-engine setting; Locust runs until the heal "
+                             "phase (drop max_jobs or set engine = 'builtin')")
+        if self.mix.producer <= 0:
+            raise ValueError(f"mix.producer = {self.mix.producer}: the load needs producers "
+                             "(a share > 0)")
+        if self.work_max_ms < self.work_min_ms:
+            raise ValueError(f"work_max_ms ({self.work_max_ms}) must be >= work_min_ms "
+                             f"({self.work_min_ms})")
+        return self
 
 
 class RandomTarget(Strict):

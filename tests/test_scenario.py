@@ -93,6 +93,12 @@ def test_heartbeat_zero_turns_the_heartbeat_off(tmp_path: Path):
          'target = "worker-1"\n', ["proxies = 'never', but network faults are planned"]),
         (MINIMAL + '[toxiproxy]\nurl = "127.0.0.1:8474"\n',
          ["toxiproxy", "url = '127.0.0.1:8474': expected http://HOST:PORT"]),
+        (MINIMAL + '[load]\nengine = "locust"\nmax_jobs = 10\n',
+         ["load", "max_jobs is a builtin-engine setting"]),
+        (MINIMAL + '[load]\nengine = "gatling"\n', ["load.engine = 'gatling'"]),
+        (MINIMAL + '[load]\nmix = { producer = 0, consumer = 1 }\n',
+         ["load", "mix.producer = 0.0: the load needs producers"]),
+        (MINIMAL + '[load]\nprocesses = 0\n', ["load.processes = 0"]),
     ],
 )
 def test_bad_values_are_named(tmp_path: Path, text: str, expected: list[str]):
@@ -167,3 +173,14 @@ def test_cli_dry_run_prints_the_plan_and_starts_nothing(tmp_path: Path):
     assert "scenario kill-worker (seed 5)" in result.stdout
     assert "kill holding_oldest_lease" in result.stdout
     assert not (tmp_path / "never").exists()
+
+
+@pytest.mark.parametrize(("users", "producer", "consumer", "split"),
+                         [(5, 3, 2, (3, 2)), (2, 1, 1, (1, 1)), (1, 1, 1, (1, 0)),
+                          (4, 1, 0, (4, 0)), (10, 1, 100, (1, 9))])
+def test_locust_users_split_by_the_mix_with_at_least_one_producer(
+        tmp_path: Path, users: int, producer: int, consumer: int, split: tuple[int, int]):
+    scenario = load_scenario(write(tmp_path, MINIMAL + f'[load]\nengine = "locust"\n'
+                                   f"users = {users}\nmix = {{ producer = {producer}, "
+                                   f"consumer = {consumer} }}\n"))
+    assert (scenario.load.producers, scenario.load.consumers) == split

@@ -51,11 +51,27 @@ def test_steady_state_completes_everything_once_and_reaps_nothing(tmp_path: Path
     assert jobs["lost"] == 0 and jobs["double_completed"] == 0
     assert report["redeliveries"] == {"needed": 0, "needless": 0}
     assert report["invariants"]["recovery_bound"]["stranded"] == 0
+    load = report["load"]  # the built-in producer reports in the same shape as Locust
+    assert load["engine"] == "builtin" and load["files"] == []
+    assert load["operations"]["enqueue"]["requests"] == jobs["enqueued"]
+    assert load["operations"]["enqueue"]["failures"] == 0
 
 
 def test_kill_worker_recovers_within_the_bound(tmp_path: Path):
     report = run_scenario("kill-worker", tmp_path / "run")
     assert_bound_held(report)
+    # Locust drove the load: its figures are in the report, its raw files in the run directory,
+    # and it counted the jobs the history holds (but for a call in flight when it was stopped:
+    # at most one per producer user).
+    load = report["load"]
+    assert load["engine"] == "locust" and load["users"] == 2
+    enqueue = load["operations"]["enqueue"]
+    enqueued = report["jobs"]["enqueued"]
+    assert enqueued - 2 <= enqueue["requests"] <= enqueued and enqueue["failures"] == 0
+    assert enqueue["rps"] > 0 and enqueue["p50_ms"] <= enqueue["p95_ms"] <= enqueue["p99_ms"]
+    for name in ("locust_stats.csv", "locust.html", "locust.json"):
+        assert name in load["files"] and (tmp_path / "run" / name).stat().st_size > 0
+    assert _processes_mentioning(str(tmp_path / "run")) == []  # Locust is gone too
     assert report["faults"] == 2
     assert report["jobs"]["lost"] == 0 and report["jobs"]["double_completed"] == 0
     assert report["redeliveries"]["needed"] >= 1
@@ -133,6 +149,27 @@ def test_partition_worker_recovers_a_cut_off_workers_leases_and_rejects_its_stal
     # The heal closed the stalled connections; the worker reconnected and retried its completes,
     # every one of them after the heal, every one rejected.
     assert stale and all(e.worker == "worker-2" and e.ts >= heal.ts for e in stale)
+
+
+def test_locust_with_consumers_on_two_processes(tmp_path: Path):
+    """Locust --processes 2 with consumer users beside the workers: every operation is
+    reported, the checker still passes, and no Locust process outlives the run."""
+    out = tmp_path / "run"
+    report = run_scenario("steady-state", out, "--set", 'load.engine="locust"',
+                          "--set", "load.users=4", "--set", "load.mix.consumer=1",
+                          "--set", "load.processes=2", "--set", "phases.chaos_ms=2000")
+    operations = report["load"]["operations"]
+    assert set(operations) == {"enqueue", "claim", "complete"}  # short work: no extend due
+    assert all(figures["failures"] == 0 for figures in operations.values())
+    enqueued = report["jobs"]["enqueued"]  # a call in flight at the stop may go uncounted
+    assert enqueued - 2 <= operations["enqueue"]["requests"] <= enqueued
+    events = read_history(out / "history.jsonl")
+    by_locust = [e for e in events if e.type == "complete" and e.worker
+                 and e.worker.startswith("locust-")]
+    assert len(by_locust) - 2 <= operations["complete"]["requests"] <= len(by_locust)
+    assert operations["complete"]["requests"] > 0
+    assert report["jobs"]["lost"] == 0 and report["jobs"]["double_completed"] == 0
+    assert _processes_mentioning(str(out)) == []
 
 
 def test_run_refuses_to_overwrite_a_run_directory(tmp_path: Path):

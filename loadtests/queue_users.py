@@ -1,0 +1,239 @@
+"""Locust users for a lease queue on Valkey, and the client that reports every script call.
+
+Each script call (EVALSHA through ``chaos.protocol.QueueClient``, the same scripts the workers
+use) fires Locust's ``events.request`` with request_type ``EVALSHA`` and name ``enqueue``,
+``claim``, ``extend`` or ``complete`` (``claim_empty``: a claim that found the queue empty), so
+Locust's statistics, CSV, HTML report and ``--exit-code-on-error`` work unchanged. A batched
+enqueue (``--batch N``: N script calls in one pipelined round trip) is counted per job, each with
+the round trip's time: Locust's figures count jobs, never calls.
+
+Runs inside Locust (gevent); nothing in ``chaos`` imports this module.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from locust import User, events, task
+from locust.env import Environment
+
+from chaos.procutil import die_with_parent
+from chaos.protocol import PROTOCOLS, QueueClient, QueueKeys, connect
+
+T = TypeVar("T")
+
+REQUEST_TYPE = "EVALSHA"
+
+
+class DuplicateJob(Exception):
+    """The server refused an enqueue because the id exists: ids must be unique per run."""
+
+
+class StaleLease(Exception):
+    """An extend or complete was refused: the lease was no longer this consumer's."""
+
+
+@events.init_command_line_parser.add_listener
+def _queue_options(parser: Any) -> None:
+    group = parser.add_argument_group("echomq queue (loadtests/queue.py)")
+    group.add_argument("--queue-prefix", default="emq:", help="key prefix (default emq:)")
+    group.add_argument("--queue-name", default="jobs", help="queue name (default jobs)")
+    group.add_argument("--protocol", default="sound", choices=PROTOCOLS,
+                       help="protocol variant the consumers speak (default sound)")
+    group.add_argument("--producer-rate", type=float, default=100.0,
+                       help="jobs/s each producer user enqueues; 0 = as fast as it can "
+                            "(default 100)")
+    group.add_argument("--batch", type=int, default=1,
+                       help="jobs per pipelined enqueue round trip (default 1)")
+    group.add_argument("--payload-bytes", type=int, default=16, help="job payload size")
+    group.add_argument("--producers", type=int, default=0,
+                       help="exactly this many users are producers (0: by weight, 1:1)")
+    group.add_argument("--consumers", type=int, default=0,
+                       help="exactly this many users are consumers (0: by weight, 1:1)")
+    group.add_argument("--lease-ms", type=int, default=30_000, help="consumer lease (ms)")
+    group.add_argument("--work-min-ms", type=float, default=10.0,
+                       help="consumer's simulated work per job, uniform min (ms)")
+    group.add_argument("--work-max-ms", type=float, default=50.0,
+                       help="consumer's simulated work per job, uniform max (ms)")
+    group.add_argument("--poll-ms", type=float, default=20.0,
+                       help="consumer's wait after finding the queue empty (ms)")
+
+
+@events.init.add_listener
+def _check_options(environment: Environment, **_: Any) -> None:
+    options = environment.parsed_options
+    if options is None:
+        return
+    problems = [f"--{name.replace('_', '-')} {getattr(options, name)}: must be {rule}"
+                for name, rule, ok in (
+                    ("producer_rate", ">= 0", options.producer_rate >= 0),
+                    ("batch", ">= 1", options.batch >= 1),
+                    ("payload_bytes", ">= 0", options.payload_bytes >= 0),
+                    ("producers", ">= 0", options.producers >= 0),
+                    ("consumers", ">= 0", options.consumers >= 0),
+                    ("lease_ms", ">= 3", options.lease_ms >= 3),
+                    ("work_min_ms", ">= 0", options.work_min_ms >= 0),
+                    ("work_max_ms", ">= --work-min-ms", options.work_max_ms >= options.work_min_ms),
+                    ("poll_ms", "> 0", options.poll_ms > 0),
+                ) if not ok]
+    if problems:
+        raise SystemExit("loadtests/queue.py: " + "; ".join(problems))
+    if options.processes and options.worker:
+        # A worker forked by --processes: die with the Locust process that forked it (the
+        # runner's teardown reaches that one; the kernel then takes care of us).
+        die_with_parent()
+    # Exact counts, when given, decide the mix (Locust spawns fixed_count users first).
+    ProducerUser.fixed_count = options.producers
+    ConsumerUser.fixed_count = options.consumers
+
+
+class ValkeyQueueLocustClient:
+    """``QueueClient`` calls, each reported to Locust as one request per job it carries."""
+
+    def __init__(self, environment: Environment, url: str, keys: QueueKeys,
+                 protocol: str = "sound") -> None:
+        self.environment = environment
+        # The password: in the URL or in ECHOMQ_VALKEY_PASSWORD (chaos.protocol.connect).
+        self.queue = QueueClient(connect(url), keys, protocol=protocol)
+
+    def close(self) -> None:
+        self.queue.client.close()
+
+    def _report(self, name: str, started: float, length: int, exception: Exception | None,
+                count: int = 1) -> None:
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        for _ in range(count):
+            self.environment.events.request.fire(
+                request_type=REQUEST_TYPE, name=name, response_time=elapsed_ms,
+                response_length=length, exception=exception, context={},
+            )
+
+    def _timed(self, name: str, call: Callable[[], T], length: Callable[[T], int],
+               refused: Callable[[T], Exception | None] = lambda _: None) -> T | None:
+        started = time.perf_counter()
+        try:
+            result = call()
+        except Exception as error:  # every failure is Locust's to count, none stops the user
+            self._report(name, started, 0, error)
+            return None
+        self._report(name, started, length(result), refused(result))
+        return result
+
+    def enqueue_batch(self, jobs: list[tuple[str, str]]) -> int:
+        """Enqueue jobs in one round trip; one Locust request per job. How many were accepted."""
+        started = time.perf_counter()
+        try:
+            accepted = self.queue.enqueue_batch(jobs)
+        except Exception as error:
+            self._report("enqueue", started, 0, error, count=len(jobs))
+            return 0
+        length = sum(len(job_id) + len(payload) for job_id, payload in jobs) // len(jobs)
+        self._report("enqueue", started, length, None, count=accepted)
+        if accepted < len(jobs):
+            self._report("enqueue", started, 0, DuplicateJob("job id exists"),
+                         count=len(jobs) - accepted)
+        return accepted
+
+    def claim(self, lease_ms: int, worker: str) -> Any:
+        started = time.perf_counter()
+        try:
+            claimed = self.queue.claim(lease_ms, worker)
+        except Exception as error:
+            self._report("claim", started, 0, error)
+            return None
+        if claimed is None:
+            self._report("claim_empty", started, 0, None)
+        else:
+            self._report("claim", started, len(claimed.job_id) + len(claimed.payload), None)
+        return claimed
+
+    def extend(self, job_id: str, attempt: int, lease_ms: int, worker: str) -> int | None:
+        return self._timed(
+            "extend", lambda: self.queue.extend(job_id, attempt, lease_ms, worker),
+            length=lambda _: 0,
+            refused=lambda deadline: None if deadline else StaleLease(f"extend {job_id}"))
+
+    def complete(self, job_id: str, attempt: int, worker: str) -> bool:
+        return bool(self._timed(
+            "complete", lambda: self.queue.complete(job_id, attempt, worker),
+            length=lambda _: 0,
+            refused=lambda ok: None if ok else StaleLease(f"complete {job_id}")))
+
+
+class QueueUser(User):
+    """A user with its own connection to the queue named by the host and the queue options."""
+
+    abstract = True
+    host = "valkey://127.0.0.1:6379/0"
+
+    def on_start(self) -> None:
+        options = self.environment.parsed_options
+        self.options = options
+        keys = QueueKeys(options.queue_prefix, options.queue_name)
+        self.client = ValkeyQueueLocustClient(self.environment, str(self.host), keys,
+                                              options.protocol)
+        # Unique per user across processes and machines: job ids and worker names use it.
+        self.token = f"{os.getpid():x}{secrets.token_hex(4)}"
+
+    def on_stop(self) -> None:
+        self.client.close()
+
+
+class ProducerUser(QueueUser):
+    """Enqueues at ``--producer-rate`` jobs/s (deadline-based pacing: a slow call is caught up
+    on, not silently lost), ``--batch`` jobs per round trip."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.sent = 0
+        self.started = time.monotonic()
+        self.payload = "x" * self.options.payload_bytes
+
+    def wait_time(self) -> float:
+        rate = self.options.producer_rate
+        if rate <= 0:
+            return 0.0
+        return max(0.0, self.started + self.sent / rate - time.monotonic())
+
+    @task
+    def enqueue(self) -> None:
+        batch = [(f"L{self.token}-{self.sent + i:08d}", self.payload)
+                 for i in range(self.options.batch)]
+        self.sent += len(batch)
+        self.client.enqueue_batch(batch)
+
+
+class ConsumerUser(QueueUser):
+    """Claims a job, works on it (``--work-min-ms``..``--work-max-ms``, extending the lease every
+    lease/3 while it works, like a worker's heartbeat), then completes it."""
+
+    def on_start(self) -> None:
+        super().on_start()
+        self.worker_name = f"locust-{self.token}"
+        self.rng = random.Random(self.token)
+
+    def wait_time(self) -> float:
+        return 0.0
+
+    @task
+    def work_one(self) -> None:
+        options = self.options
+        claimed = self.client.claim(options.lease_ms, self.worker_name)
+        if claimed is None:
+            time.sleep(options.poll_ms / 1000)  # gevent-patched: yields to other users
+            return
+        work_s = self.rng.uniform(options.work_min_ms, options.work_max_ms) / 1000
+        heartbeat_s = options.lease_ms / 3 / 1000
+        done_at = time.monotonic() + work_s
+        while (left := done_at - time.monotonic()) > heartbeat_s:
+            time.sleep(heartbeat_s)
+            if self.client.extend(claimed.job_id, claimed.attempt, options.lease_ms,
+                                  self.worker_name) is None:
+                return  # the lease is gone: someone else owns the job now
+        time.sleep(max(0.0, left))
+        self.client.complete(claimed.job_id, claimed.attempt, self.worker_name)

@@ -1,0 +1,144 @@
+"""Locust drives the load: real Locust (a subprocess, its own CLI) against a real valkey-server.
+
+The test process never imports locust (it monkey-patches with gevent on import); it reads what
+Locust writes (its JSON/CSV statistics) and what the queue's history holds.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import valkey
+
+from chaos.load import (
+    fold_locust_csv,
+    fold_locust_json,
+    locust_summary,
+    locustfile,
+    percentile_of_histogram,
+)
+from chaos.protocol import QueueKeys
+from chaos.runtime import ValkeyServer
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_locust(server: ValkeyServer, out: Path, queue: str, *args: str,
+               seconds: int = 3) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ECHOMQ_VALKEY_PASSWORD=server.password)
+    return subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(locustfile()), "--headless",
+         "--host", server.url, "-t", f"{seconds}s", "--stop-timeout", "3",
+         "--csv", str(out / "locust"), "--json-file", str(out / "locust"),
+         "--html", str(out / "locust.html"), "--only-summary",
+         "--queue-prefix", "lt:", "--queue-name", queue, *args],
+        env=env, capture_output=True, text=True, timeout=90, cwd=ROOT,
+    )
+
+
+def history_counts(server: ValkeyServer, queue: str) -> collections.Counter[str]:
+    client = valkey.Valkey.from_url(server.url, password=server.password, decode_responses=True)
+    try:
+        entries = client.xrange(QueueKeys("lt:", queue).events)
+    finally:
+        client.close()
+    return collections.Counter(fields["type"] for _, fields in entries)
+
+
+@pytest.mark.integration
+def test_producers_and_consumers_report_every_script_call_with_no_failures(
+        valkey_server: ValkeyServer, tmp_path: Path):
+    result = run_locust(valkey_server, tmp_path, "mixed", "-u", "4", "-r", "100",
+                        "--producers", "2", "--consumers", "2", "--producer-rate", "40",
+                        "--batch", "4", "--lease-ms", "150", "--work-min-ms", "60",
+                        "--work-max-ms", "120", "--poll-ms", "10")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = locust_summary(tmp_path, users=4)
+    operations = summary["operations"]
+    assert set(operations) == {"enqueue", "claim", "complete", "extend"}
+    for name, figures in operations.items():
+        assert figures["requests"] > 0 and figures["failures"] == 0, (name, figures)
+        assert figures["rps"] > 0
+        assert 0 <= figures["p50_ms"] <= figures["p95_ms"] <= figures["p99_ms"]
+    # Locust's counts are the queue's own: one request per job enqueued (batches count jobs,
+    # not round trips), per claim that got a job, per accepted complete and extend. Only a call
+    # in flight when the run time ran out (its user stopped before the reply) can be missing:
+    # at most one batch per producer, one call per consumer.
+    history = history_counts(valkey_server, "mixed")
+    assert history["enqueue"] % 4 == 0  # whole batches of 4
+    assert history["enqueue"] - 2 * 4 <= operations["enqueue"]["requests"] <= history["enqueue"]
+    for name in ("claim", "complete", "extend"):
+        assert history[name] - 2 <= operations[name]["requests"] <= history[name], name
+    # Paced: 2 producers x 40 jobs/s for about 3 s, never far beyond.
+    assert history["enqueue"] <= 2 * 40 * 4
+    for name in ("locust_stats.csv", "locust_failures.csv", "locust.html", "locust.json"):
+        assert name in summary["files"]
+
+
+@pytest.mark.integration
+def test_a_server_error_surfaces_as_a_locust_failure(valkey_server: ValkeyServer,
+                                                     tmp_path: Path):
+    """With maxmemory at 1 byte every write script is refused (OOM): Locust must count the
+    failures, name the error and exit non-zero (--exit-code-on-error)."""
+    client = valkey.Valkey.from_url(valkey_server.url, password=valkey_server.password)
+    client.config_set("maxmemory", "1")
+    try:
+        result = run_locust(valkey_server, tmp_path, "refused", "-u", "1", "--producers", "1",
+                            "--producer-rate", "50", seconds=2)
+    finally:
+        client.config_set("maxmemory", "0")
+        client.close()
+    assert result.returncode == 1, result.stderr[-3000:]
+    enqueue = locust_summary(tmp_path, users=1)["operations"]["enqueue"]
+    assert enqueue["requests"] > 0 and enqueue["failures"] == enqueue["requests"]
+    failures = (tmp_path / "locust_failures.csv").read_text()
+    assert "EVALSHA,enqueue," in failures and "OutOfMemoryError" in failures
+    assert history_counts(valkey_server, "refused")["enqueue"] == 0
+
+
+def test_bad_locust_options_are_named(valkey_server: ValkeyServer, tmp_path: Path):
+    result = run_locust(valkey_server, tmp_path, "bad", "-u", "1", "--batch", "0", seconds=1)
+    assert result.returncode != 0
+    assert "--batch 0: must be >= 1" in result.stderr
+
+
+def test_percentiles_follow_locusts_rule():
+    # 100 requests: 90 at 1 ms, 9 at 5 ms, 1 at 40 ms.
+    histogram = {1: 90, 5: 9, 40: 1}
+    assert percentile_of_histogram(histogram, 0.50) == 1
+    assert percentile_of_histogram(histogram, 0.95) == 5
+    assert percentile_of_histogram(histogram, 0.98) == 5
+    assert percentile_of_histogram(histogram, 0.99) == 40  # Locust: the 100th of 100 is p99
+    assert percentile_of_histogram(histogram, 1.0) == 40
+    assert percentile_of_histogram({}, 0.99) == 0
+
+
+def test_folding_keeps_the_four_operations_and_the_contract_shape(tmp_path: Path):
+    entries = [
+        {"name": "enqueue", "method": "EVALSHA", "start_time": 100.0,
+         "last_request_timestamp": 104.0, "num_requests": 400, "num_failures": 2,
+         "response_times": {"1": 380, "3": 20}},
+        {"name": "claim_empty", "method": "EVALSHA", "start_time": 100.0,
+         "last_request_timestamp": 101.0, "num_requests": 7, "num_failures": 0,
+         "response_times": {"0": 7}},
+    ]
+    folded = fold_locust_json(entries)
+    assert folded == {"enqueue": {"requests": 400, "failures": 2, "rps": 100.0, "p50_ms": 1.0,
+                                  "p95_ms": 3.0, "p99_ms": 3.0}}
+    (tmp_path / "locust.json").write_text(json.dumps(entries))
+    summary = locust_summary(tmp_path, users=3)
+    assert summary == {"engine": "locust", "users": 3, "operations": folded,
+                       "files": ["locust.json"]}
+    # The CSV fallback reads Locust's own columns.
+    (tmp_path / "stats.csv").write_text(
+        "Type,Name,Request Count,Failure Count,Requests/s,50%,95%,99%\n"
+        "EVALSHA,claim,10,1,2.5,1,4,9\n,Aggregated,10,1,2.5,1,4,9\n")
+    assert fold_locust_csv(tmp_path / "stats.csv") == {
+        "claim": {"requests": 10, "failures": 1, "rps": 2.5, "p50_ms": 1.0, "p95_ms": 4.0,
+                  "p99_ms": 9.0}}
