@@ -71,7 +71,7 @@ def test_kill_worker_recovers_within_the_bound(tmp_path: Path):
     assert enqueue["rps"] > 0 and enqueue["p50_ms"] <= enqueue["p95_ms"] <= enqueue["p99_ms"]
     for name in ("locust_stats.csv", "locust.html", "locust.json"):
         assert name in load["files"] and (tmp_path / "run" / name).stat().st_size > 0
-    assert _processes_mentioning(str(tmp_path / "run")) == []  # Locust is gone too
+    assert processes_mentioning(str(tmp_path / "run")) == []  # Locust is gone too
     assert report["faults"] == 2
     assert report["jobs"]["lost"] == 0 and report["jobs"]["double_completed"] == 0
     assert report["redeliveries"]["needed"] >= 1
@@ -169,7 +169,7 @@ def test_locust_with_consumers_on_two_processes(tmp_path: Path):
     assert len(by_locust) - 2 <= operations["complete"]["requests"] <= len(by_locust)
     assert operations["complete"]["requests"] > 0
     assert report["jobs"]["lost"] == 0 and report["jobs"]["double_completed"] == 0
-    assert _processes_mentioning(str(out)) == []
+    assert processes_mentioning(str(out)) == []
 
 
 def test_run_refuses_to_overwrite_a_run_directory(tmp_path: Path):
