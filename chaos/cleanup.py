@@ -18,7 +18,9 @@ import signal
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from chaos.report import write_json_atomic
+from chaos.checker import check
+from chaos.history import read_history
+from chaos.report import build_report, write_json_atomic
 
 PID_DIR = "pids"
 RUNNER = "runner"  # the runner's own record: while it lives, its run is left alone
@@ -143,6 +145,8 @@ def clean_processes(root: Path) -> list[str]:
         if runner is not None and is_alive(runner):
             done.append(f"{run_dir}: still running (runner pid {runner.pid}); left alone")
             continue
+        if runner is not None and not (run_dir / "report.json").exists():
+            done.append(write_missing_report(run_dir))
         for path in sorted(pid_dir.glob("*.json")):
             record = read_record(path)
             if record is None:
@@ -159,3 +163,21 @@ def clean_processes(root: Path) -> list[str]:
         with contextlib.suppress(OSError):
             pid_dir.rmdir()
     return done
+
+
+def write_missing_report(run_dir: Path) -> str:
+    """A runner that was SIGKILLed wrote no report.json: write one from the history it left
+    (verdict ``aborted``, the end-of-run judgements skipped), as `check` would judge it."""
+    try:
+        name = str(json.loads((run_dir / "scenario.json").read_text())["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        name = run_dir.name
+    error = "the runner was killed before it wrote a report; written by `echomq-chaos clean`"
+    verdict = None
+    try:
+        verdict = check(read_history(run_dir / "history.jsonl"), final=False)
+    except (OSError, ValueError) as failure:
+        error += f" (history not checkable: {failure})"
+    write_json_atomic(run_dir / "report.json", build_report(name, "aborted", verdict,
+                                                            error=error))
+    return f"{run_dir}: wrote report.json (aborted) from the history the runner left"

@@ -87,11 +87,15 @@ def test_sigkilled_runner_takes_its_children_along_and_clean_is_idempotent(tmp_p
     print(f"children gone {gone_after:.3f}s after SIGKILL of the runner")
     # What a SIGKILLed runner leaves: its pid files (nothing alive), and a checkable history.
     assert cli("check", str(out)).returncode == 130
+    assert not (out / "report.json").exists()  # nothing of the runner ran after SIGKILL
     first = cli("clean", "--runs", str(tmp_path))
     assert first.returncode == 0
     assert ": killed " not in first.stdout  # PDEATHSIG already did it: 0 orphans
     assert first.stdout.count("removed pid file") == 6  # 5 children + the runner
     assert not (out / PID_DIR).exists()
+    written = report(out)  # clean wrote the report the runner could not
+    assert written["verdict"] == "aborted" and written["scenario"] == "pause-worker"
+    assert written["jobs"]["enqueued"] > 0 and "killed" in written["error"]
     again = cli("clean", "--runs", str(tmp_path))
     assert again.returncode == 0 and "nothing left behind" in again.stdout
 
