@@ -330,6 +330,13 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
     wall_ms = int((time.monotonic() - started) * 1000)
     try:
         return finish(scenario, run_dir, verdict_word, error, run, wall_ms, stream)
+    except KeyboardInterrupt:  # Ctrl-C while checking: still leave a report (`check` redoes it)
+        if not (run_dir / "report.json").exists():
+            write_json_atomic(run_dir / "report.json", build_report(
+                scenario.name, "aborted", None,
+                error="interrupted while checking the history; re-check with "
+                      "`echomq-chaos check`"))
+        raise
     finally:
         forget_process(run_dir, RUNNER)
 

@@ -107,3 +107,22 @@ def test_a_run_is_locked_down(tmp_path: Path):
         if runner.poll() is None:
             runner.kill()
             runner.wait()
+
+
+def test_user_given_programs_are_argv0_never_a_shell_line(tmp_path: Path):
+    """A path a user sets (valkey.server, toxiproxy.server) is looked up as one program; shell
+    syntax in it is never run."""
+    from chaos.network import NetworkError, server_command
+    from chaos.runtime import InfraError, valkey_server_binary
+    from chaos.scenario import ToxiproxySettings
+
+    marker = tmp_path / "ran"
+    hostile = f"valkey-server; touch {marker}"
+    with pytest.raises(InfraError, match="not an executable file"):
+        valkey_server_binary(hostile)
+    with pytest.raises(NetworkError, match="not an executable file"):
+        server_command(ToxiproxySettings(server=f"toxiproxy-server && touch {marker}"), 1)
+    kind, argv = server_command(ToxiproxySettings(server="builtin"), 8474)
+    assert kind == "builtin" and argv[1:] == ["-m", "chaos.toxiproxy", "--host", "127.0.0.1",
+                                              "--port", "8474"]
+    assert not marker.exists()

@@ -224,8 +224,12 @@ def test_interrupt_tears_everything_down_and_keeps_the_evidence(tmp_path: Path, 
             with pytest.raises(OSError):
                 socket.create_connection(("127.0.0.1", int(link.rsplit(":", 1)[-1].split("/")[0])),
                                          timeout=2).close()
-    # The partial history is still checkable offline.
-    assert len(read_history(out / "history.jsonl")) > 10
+    # The partial history is still checkable offline, and shows every fault healed on the way
+    # out (the frozen worker resumed, the partition's toxics removed).
+    events = read_history(out / "history.jsonl")
+    assert len(events) > 10
+    faults = {e.extra["fault_id"] for e in events if e.type == "fault"}
+    assert faults and faults == {e.extra["fault_id"] for e in events if e.type == "heal"}
     assert run_cli("check", str(out)).returncode == 130
 
 
