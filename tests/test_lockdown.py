@@ -65,11 +65,13 @@ def test_a_run_is_locked_down(tmp_path: Path):
     """Every listener on 127.0.0.1, the password in no command line, refused without it."""
     out = tmp_path / "run"
     runner = start_run("steady-state", out, "--set", 'toxiproxy.proxies="always"',
+                       "--set", 'load.engine="locust"',
                        "--set", "phases.warmup_ms=500", "--set", "phases.chaos_ms=1500")
     try:
         wait_for_line(runner, "phase chaos")
         records = pid_records(out)
         assert {r.name for r in records} >= {"valkey", "toxiproxy", "reaper", "worker-1"}
+        assert any("locust" in r.cmdline for r in records)  # the load generator too
         conf = (out / "valkey" / "valkey.conf").read_text()
         assert oct((out / "valkey" / "valkey.conf").stat().st_mode & 0o777) == "0o600"
         password = next(line.split()[1] for line in conf.splitlines()
