@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from chaos.checker import LatencySummary
 from chaos.history import read_history
-from chaos.report import write_json_atomic
+from chaos.report import write_json_atomic, write_text_atomic
 from chaos.runner import (
     EXIT_ABORTED,
     EXIT_FAIL,
@@ -249,7 +249,7 @@ def run_sweep(plans: list[CellPlan], out: Path, repeat: int, target_ms: int,
 
 def write_outputs(result: SweepResult, out: Path) -> None:
     write_json_atomic(out / "sweep.json", result.as_dict())
-    (out / "sweep.html").write_text(render_html(result), encoding="utf-8")
+    write_text_atomic(out / "sweep.html", render_html(result))
 
 
 # --- the terminal table -------------------------------------------------------------------

@@ -160,3 +160,36 @@ def wait_until_gone_pids(pids: list[int], timeout: float = 5) -> bool:
             return True
         time.sleep(0.01)
     return False
+
+
+# --- crash-safe evidence --------------------------------------------------------------------
+
+
+def test_a_report_is_replaced_whole_or_not_at_all(tmp_path: Path):
+    from chaos.report import write_json_atomic
+
+    path = tmp_path / "report.json"
+    write_json_atomic(path, {"verdict": "pass"})
+    try:
+        write_json_atomic(path, {"verdict": "fail", "broken": object()})  # fails mid-write
+    except TypeError:
+        pass
+    else:
+        raise AssertionError("an unserializable report was written")
+    assert path.read_text() == '{\n  "verdict": "pass"\n}\n'
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]  # no temp file left
+
+
+def test_a_history_torn_by_a_crash_loses_only_its_last_line(tmp_path: Path):
+    run = '{"seq":"1-0","type":"run","ts":1,"lease_ms":1000,"reap_interval_ms":250}\n'
+    enqueue = '{"seq":"2-0","type":"enqueue","ts":2,"id":"j1"}\n'
+    path = tmp_path / "history.jsonl"
+    path.write_text(run + enqueue + '{"seq":"3-0","type":"cla')  # the writer died mid-line
+    assert [e.type for e in read_history(path)] == ["run", "enqueue"]
+    path.write_text(run + '{"seq":"3-0","type":"cla\n' + enqueue)  # not at the end: corrupt
+    try:
+        read_history(path)
+    except ValueError as error:
+        assert f"{path}:2" in str(error)
+    else:
+        raise AssertionError("a corrupt middle line was accepted")
