@@ -33,6 +33,7 @@ from chaos.runner import (
     run_scenario,
 )
 from chaos.scenario import Scenario, ScenarioError, load_scenario
+from chaos.toxiproxy import serve, tcp_port
 
 
 def describe_plan(scenario: Scenario) -> str:
@@ -256,8 +257,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_toxiproxy_serve(args: argparse.Namespace) -> int:
-    from chaos.toxiproxy import serve  # only this command needs the server
-
     serve(args.host, args.port)
     return EXIT_PASS
 
@@ -349,7 +348,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve = toxiproxy_commands.add_parser(
         "serve", help="serve the Toxiproxy 2.x HTTP API (for runs using toxiproxy.url)")
     serve.add_argument("--host", default="127.0.0.1")
-    serve.add_argument("--port", type=int, default=8474)
+    serve.add_argument("--port", type=tcp_port, default=8474,
+                       help="API port (default 8474; 0 picks a free one)")
     serve.set_defaults(handler=cmd_toxiproxy_serve)
     return parser
 

@@ -1529,12 +1529,23 @@ class ToxiproxyServer:
         self.stop()
 
 
+def tcp_port(text: str) -> int:
+    """An argparse type: a TCP port number, 0 (any free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0-65535)")
+    return port
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m chaos.toxiproxy",
         description=f"A Toxiproxy {TOXIPROXY_VERSION}-compatible server (HTTP API and toxics).")
     parser.add_argument("--host", default="127.0.0.1", help="API address (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, default=DEFAULT_PORT,
+    parser.add_argument("--port", type=tcp_port, default=DEFAULT_PORT,
                         help=f"API port (default {DEFAULT_PORT}; 0 picks a free one)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for toxicity rolls, jitter and slicing")

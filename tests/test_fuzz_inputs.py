@@ -211,6 +211,23 @@ def test_command_lines_exit_with_a_code_never_a_traceback(argv: list[str]):
         assert err.getvalue().strip(), argv  # a usage error always says what was wrong
 
 
+def test_out_of_range_ports_are_usage_errors_not_tracebacks():
+    from chaos.toxiproxy import main as toxiproxy_main
+
+    for port in ("99999", "-1", "http", "1e3"):
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            assert main(["toxiproxy", "serve", "--port", port]) == 2
+        assert "port" in err.getvalue() and "Traceback" not in err.getvalue()
+        with contextlib.redirect_stderr(io.StringIO()):
+            try:
+                toxiproxy_main(["--port", port])
+            except SystemExit as exit_:
+                assert exit_.code == 2
+            else:
+                raise AssertionError("python -m chaos.toxiproxy accepted port " + port)
+
+
 HISTORY_RECORDS = st.one_of(
     st.dictionaries(st.sampled_from(["seq", "type", "ts", "id", "attempt", "worker", "deadline",
                                      "lease_ms", "current_attempt", "kind", "phase", "fault_id"]),
