@@ -83,8 +83,11 @@ def measure_history(events: list[Event]) -> HistoryMeasurements:
             attempts[key] = (event.worker or "?", [event.ts])
             continue
         holder = attempts.get(key)
-        if holder is None or holder[0] != event.worker:
-            continue  # a stale holder's call under a newer attempt, or a claim before the history
+        if holder is None or holder[0] != event.worker or key in finished:
+            # A stale holder's call under a newer attempt, a claim before the history, or a
+            # heartbeat that arrives after its own complete (held up on a slow link): the
+            # lease was already over, so none of these is a renewal gap.
+            continue
         holder[1].append(event.ts)
         if event.type.startswith("complete") and key not in finished:
             finished[key] = event.ts - holder[1][0]
@@ -371,12 +374,34 @@ def _binding(assessed: list[Assessment], target_ms: int, evidence: Evidence,
                 f"a target of at least {quickest.recovery_worst_ms} ms.")
     elif not safe:
         binding = "lease"
-        worst = max(fast, key=lambda a: a.cell.needless)
-        text = (f"Every passing cell redelivered jobs needlessly or had a lease shorter than a "
-                f"live worker's renewal gap (up to {longest_need} ms; e.g. {worst.cell.key}: "
-                f"{worst.cell.needless} needless in {worst.cell.jobs} jobs). The lease binds: "
-                f"the handler or the network outlasts every swept lease_ms; sweep longer "
-                f"leases or a shorter heartbeat.")
+        redelivering = [a for a in assessed if a.cell.needless]
+        lucky = [a for a in assessed if not a.cell.needless]
+        silent = max(assessed, key=lambda a: a.cell.renewal_gap.max_ms or 0)
+        text = (f"No cell is safe from needless redeliveries: the longest a live, unfaulted "
+                f"worker went without reaching the server on a lease it held was "
+                f"{silent.cell.renewal_gap.max_ms} ms (in {silent.cell.key})")
+        if redelivering:
+            most = max(redelivering, key=lambda a: a.cell.needless)
+            text += (f", and {len(redelivering)} of {len(assessed)} passing cells redelivered "
+                     f"needlessly (most: {most.cell.key}, {most.cell.needless} in "
+                     f"{most.cell.jobs} jobs)")
+        if lucky:
+            example = max(lucky, key=lambda a: a.cell.lease_ms)
+            text += (f"; {example.cell.key} and the other cells without one still lease for less "
+                     f"than that silence allows for their heartbeat (needs "
+                     f"{example.lease_need_ms} ms), so their zero is timing luck, not margin")
+        need = min((a.lease_need_ms for a in assessed if a.lease_need_ms is not None),
+                   default=None)
+        reap = min(a.cell.reap_interval_ms for a in assessed)
+        text += ". The lease binds: the handler or the network outlasts every swept lease_ms."
+        if need is not None:
+            text += (f" Zero needless redeliveries needs lease_ms above about {need} ms; with "
+                     f"the shortest swept reap interval ({reap} ms) recovery could then take "
+                     f"{need + reap} ms, so "
+                     + (f"the {target_ms} ms target cannot also be met: raise it, or remove "
+                        f"what silences live workers (a shorter heartbeat helps only when the "
+                        f"silence is the heartbeat's own period)." if need + reap > target_ms
+                        else "sweep leases up to that."))
     else:
         binding = "conflict"
         safe_fastest = min(safe, key=lambda a: a.recovery_worst_ms)

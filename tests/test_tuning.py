@@ -94,7 +94,21 @@ def test_when_every_lease_is_shorter_than_the_handler_the_lease_binds():
                     for lease in (250, 500)]
     rec = recommend(no_heartbeat, 3000, evidence_for(no_heartbeat, handler=[300, 900]))
     assert rec.cell is None and rec.binding == "lease"
-    assert "900 ms" in rec.text and "12 needless" in rec.text
+    assert "was 900 ms" in rec.text and "12 in 200 jobs" in rec.text
+    # Feasible with a longer lease: 900 + the shortest reap interval (100) is inside 3000 ms.
+    assert "above about 900 ms" in rec.text and "1000 ms" in rec.text
+    assert "sweep leases up to that" in rec.text
+
+
+def test_a_zero_needless_cell_shorter_than_the_observed_silence_is_luck_not_margin():
+    # As in latency-spike: one cell saw a live worker silent for 3 s; a 2 s lease with zero
+    # needless redeliveries was only spared by timing, and 3 s + R cannot meet a 3 s target.
+    cells = [cell(500, 100, heartbeat=166, needless=6, gaps=[300, 3068]),
+             cell(2000, 100, heartbeat=666, gaps=[700, 1374])]
+    rec = recommend(cells, 3000, evidence_for(cells))
+    assert rec.cell is None and rec.binding == "lease"
+    assert "was 3068 ms" in rec.text and "timing luck" in rec.text
+    assert "cannot also be met" in rec.text
 
 
 def test_when_fast_cells_redeliver_and_safe_cells_are_slow_the_conflict_is_named():
@@ -224,3 +238,13 @@ def test_a_killed_workers_unfinished_attempt_has_no_duration():
     h.fault("kill", "w1", ts=50)
     measured = measure_history(h.events())
     assert measured.handler_ms == [] and measured.renewal_gap_ms == []
+
+
+def test_a_heartbeat_arriving_after_its_own_complete_is_not_a_renewal_gap():
+    h = History(lease_ms=2000)
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=0)
+    h.complete("a", attempt=1, worker="w1", ts=780)
+    h.extend_rejected("a", attempt=1, worker="w1", ts=3150)  # sent before, delayed by latency
+    measured = measure_history(h.events())
+    assert measured.handler_ms == [780] and measured.renewal_gap_ms == [780]
