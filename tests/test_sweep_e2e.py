@@ -112,6 +112,26 @@ def test_ctrl_c_stops_the_sweep_and_still_reports_the_cells_done(tmp_path: Path)
     assert (out / "sweep.html").exists()
 
 
+@pytest.mark.integration
+def test_repetitions_run_with_successive_seeds_and_pool_into_one_cell(tmp_path: Path):
+    out = tmp_path / "sweep"
+    result = sweep_cli(str(ROOT / "scenarios" / "steady-state.toml"), "--lease-ms", "1000",
+                       "--reap-ms", "250", "--heartbeat-ms", "300", "--repeat", "2",
+                       "--out", str(out), "--set", "phases.warmup_ms=200",
+                       "--set", "phases.chaos_ms=1000", "--set", "phases.heal_ms=200")
+    assert result.returncode == 0, result.stderr[-3000:]
+    (cell,) = json.loads((out / "sweep.json").read_text())["cells"]
+    assert cell["runs"] == 2 and cell["heartbeat_ms"] == 300 and cell["heartbeat_set"] == 300
+    reports = [json.loads((Path(d) / "report.json").read_text()) for d in cell["run_dirs"]]
+    seeds = [json.loads((Path(d) / "scenario.json").read_text())["seed"]
+             for d in cell["run_dirs"]]
+    assert seeds == [1, 2]
+    assert cell["jobs"] == sum(r["jobs"]["enqueued"] for r in reports) > 0
+    assert cell["needless"] == 0 and cell["recovery"]["count"] == 0  # no faults, no lapses
+    # Heartbeats ran every 300 ms: their round trips are on the extend events.
+    assert json.loads((out / "sweep.json").read_text())["evidence"]["extend_rtt_ms"]["count"] > 0
+
+
 def test_invalid_cells_are_refused_before_anything_runs(tmp_path: Path, capsys):
     out = tmp_path / "sweep"
     code = main(["sweep", KILL_WORKER, "--lease-ms", "500,1000", "--reap-ms", "100",
