@@ -387,9 +387,9 @@ def _binding(assessed: list[Assessment], target_ms: int, evidence: Evidence,
                      f"{most.cell.jobs} jobs)")
         if lucky:
             example = max(lucky, key=lambda a: a.cell.lease_ms)
-            text += (f"; {example.cell.key} and the other cells without one still lease for less "
-                     f"than that silence allows for their heartbeat (needs "
-                     f"{example.lease_need_ms} ms), so their zero is timing luck, not margin")
+            text += (f"; the {len(lucky)} cell(s) with none (e.g. {example.cell.key}) still "
+                     f"lease for less than that silence needs at their heartbeat "
+                     f"({example.lease_need_ms} ms), so their zero is timing luck, not margin")
         need = min((a.lease_need_ms for a in assessed if a.lease_need_ms is not None),
                    default=None)
         reap = min(a.cell.reap_interval_ms for a in assessed)
