@@ -32,21 +32,21 @@ def sweep_cli(*args: str, timeout: float = 150) -> subprocess.CompletedProcess[s
 def test_small_sweep_writes_every_output_and_recommends_a_passing_cell(tmp_path: Path):
     out = tmp_path / "sweep"
     # No heartbeat: a lease must cover the whole handler (uniform 100-400 ms in kill-worker).
-    result = sweep_cli(KILL_WORKER, "--lease-ms", "250,1000", "--reap-ms", "100,250",
-                       "--heartbeat-ms", "off", "--target-recovery-ms", "2000",
+    result = sweep_cli(KILL_WORKER, "--lease-ms", "250,2000", "--reap-ms", "100,250",
+                       "--heartbeat-ms", "off", "--target-recovery-ms", "3000",
                        "--out", str(out), *SHORT)
     assert result.returncode in (0, 1), result.stderr[-3000:]
     summary = json.loads((out / "sweep.json").read_text())
     assert summary["completed_cells"] == summary["planned_cells"] == 4
-    assert summary["aborted"] is False and summary["target_recovery_ms"] == 2000
+    assert summary["aborted"] is False and summary["target_recovery_ms"] == 3000
     cells = {(c["lease_ms"], c["reap_interval_ms"]): c for c in summary["cells"]}
-    assert set(cells) == {(250, 100), (250, 250), (1000, 100), (1000, 250)}
+    assert set(cells) == {(250, 100), (250, 250), (2000, 100), (2000, 250)}
 
     # One progress line per cell, with an ETA; the table has a row per cell.
     assert len([line for line in result.stderr.splitlines() if line.startswith("[cell ")]) == 4
     assert "ETA" in result.stderr
     table_rows = [line for line in result.stdout.splitlines() if line.split()[:1] in
-                  (["250"], ["1000"])]
+                  (["250"], ["2000"])]
     assert len(table_rows) == 4 and "recovery p50/p99/max" in result.stdout
 
     # Every cell keeps a full run directory whose history shows no heartbeat at all.
@@ -65,8 +65,8 @@ def test_small_sweep_writes_every_output_and_recommends_a_passing_cell(tmp_path:
     # A lease shorter than the handler with no heartbeat lapses under live workers.
     for reap in (100, 250):
         assert cells[(250, reap)]["needless"] >= 1
-        assert cells[(1000, reap)]["needless"] == 0
-        assert cells[(1000, reap)]["renewal_gap"]["max_ms"] < 1000
+        assert cells[(2000, reap)]["needless"] == 0
+        assert cells[(2000, reap)]["renewal_gap"]["max_ms"] < 2000
     # Kills strand leases in every cell, and recovery is measured against the model.
     assert all(cell["recovery"]["count"] >= 1 for cell in cells.values())
 
@@ -74,9 +74,9 @@ def test_small_sweep_writes_every_output_and_recommends_a_passing_cell(tmp_path:
     if recommendation["cell"] is not None:
         chosen = next(c for c in cells.values() if c["key"] == recommendation["cell"])
         assert chosen["verdict"] == "pass" and chosen["needless"] == 0
-        assert chosen["lease_ms"] == 1000
-    else:  # only if a 1000 ms cell failed an invariant; then the text must say why
-        assert any(c["verdict"] != "pass" for c in cells.values() if c["lease_ms"] == 1000)
+        assert chosen["lease_ms"] == 2000
+    else:  # only if a 2000 ms cell failed an invariant; then the text must say why
+        assert any(c["verdict"] != "pass" for c in cells.values() if c["lease_ms"] == 2000)
         assert recommendation["binding"]
     assert " ".join(recommendation["text"].split()) in " ".join(result.stdout.split())
 
