@@ -256,6 +256,33 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def cmd_capacity(args: argparse.Namespace) -> int:
+    from chaos import capacity
+
+    scenario = load_scenario(args.scenario, args.set)
+    start = args.start_rate if args.start_rate is not None else scenario.load.rate / 2
+    search = capacity.CapacitySearch(
+        start_rate=start, step_rate=args.step_rate if args.step_rate is not None else start,
+        max_steps=args.steps, step_ms=args.step_ms, p99_ms=args.p99_ms,
+        backlog_growth=args.backlog_growth, fault=args.fault)
+    search.validate(scenario)  # exit 2 before anything starts
+    out = Path(args.out) if args.out else default_run_dir(f"capacity-{scenario.name}")
+    prepare_run_dir(out, args.force)
+    rates = search.rates()
+    print(f"capacity {scenario.name}: {scenario.topology.workers} workers x "
+          f"{scenario.topology.concurrency} slots; enqueue rate {rates[0]:g} .. {rates[-1]:g} "
+          f"jobs/s in steps of {search.step_rate:g}, {search.step_ms} ms each; output in {out}",
+          file=sys.stderr)
+    with InterruptsTearDown(f"capacity-{scenario.name}", out):
+        result = capacity.run_capacity(scenario, search, out)
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(capacity.table(result))
+    print(f"capacity directory: {out} (capacity.json)", file=sys.stderr)
+    return result.exit_code
+
+
 def cmd_toxiproxy_serve(args: argparse.Namespace) -> int:
     serve(args.host, args.port)
     return EXIT_PASS
@@ -342,6 +369,37 @@ def build_parser() -> argparse.ArgumentParser:
     sweep_cmd.add_argument("--out", help="sweep directory (default runs/<utc-time>-sweep-<name>/)")
     sweep_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
     sweep_cmd.set_defaults(handler=cmd_sweep)
+
+    capacity_cmd = commands.add_parser(
+        "capacity", help="find the enqueue rate a scenario's worker pool sustains (the knee)",
+        description="Bring up the scenario's Valkey, reaper(s) and workers, then ramp the "
+                    "enqueue rate in steps (each a headless Locust run) and report the highest "
+                    "rate at which the backlog stays bounded and the claim wait p99 (enqueue to "
+                    "first claim, Valkey clock) stays under --p99-ms. Exit 0: a knee was found; "
+                    "1: not even the first step fits; 2: bad arguments; 3: infrastructure; "
+                    "130: interrupted.")
+    capacity_cmd.add_argument("scenario", help="scenario file (TOML): its topology is the pool")
+    capacity_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                              help="override a scenario field (repeatable), as for run")
+    capacity_cmd.add_argument("--start-rate", type=float, metavar="JOBS_S",
+                              help="first step's rate (default: half the scenario's load.rate)")
+    capacity_cmd.add_argument("--step-rate", type=float, metavar="JOBS_S",
+                              help="added per step (default: the start rate)")
+    capacity_cmd.add_argument("--steps", type=int, default=8, help="at most this many steps")
+    capacity_cmd.add_argument("--step-ms", type=int, default=5000, help="length of a step")
+    capacity_cmd.add_argument("--p99-ms", type=float, default=500.0,
+                              help="claim wait p99 target in ms (default 500)")
+    capacity_cmd.add_argument("--backlog-growth", type=float, default=0.05, metavar="SHARE",
+                              help="bounded backlog: pending grows by at most SHARE x rate per "
+                                   "second over a step's second half (default 0.05)")
+    capacity_cmd.add_argument("--fault", action="store_true",
+                              help="run the scenario's fault schedule inside every step "
+                                   "(killed workers are restarted between steps)")
+    capacity_cmd.add_argument("--out", help="output directory (default "
+                                            "runs/<utc-time>-capacity-<scenario>)")
+    capacity_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
+    capacity_cmd.add_argument("--json", action="store_true", help="print capacity.json")
+    capacity_cmd.set_defaults(handler=cmd_capacity)
 
     toxiproxy = commands.add_parser("toxiproxy", help="the built-in Toxiproxy-compatible server")
     toxiproxy_commands = toxiproxy.add_subparsers(dest="toxiproxy_command", required=True)

@@ -180,7 +180,6 @@ class LocustLoad:
         self.prefix = prefix
         self.ready = ready  # when given, start() returns once Locust's first job is in
         self.child: Child | None = None
-        self.stopping = False  # from request_stop on, its exit is expected
         self.exit_code: int | None = None
 
     @property
@@ -216,8 +215,10 @@ class LocustLoad:
 
     def request_stop(self) -> None:
         """SIGINT: Locust stops its users, writes its reports and exits (see ``stop``)."""
-        self.stopping = True
-        if self.child is not None and self.child.alive:
+        if self.child is None:
+            return
+        self.child.expected_exit = True
+        if self.child.alive:
             self.child.process.send_signal(signal.SIGINT)
 
     def stop(self) -> None:

@@ -186,7 +186,7 @@ class Run:
     def _status(self, force: bool = False) -> None:
         """Watch the children; every 250 ms sample the backlog and maybe print a status line."""
         assert self.queue is not None and self.producer is not None
-        self._watch_children()
+        self.watch_children()
         now = time.monotonic()
         if not force and now - self.last_sample < BACKLOG_SAMPLE_S:
             return
@@ -204,7 +204,7 @@ class Run:
             force=force,
         )
 
-    def _watch_children(self) -> None:
+    def watch_children(self) -> None:
         """A worker or reaper that dies without a planned fault is recorded as a crash fault."""
         assert self.queue is not None
         for child in self.runtime.children.values():
@@ -212,8 +212,10 @@ class Run:
                 if not child.alive:
                     raise InfraError("valkey-server exited during the run (see logs/valkey.log)")
                 continue
+            if child.expected_exit:
+                continue
             if isinstance(self.producer, LocustLoad) and child is self.producer.child:
-                if not child.alive and not self.producer.stopping:
+                if not child.alive:
                     raise InfraError(f"locust exited during the run (code "
                                      f"{child.process.returncode}; see logs/{child.name}.log)")
                 continue

@@ -143,6 +143,7 @@ class Child:
     log: IO[bytes]
     paused: bool = False
     killed: bool = False  # by a fault, on purpose
+    expected_exit: bool = False  # asked to stop (a load generator at heal): no crash if it ends
 
     @property
     def alive(self) -> bool:
@@ -261,22 +262,31 @@ class LocalRuntime:
         ]) for name in self.scenario.reaper_names]
 
     def start_workers(self) -> list[Child]:
+        return [self._start_worker(name) for name in self.scenario.topology.worker_names]
+
+    def _start_worker(self, name: str) -> Child:
         topo = self.scenario.topology
         settings = self.scenario.valkey
-        started = []
-        for index, name in enumerate(topo.worker_names):
-            started.append(self.spawn(name, [
-                sys.executable, "-m", "chaos.worker", "--url", self._valkey_url_for(name),
-                "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
-                "--lease-ms", str(topo.lease_ms),
-                "--heartbeat-ms", str(topo.effective_heartbeat_ms),
-                "--concurrency", str(topo.concurrency), "--poll-ms", str(topo.poll_ms),
-                "--handler", json.dumps(topo.handler.model_dump()),
-                "--seed", str(self.scenario.seed * 7919 + index),
-                "--protocol", self.scenario.protocol,
-                "--clock-file", str(self._clock_file(name)),
-            ]))
-        return started
+        index = topo.worker_names.index(name)
+        return self.spawn(name, [
+            sys.executable, "-m", "chaos.worker", "--url", self._valkey_url_for(name),
+            "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
+            "--lease-ms", str(topo.lease_ms),
+            "--heartbeat-ms", str(topo.effective_heartbeat_ms),
+            "--concurrency", str(topo.concurrency), "--poll-ms", str(topo.poll_ms),
+            "--handler", json.dumps(topo.handler.model_dump()),
+            "--seed", str(self.scenario.seed * 7919 + index),
+            "--protocol", self.scenario.protocol,
+            "--clock-file", str(self._clock_file(name)),
+        ])
+
+    def restart_worker(self, name: str) -> Child:
+        """Start a worker again after it died (``capacity --fault`` between steps)."""
+        old = self.children[name]
+        if old.alive:
+            raise InfraError(f"{name} is still running")
+        old.log.close()
+        return self._start_worker(name)
 
     # --- faults ---------------------------------------------------------------------------
     def kill(self, name: str) -> None:
