@@ -15,10 +15,12 @@ from __future__ import annotations
 import os
 import random
 import secrets
+import signal
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import gevent
 from locust import User, events, task
 from locust.env import Environment
 
@@ -87,9 +89,19 @@ def _check_options(environment: Environment, **_: Any) -> None:
         # A worker forked by --processes: die with the Locust process that forked it (the
         # runner's teardown reaches that one; the kernel then takes care of us).
         die_with_parent()
+    if options.headless and not options.worker:
+        # Ctrl-C / SIGINT stops like --run-time does: users finish the call they are in (within
+        # --stop-timeout), then Locust writes its reports. Python's default handler would raise
+        # KeyboardInterrupt inside whichever user happens to run, losing its call's figures.
+        gevent.signal_handler(signal.SIGINT, _quit_gracefully, environment)
     # Exact counts, when given, decide the mix (Locust spawns fixed_count users first).
     ProducerUser.fixed_count = options.producers
     ConsumerUser.fixed_count = options.consumers
+
+
+def _quit_gracefully(environment: Environment) -> None:
+    if environment.runner is not None:
+        environment.runner.quit()
 
 
 class ValkeyQueueLocustClient:
