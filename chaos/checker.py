@@ -17,6 +17,7 @@ Invariants:
 
 from __future__ import annotations
 
+import gc
 import math
 from collections import Counter
 from collections.abc import Iterable
@@ -142,6 +143,7 @@ class Verdict:
     throughput_per_s: float  # accepted completes per second, first enqueue to last complete
     # The latencies behind ``recovery`` (ms after the fault), so runs can be pooled (``sweep``).
     recovery_samples: dict[str, list[int]] = field(default_factory=dict)
+    final: bool = True  # the end-of-run judgements (no loss, never recovered) were made
 
     def failed_invariants(self) -> list[str]:
         return [name for name, result in self.invariants.items() if not result.ok]
@@ -160,12 +162,12 @@ class Verdict:
         }
 
 
-@dataclass
+@dataclass(slots=True)
 class _Lease:
     attempt: int
     worker: str
     deadline: int
-    renewed: tuple[int, int]  # history position (seq) of the claim or latest accepted extend
+    renewed: str  # history position (seq) of the claim or latest accepted extend
 
 
 @dataclass
@@ -180,6 +182,7 @@ class _Stranded:
     reap_ts: int | None = None
     reclaim_ts: int | None = None
     recomplete_ts: int | None = None
+    dismissed: bool = False  # its holder acted after the fault: it was not stranded after all
 
 
 @dataclass
@@ -196,9 +199,24 @@ def _deadline(event: Event) -> int:
     return event.deadline if event.deadline is not None else event.ts
 
 
-def check(events: list[Event], config: CheckConfig | None = None, final: bool = True) -> Verdict:
-    """Judge a history. ``final=False`` (an aborted run) skips the end-of-run judgements."""
-    config = config or CheckConfig.from_history(events)
+def check(events: Iterable[Event], config: CheckConfig | None = None,
+          final: bool | None = True) -> Verdict:
+    """Judge a history in one pass (a list, or a stream of events: ``history.replay_history``).
+
+    ``config``: default from the history's ``run`` event. ``final=False`` (an aborted run) skips
+    the end-of-run judgements; ``final=None`` decides from the history (``run_completed``)."""
+    # The checker's tables (millions of ids and leases for a long run) hold no reference
+    # cycles, yet the cyclic collector would rescan them again and again as they grow.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return _check(events, config, final)
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | None) -> Verdict:
     no_loss = InvariantResult(ok=True)
     no_double = InvariantResult(ok=True)
     bound = InvariantResult(ok=True)
@@ -222,21 +240,45 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
     last_complete_ts: int | None = None
     second_complete_ts: dict[str, int] = {}  # job -> when it was completed a second time
     last_ts = 0
+    event_count = 0
+    first_run: Event | None = None  # the run event, for the config
+    completed_run = False  # the history shows the run's normal end (run_completed)
 
     def release(job_id: str) -> None:
         lease = leases.pop(job_id, None)
         if lease is not None:
             held_by.get(lease.worker, set()).discard(job_id)
 
-    def faulted_between(worker: str, start: tuple[int, int], end: tuple[int, int]) -> bool:
+    def faulted_between(worker: str, start_seq: str, end_seq: str) -> bool:
+        worker_windows = windows.get(worker)
+        if not worker_windows:
+            return False
+        start, end = seq_key(start_seq), seq_key(end_seq)
         return any(
             window.cuts_off and window.start <= end and (window.end is None or window.end >= start)
-            for window in windows.get(worker, [])
+            for window in worker_windows
         )
 
+    def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
+        """The holder acted after its fault: it was back, the lease was not stranded."""
+        kept = []
+        for item in open_stranded.get(job_id, []):
+            if item.attempt == attempt and item.worker == worker:
+                item.dismissed = True
+            else:
+                kept.append(item)
+        if kept:
+            open_stranded[job_id] = kept
+        else:
+            open_stranded.pop(job_id, None)
+
+    # The hot path: a history is mostly enqueue, claim, extend, complete. The per-job tables of
+    # the recovery bookkeeping are only looked up when not empty (they rarely hold anything).
     for event in events:
+        event_count += 1
         job_id = event.job_id or ""
-        last_ts = max(last_ts, event.ts)
+        if event.ts > last_ts:
+            last_ts = event.ts
         if event.type == "enqueue":
             enqueued.add(job_id)
             if first_enqueue_ts is None:
@@ -249,14 +291,15 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
                                 "worker": event.worker, "seq": event.seq,
                                 "live_attempt": previous.attempt, "live_worker": previous.worker},
                                event.ts)
-            release(job_id)
+                release(job_id)
             attempt = event.attempt or 0
             worker = event.worker or "?"
-            leases[job_id] = _Lease(attempt, worker, _deadline(event), seq_key(event.seq))
+            leases[job_id] = _Lease(attempt, worker, _deadline(event), event.seq)
             held_by.setdefault(worker, set()).add(job_id)
-            for item in awaiting_reclaim.pop(job_id, []):
-                item.reclaim_ts = event.ts
-                awaiting_recomplete.setdefault(job_id, []).append(item)
+            if awaiting_reclaim:
+                for item in awaiting_reclaim.pop(job_id, []):
+                    item.reclaim_ts = event.ts
+                    awaiting_recomplete.setdefault(job_id, []).append(item)
 
         elif event.type in ("extend", "complete"):
             lease = leases.get(job_id)
@@ -269,7 +312,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
             if event.type == "extend":
                 if lease is not None and lease.attempt == event.attempt:
                     lease.deadline = _deadline(event)
-                    lease.renewed = seq_key(event.seq)
+                    lease.renewed = event.seq
             else:
                 completes[job_id] += 1
                 last_complete_ts = event.ts
@@ -277,16 +320,11 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
                     second_complete_ts[job_id] = event.ts
                 if lease is not None and lease.attempt == event.attempt:
                     release(job_id)
-                for item in awaiting_recomplete.pop(job_id, []):
-                    item.recomplete_ts = event.ts
-            # The holder acted after its fault: it was back, the lease was not stranded.
-            kept = []
-            for item in open_stranded.get(job_id, []):
-                if item.attempt == event.attempt and item.worker == event.worker:
-                    stranded.remove(item)
-                else:
-                    kept.append(item)
-            open_stranded[job_id] = kept
+                if awaiting_recomplete:
+                    for item in awaiting_recomplete.pop(job_id, []):
+                        item.recomplete_ts = event.ts
+            if open_stranded:
+                holder_acted(job_id, event.attempt, event.worker)
 
         elif event.type == "reap":
             lease = leases.get(job_id)
@@ -298,7 +336,7 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
                     premature.flag({"job": job_id, "attempt": event.attempt, "seq": event.seq,
                                     "reap_ts": event.ts, "deadline": lease.deadline,
                                     "early_ms": lease.deadline - event.ts}, event.ts)
-                if faulted_between(lease.worker, lease.renewed, seq_key(event.seq)):
+                if faulted_between(lease.worker, lease.renewed, event.seq):
                     redeliveries.needed += 1
                 else:
                     redeliveries.needless += 1
@@ -331,6 +369,19 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
 
         elif event.type.endswith("_rejected"):
             rejected[event.type] += 1
+
+        elif event.type == "run" and first_run is None:
+            first_run = event
+
+        elif (event.type == "phase" and event.extra.get("phase") == "end"
+              and event.extra.get("aborted", "0") == "0"):
+            completed_run = True
+
+    if config is None:
+        config = CheckConfig.from_history([first_run] if first_run is not None else [])
+    if final is None:
+        final = completed_run
+    stranded = [item for item in stranded if not item.dismissed]
 
     # --- judgements over the whole history ----------------------------------------------
     double = {job_id: count for job_id, count in completes.items() if count > 1}
@@ -404,9 +455,10 @@ def check(events: list[Event], config: CheckConfig | None = None, final: bool = 
         stranded=len(stranded),
         faults=fault_count,
         rejected=dict(rejected),
-        events=len(events),
+        events=event_count,
         throughput_per_s=_rate(sum(completes.values()), first_enqueue_ts, last_complete_ts),
         recovery_samples=samples,
+        final=final,
     )
 
 

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos import __version__, selftest
-from chaos.checker import check, run_completed
+from chaos.checker import check
 from chaos.cleanup import clean_processes
-from chaos.history import read_history
+from chaos.history import replay_history
 from chaos.nemesis import fault_parameters, plan
 from chaos.report import build_report, summary_text, write_json_atomic
 from chaos.runner import (
@@ -161,17 +161,20 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(f"{history}: no such file", file=sys.stderr)
         return EXIT_USAGE
     try:
-        events = read_history(history)
-    except (ValueError, OSError) as error:  # the message names the file (and line)
+        # One streamed pass (memory stays flat for a run of millions of events); final comes
+        # from the history's own end phase.
+        verdict = replay_history(history, lambda events: check(events, final=None))
+        name = replay_history(history, lambda events: next(
+            (e.extra.get("scenario", "?") for e in events if e.type == "run"), "?"))
+    except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        final = run_completed(events)
-        verdict = check(events, final=final)
-    except ValueError as error:  # e.g. no run event: not a history of a run
-        print(f"error: {history}: {error}", file=sys.stderr)
+    except ValueError as error:  # a bad line (its message names file and line), no run event
+        message = str(error)
+        where = "" if message.startswith(str(history)) else f"{history}: "
+        print(f"error: {where}{message}", file=sys.stderr)
         return EXIT_USAGE
-    name = next((e.extra.get("scenario", "?") for e in events if e.type == "run"), "?")
+    final = verdict.final
     word = ("pass" if verdict.passed else "fail") if final else "aborted"
     report = build_report(name, word, verdict)
     if args.json:

@@ -28,7 +28,7 @@ from chaos.cleanup import (
     read_record,
     record_process,
 )
-from chaos.history import HistoryExporter, read_history
+from chaos.history import HistoryExporter, replay_history
 from chaos.load import LoadSource, LocustLoad, Producer
 from chaos.nemesis import Nemesis
 from chaos.protocol import QueueClient, QueueKeys
@@ -368,10 +368,10 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
     verdict: Verdict | None = None
     if history.exists() and history.stat().st_size:
         try:
-            events = read_history(history)
             config = CheckConfig(scenario.topology.lease_ms, scenario.topology.reap_interval_ms,
                                  scenario.check.tolerance_ms)
-            verdict = check(events, config, final=verdict_word == "checked")
+            final = verdict_word == "checked"
+            verdict = replay_history(history, lambda events: check(events, config, final=final))
         except (ValueError, KeyError) as failure:
             error = f"history unreadable: {failure}"
             verdict_word = "error"
