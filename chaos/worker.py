@@ -16,6 +16,11 @@ Protocol variants (all optional; the defaults run the sound protocol):
                        Every worker has a clock; only the client-clock variant leases by it
   --claim-gap-ms MS    nonatomic-claim: the gap between popping a job and leasing it
                        (default 100 under nonatomic-claim; other protocols have no gap)
+
+Benchmarks only:
+  --no-events          claim, extend and complete write no event to the history (the cost of
+                       the evidence, ``python -m benchmarks``); nothing can be checked after it,
+                       so the runtime never passes it
 """
 
 from __future__ import annotations
@@ -73,6 +78,7 @@ class WorkerConfig:
     protocol: str = "sound"
     clock_file: str | None = None
     claim_gap_ms: int | None = None  # None: the protocol's default
+    record_events: bool = True  # False: benchmarks only (--no-events)
 
 
 class Worker:
@@ -81,7 +87,7 @@ class Worker:
         self.queue = QueueClient(
             connect(config.url, client_name=config.name), config.keys,
             protocol=config.protocol, clock=LocalClock(config.clock_file),
-            claim_gap_ms=config.claim_gap_ms,
+            claim_gap_ms=config.claim_gap_ms, record_events=config.record_events,
         )
         self.stop = threading.Event()
         self.held: dict[str, int] = {}  # job id -> attempt, for the heartbeat
@@ -187,6 +193,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
     parser.add_argument("--clock-file", default=None, help="clock offset file (ms)")
     parser.add_argument("--claim-gap-ms", type=int, default=None,
                         help="nonatomic-claim pop-to-lease gap (default 100 there, else 0)")
+    parser.add_argument("--no-events", action="store_true",
+                        help="benchmarks only: write no history events (nothing to check)")
     args = parser.parse_args(argv)
     return WorkerConfig(
         url=args.url,
@@ -202,6 +210,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
         protocol=args.protocol,
         clock_file=args.clock_file,
         claim_gap_ms=args.claim_gap_ms,
+        record_events=not args.no_events,
     )
 
 

@@ -167,3 +167,27 @@ def test_extend_events_carry_the_previous_extend_round_trip(queue: QueueClient, 
     assert extends[0].extra["rtt_ms"] == "" and extends[1].extra["rtt_ms"] == str(first_rtt)
     if protocol == "client-clock":  # its caller's clock still sets the deadline
         assert extends[0].deadline is not None and extends[0].deadline >= extends[0].ts + 4000
+
+
+def test_without_events_the_transitions_hold_and_the_history_stays_empty(queue: QueueClient):
+    """The benchmarks-only switch (the cost of the evidence): same state changes, no events."""
+    quiet = QueueClient(queue.client, queue.keys, record_events=False)
+    assert quiet.enqueue("a", "payload") and not quiet.enqueue("a")
+    job = quiet.claim(50, "w1")
+    assert job is not None and (job.job_id, job.payload, job.attempt) == ("a", "payload", 1)
+    assert quiet.extend("a", 1, 50, "w1") is not None
+    time.sleep(0.08)
+    assert queue.client.zscore(queue.keys.active, "a") is not None
+    assert sweep(quiet, 10) == 1  # the reap script always records (the flag is not on it)
+    second = quiet.claim(5000, "w2")
+    assert second is not None and second.attempt == 2
+    assert quiet.extend("a", 1, 5000, "w1") is None  # still fenced
+    assert not quiet.complete("a", 1, "w1")
+    assert quiet.complete("a", 2, "w2")
+    assert events_of(queue) == [("reap", "a", 1)]
+    assert queue.client.hget(queue.keys.job("a"), "state") == "completed"
+
+
+def test_only_the_sound_protocol_can_skip_events(queue: QueueClient):
+    with pytest.raises(ValueError, match="sound protocol only"):
+        QueueClient(queue.client, queue.keys, protocol="unfenced-complete", record_events=False)

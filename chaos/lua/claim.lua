@@ -2,6 +2,7 @@
 -- The HINCRBY on attempts is the fencing token the worker must show on extend and complete.
 -- KEYS[1] pending  KEYS[2] active  KEYS[3] events
 -- ARGV[1] job key prefix  ARGV[2] lease_ms  ARGV[3] worker
+-- ARGV[4] optional: '0' = no event (benchmarks only: the cost of the evidence; default: record)
 local popped = redis.call('ZPOPMIN', KEYS[1])
 if #popped == 0 then
   return false
@@ -14,6 +15,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local deadline = now + tonumber(ARGV[2])
 redis.call('ZADD', KEYS[2], deadline, id)
-redis.call('XADD', KEYS[3], '*', 'type', 'claim', 'id', id, 'attempt', attempt,
-  'worker', ARGV[3], 'lease_ms', ARGV[2], 'deadline', deadline, 'ts', now)
+if ARGV[4] ~= '0' then
+  redis.call('XADD', KEYS[3], '*', 'type', 'claim', 'id', id, 'attempt', attempt,
+    'worker', ARGV[3], 'lease_ms', ARGV[2], 'deadline', deadline, 'ts', now)
+end
 return {id, redis.call('HGET', jk, 'payload'), attempt, deadline}
