@@ -191,6 +191,9 @@ def write_records(handle: IO[str], entries: Iterable[tuple[str, dict[str, str]]]
     return count
 
 
+EXPORT_POLL_S = 0.1  # the exporter's wait after a short batch (it has caught up)
+
+
 class HistoryExporter:
     """Copies the events stream into ``history.jsonl`` as the run goes, in a background thread."""
 
@@ -225,7 +228,7 @@ class HistoryExporter:
         while not self._stop.is_set():
             try:
                 if self._read_batch() < self.batch:
-                    self._stop.wait(0.1)
+                    self._stop.wait(EXPORT_POLL_S)
             except Exception as error:  # keep exporting after a blip; the final drain retries
                 self.error = error
                 self._stop.wait(0.5)

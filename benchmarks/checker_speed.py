@@ -1,0 +1,81 @@
+"""Checker speed: ``echomq-chaos check``'s path (stream history.jsonl, check) on a synthetic
+history of N jobs with faults and redeliveries, timed in a fresh subprocess that also reports its
+peak RSS. Baselines from the same run: the same subprocess only parsing the file's JSON lines
+(the floor any reader pays), and the issue's budget (1M jobs in 10 s, under 1 GiB) scaled to N.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Row, median
+from benchmarks.synthetic_history import write_synthetic_history
+
+BUDGET_S_PER_MILLION_JOBS = 10.0
+BUDGET_RSS_MB = 1024.0
+
+# Run in a fresh interpreter: peak RSS is then the check's alone.
+_CHECK = """
+import json, resource, sys, time
+import orjson
+from chaos.checker import check
+from chaos.history import replay_history
+started = time.perf_counter()  # the imports are the interpreter's start, not the check
+if sys.argv[2] == "check":
+    verdict = replay_history(sys.argv[1], lambda events: check(events, final=None))
+    result = {"events": verdict.events, "passed": verdict.passed, "final": verdict.final,
+              "jobs": verdict.jobs.completed, "stranded": verdict.stranded,
+              "needed": verdict.redeliveries.needed, "rejected": verdict.rejected}
+else:
+    with open(sys.argv[1], "rb") as handle:
+        result = {"events": sum(1 for line in handle if orjson.loads(line))}
+result["seconds"] = time.perf_counter() - started
+result["max_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(result))
+"""
+
+
+def timed(path: Path, mode: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, "-c", _CHECK, str(path), mode], capture_output=True,
+                          text=True, timeout=900, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"checker subprocess failed: {done.stderr[-800:]}")
+    return dict(json.loads(done.stdout))
+
+
+def measure(jobs: int, rounds: int) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="bench-checker-") as tmp:
+        path = Path(tmp) / "history.jsonl"
+        # a fault every 5,000 jobs, alternately a kill and a pause longer than the lease
+        history = write_synthetic_history(path, jobs, fault_every=max(500, jobs // 200))
+        checks, parses = [], []
+        for _ in range(rounds):
+            parses.append(timed(path, "parse"))
+            checks.append(timed(path, "check"))
+        size_mb = path.stat().st_size / 2**20
+    last = checks[-1]
+    if not (last["passed"] and last["final"] and last["jobs"] == jobs
+            and last["stranded"] == history.stranded):
+        raise RuntimeError(f"the checker's verdict on the synthetic history is wrong: {last}")
+    seconds = median([c["seconds"] for c in checks])
+    events_per_s = history.events / seconds
+    parse_rate = history.events / median([p["seconds"] for p in parses])
+    budget_s = BUDGET_S_PER_MILLION_JOBS * jobs / 1_000_000
+    rss = max(c["max_rss_mb"] for c in checks)
+    scale = f"{jobs:,} jobs, {history.events:,} events, {history.faults} faults, " \
+            f"{history.stranded} redeliveries"
+    rows = [
+        Row("checker", "events/s checked vs events/s only JSON-parsed", events_per_s,
+            "events/s", parse_rate, "the same file, orjson.loads per line only", note=scale),
+        Row("checker", f"seconds to check {jobs:,} jobs vs the budget", seconds, "s", budget_s,
+            f"budget: {BUDGET_S_PER_MILLION_JOBS:g} s per 1M jobs", target=("<=", 1.0)),
+        Row("checker", "peak RSS vs 1 GiB", rss, "MB", BUDGET_RSS_MB, "1 GiB",
+            target=("<=", 1.0), note=f"history file {size_mb:.0f} MB"),
+    ]
+    return {"rows": rows, "raw": {"jobs": jobs, "history": vars(history), "checks": checks,
+                                  "parses": parses}}

@@ -1,0 +1,340 @@
+"""The queue path: claims/s and jobs/s against the server's own ceiling, what the events stream
+costs, and whether the history exporter keeps up. All on one throwaway valkey-server.
+
+How the reference worker talks to Valkey (``chaos.worker``): one process, ``concurrency`` slot
+threads sharing one client (so one pooled connection per slot, plus the heartbeat's), one script
+call per round trip, no pipelining. The Python figures use exactly that; the baselines are
+``redis-benchmark`` (C, on the same server) sending the same EVALSHA calls:
+
+* claim path: Python claims/s (``QueueClient.claim`` from ``slots`` threads) vs redis-benchmark
+  EVALSHA claim with the same connection count and no pipelining (what the Python client costs),
+  and vs redis-benchmark's best (many connections, pipelined: the server's ceiling);
+* full job: enqueue -> claim -> complete jobs/s (a producer thread enqueuing one job per round
+  trip, as ``chaos.load`` does, and a real ``python -m chaos.worker`` process with a 0 ms handler)
+  vs redis-benchmark running the same three scripts (1 / the sum of their per-call times);
+* evidence: the same full-job workload with the events stream on (and the exporter copying it to
+  a file, as in a run) vs off (the benchmarks-only protocol flag); rounds interleaved;
+* export: events/s the exporter wrote during the events-on rounds vs events/s the run produced,
+  the largest lag seen, and the exporter's own capacity (draining the finished stream).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import Row, address, median, valkey_server
+from benchmarks.proxy_overhead import fill
+from chaos.history import EXPORT_POLL_S, HistoryExporter
+from chaos.protocol import QueueClient, QueueKeys, connect, load_script_source
+from chaos.runtime import ValkeyServer
+from chaos.scenario import Topology
+
+LEASE_MS = 60_000  # no lease lapses during a measurement: no reaps, no extends
+SLOTS = Topology().concurrency  # slots per worker a scenario gets by default
+CEILING_CLIENTS, CEILING_PIPELINE = 32, 32
+
+
+@dataclass(frozen=True)
+class Sizes:
+    claims: int  # jobs claimed per Python / redis-benchmark measurement
+    jobs: int  # jobs per full-job round
+    rounds: int
+
+
+def redis_benchmark_path() -> str | None:
+    return shutil.which("redis-benchmark")
+
+
+def redis_benchmark(server: ValkeyServer, command: list[str], requests: int, clients: int,
+                    pipeline: int, random_range: int | None = None) -> float:
+    """Requests/s of one command, from redis-benchmark's CSV line."""
+    host, port = address(server)
+    # The password is a throwaway one of this benchmark's own server (redis-benchmark has no
+    # other way to take it).
+    argv = [str(redis_benchmark_path()), "-h", host, "-p", str(port), "-a", server.password,
+            "-n", str(requests), "-c", str(clients), "-P", str(pipeline),
+            "--csv", *(["-r", str(random_range)] if random_range else []), *command]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
+    rows = list(csv.reader(io.StringIO(result.stdout)))
+    if result.returncode != 0 or len(rows) < 2:
+        raise RuntimeError(f"redis-benchmark failed ({result.returncode}): "
+                           f"{(result.stderr or result.stdout)[-500:]}")
+    return float(rows[1][1])
+
+
+def python_claims_per_s(server: ValkeyServer, keys: QueueKeys, claims: int, slots: int) -> float:
+    """``slots`` threads claiming through one shared client, as the worker's slots do."""
+    queue = QueueClient(connect(server.url, server.password), keys)
+    done = [0] * slots
+    barrier = threading.Barrier(slots + 1)
+
+    def slot(index: int) -> None:
+        barrier.wait()
+        while queue.claim(LEASE_MS, f"bench-{index}") is not None:
+            done[index] += 1
+
+    threads = [threading.Thread(target=slot, args=(i,)) for i in range(slots)]
+    for thread in threads:
+        thread.start()
+    barrier.wait()
+    started = time.perf_counter()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    queue.client.close()
+    if sum(done) != claims:
+        raise RuntimeError(f"claimed {sum(done)} of {claims} jobs")
+    return claims / elapsed
+
+
+def claim_command(server: ValkeyServer, keys: QueueKeys, record_events: bool = True) -> list[str]:
+    client = connect(server.url, server.password)
+    sha = str(client.script_load(load_script_source("claim")))
+    client.close()
+    return ["EVALSHA", sha, "3", keys.pending, keys.active, keys.events, keys.job_prefix,
+            str(LEASE_MS), "bench", *([] if record_events else ["0"])]
+
+
+def script_commands(server: ValkeyServer, keys: QueueKeys) -> dict[str, list[str]]:
+    """The full job's three scripts as redis-benchmark commands: enqueue of random fresh ids,
+    claim of the prefilled queue, complete of a job that is not held (the rejected path: the
+    same lookups and one event, like an accepted complete)."""
+    client = connect(server.url, server.password)
+    sha = {name: str(client.script_load(load_script_source(name)))
+           for name in ("enqueue", "complete")}
+    client.close()
+    return {
+        "enqueue": ["EVALSHA", sha["enqueue"], "2", keys.pending, keys.events, keys.job_prefix,
+                    "rb-__rand_int__", "x" * 16],
+        "claim": claim_command(server, keys),
+        "complete": ["EVALSHA", sha["complete"], "2", keys.active, keys.events,
+                     keys.job_prefix, "not-held", "1", "bench"],
+    }
+
+
+@dataclass
+class FullJobRound:
+    jobs_per_s: float
+    events: int  # events the round wrote to the stream
+    produced_per_s: float  # events per second of the round
+    exported_during: int  # events the exporter had written when the round's last job completed
+    exported_per_s: float  # exported_during over the round's time
+    max_lag: int  # the most events the exporter was behind the stream at any sample
+    catch_up_s: float  # after the last job: until the exporter had written every event
+
+
+def start_worker(server: ValkeyServer, keys: QueueKeys, slots: int, record_events: bool,
+                 log: Path) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "chaos.worker", "--url", server.url, "--name", "bench-worker",
+            "--prefix", keys.prefix, "--queue", keys.queue, "--lease-ms", str(LEASE_MS),
+            "--concurrency", str(slots),
+            "--handler", json.dumps({"distribution": "fixed", "fixed_ms": 0})]
+    if not record_events:
+        argv.append("--no-events")
+    env = {**os.environ, "ECHOMQ_VALKEY_PASSWORD": server.password}
+    with open(log, "ab") as handle:
+        process = subprocess.Popen(argv, stdout=handle, stderr=subprocess.STDOUT, env=env,
+                                   start_new_session=True)
+    client = connect(server.url, server.password)
+    deadline = time.monotonic() + 30
+    try:
+        while not any(c.get("name") == "bench-worker" for c in client.client_list()):
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                raise RuntimeError(f"the benchmark worker did not start: {log.read_text()[-800:]}")
+            time.sleep(0.02)
+    finally:
+        client.close()
+    return process
+
+
+def full_job_round(server: ValkeyServer, keys: QueueKeys, jobs: int, slots: int,
+                   record_events: bool, work_dir: Path) -> FullJobRound:
+    """Enqueue ``jobs`` (one per round trip) while a real worker process claims and completes
+    them; timed from the first enqueue until both sorted sets are empty again."""
+    worker = start_worker(server, keys, slots, record_events, work_dir / "worker.log")
+    monitor = QueueClient(connect(server.url, server.password), keys)
+    exporter = None
+    if record_events:
+        exporter = HistoryExporter(connect(server.url, server.password), keys.events,
+                                   work_dir / f"history-{keys.queue}.jsonl")
+        exporter.start()
+    producer_queue = QueueClient(connect(server.url, server.password), keys,
+                                 record_events=record_events)
+    payload = "x" * 16
+
+    def produce() -> None:
+        for number in range(jobs):
+            producer_queue.enqueue(f"job-{number:07d}", payload)
+
+    producer = threading.Thread(target=produce)
+    max_lag = 0
+    try:
+        started = time.perf_counter()
+        producer.start()
+        next_sample = started
+        while True:
+            time.sleep(0.005)
+            if not producer.is_alive() and monitor.backlog() == (0, 0):
+                break
+            if exporter is not None and time.perf_counter() >= next_sample:
+                next_sample += 0.05
+                max_lag = max(max_lag, int(monitor.client.xlen(keys.events)) - exporter.exported)
+        finished = time.perf_counter()
+        exported_during = exporter.exported if exporter else 0
+        events = int(monitor.client.xlen(keys.events))
+        catch_up_s = 0.0
+        if exporter is not None:
+            while exporter.exported < events:
+                time.sleep(0.005)
+                if time.perf_counter() - finished > 60:
+                    raise RuntimeError("the history exporter did not catch up within 60 s")
+            catch_up_s = time.perf_counter() - finished
+            max_lag = max(max_lag, events - exported_during)
+    finally:
+        producer.join()
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            worker.kill()
+            worker.wait()
+        if exporter is not None:
+            exporter.close()
+        for queue in (monitor, producer_queue):
+            queue.client.close()
+    elapsed = finished - started
+    return FullJobRound(jobs / elapsed, events, events / elapsed, exported_during,
+                        exported_during / elapsed, max_lag, catch_up_s)
+
+
+def exporter_capacity(server: ValkeyServer, stream: str, path: Path) -> float:
+    """Events/s the exporter writes when the stream is already full (its own ceiling)."""
+    client = connect(server.url, server.password)
+    exporter = HistoryExporter(client, stream, path)
+    started = time.perf_counter()
+    exporter.drain()
+    elapsed = time.perf_counter() - started
+    exported = exporter.exported
+    exporter.close()
+    client.close()
+    return exported / elapsed
+
+
+def measure(sizes: Sizes) -> dict[str, Any]:
+    """The claim path, evidence and export sections: their rows and raw figures."""
+    rows: list[Row] = []
+    raw: dict[str, Any] = {"slots": SLOTS, "sizes": vars(sizes)}
+    have_benchmark = redis_benchmark_path() is not None
+    with valkey_server("queue") as server, \
+            tempfile.TemporaryDirectory(prefix="bench-queue-") as tmp:
+        work_dir = Path(tmp)
+        admin = connect(server.url, server.password)
+        counter = iter(range(1_000_000))
+
+        def fresh_keys(label: str) -> QueueKeys:
+            admin.flushdb()  # each measurement on an empty server
+            return QueueKeys("bench:", f"{label}-{next(counter)}")
+
+        python_claims, same_connections, ceiling, ceiling_off = [], [], [], []
+        per_script: dict[str, list[float]] = {"enqueue": [], "claim": [], "complete": []}
+        for _ in range(sizes.rounds):
+            keys = fresh_keys("claim")
+            fill(server.url, server.password, keys, sizes.claims)
+            python_claims.append(python_claims_per_s(server, keys, sizes.claims, SLOTS))
+            if not have_benchmark:
+                continue
+            keys = fresh_keys("rb")
+            fill(server.url, server.password, keys, sizes.claims)
+            same_connections.append(redis_benchmark(server, claim_command(server, keys),
+                                                    sizes.claims, SLOTS, 1))
+            keys = fresh_keys("rb-ceiling")
+            fill(server.url, server.password, keys, sizes.claims)
+            ceiling.append(redis_benchmark(server, claim_command(server, keys), sizes.claims,
+                                           CEILING_CLIENTS, CEILING_PIPELINE))
+            keys = fresh_keys("rb-ceiling-off")
+            fill(server.url, server.password, keys, sizes.claims)
+            ceiling_off.append(redis_benchmark(server, claim_command(server, keys, False),
+                                               sizes.claims, CEILING_CLIENTS, CEILING_PIPELINE))
+            keys = fresh_keys("rb-scripts")
+            fill(server.url, server.password, keys, sizes.claims)
+            for name, command in script_commands(server, keys).items():
+                per_script[name].append(redis_benchmark(server, command, sizes.claims, SLOTS, 1,
+                                                         random_range=10**9))
+
+        on_rounds: list[FullJobRound] = []
+        off_rounds: list[FullJobRound] = []
+        for number in range(sizes.rounds):  # interleaved, alternating which mode goes first
+            for record_events in ((True, False) if number % 2 == 0 else (False, True)):
+                keys = fresh_keys("on" if record_events else "off")
+                result = full_job_round(server, keys, sizes.jobs, SLOTS, record_events,
+                                        work_dir)
+                (on_rounds if record_events else off_rounds).append(result)
+        # the exporter's own ceiling: draining a stream already holding ``claims`` events
+        keys = fresh_keys("capacity")
+        fill(server.url, server.password, keys, sizes.claims)
+        capacity = exporter_capacity(server, keys.events, work_dir / "capacity.jsonl")
+        admin.close()
+
+    claims = median(python_claims)
+    jobs_on = median([r.jobs_per_s for r in on_rounds])
+    jobs_off = median([r.jobs_per_s for r in off_rounds])
+    produced = median([r.produced_per_s for r in on_rounds])
+    exported_rate = median([r.exported_per_s for r in on_rounds])
+    missing = "redis-benchmark not installed (apt-get install redis-tools): ratio skipped"
+    script_jobs = (1 / sum(1 / median(rates) for rates in per_script.values())
+                   if have_benchmark else None)
+    rows += [
+        Row("claim path", f"Python claims/s, {SLOTS} slot threads, no pipelining", claims,
+            "claims/s", median(same_connections) if have_benchmark else None,
+            f"redis-benchmark EVALSHA claim, -c {SLOTS} -P 1",
+            note="" if have_benchmark else missing),
+        Row("claim path", "Python claims/s vs the server's ceiling", claims, "claims/s",
+            median(ceiling) if have_benchmark else None,
+            f"redis-benchmark EVALSHA claim, -c {CEILING_CLIENTS} -P {CEILING_PIPELINE}",
+            target=(">=", 0.5), note="" if have_benchmark else missing),
+        Row("claim path", "full job (enqueue, claim, complete) jobs/s, worker process",
+            jobs_on, "jobs/s", script_jobs,
+            f"redis-benchmark, the same 3 scripts, -c {SLOTS} -P 1",
+            note="" if have_benchmark else missing),
+        Row("evidence", "full jobs/s, events on + exporter vs events off", jobs_on, "jobs/s",
+            jobs_off, "events off (benchmarks-only protocol flag)", target=(">=", 0.7)),
+        Row("evidence", "server ceiling claims/s, events on vs off",
+            median(ceiling) if have_benchmark else None, "claims/s",
+            median(ceiling_off) if have_benchmark else None,
+            f"redis-benchmark claim without XADD, -c {CEILING_CLIENTS} -P {CEILING_PIPELINE}",
+            note="" if have_benchmark else missing),
+        Row("export", "events/s exported during the run vs produced", exported_rate, "events/s",
+            produced, "events/s the run produced",
+            note=f"max lag {max(r.max_lag for r in on_rounds)} events"),
+        Row("export", "exporter behind after the last job vs its poll interval",
+            max(r.catch_up_s for r in on_rounds) * 1000, "ms", EXPORT_POLL_S * 1000,
+            f"an idle exporter polls every {EXPORT_POLL_S * 1000:g} ms", target=("<=", 2.0),
+            note="the worst round: how long until history.jsonl held every event"),
+        Row("export", "exporter capacity (full stream) vs production rate", capacity,
+            "events/s", produced, "events/s the run produced", target=(">=", 1.0)),
+    ]
+    raw.update({
+        "python_claims_per_s": python_claims,
+        "redis_benchmark": {"claim_same_connections": same_connections,
+                            "claim_ceiling": ceiling, "claim_ceiling_events_off": ceiling_off,
+                            "scripts_same_connections": per_script}
+        if have_benchmark else None,
+        "full_job_events_on": [vars(r) for r in on_rounds],
+        "full_job_events_off": [vars(r) for r in off_rounds],
+        "exporter_capacity_events_per_s": capacity,
+    })
+    return {"rows": rows, "raw": raw}

@@ -1,0 +1,45 @@
+"""The benchmark entry point end to end at its smallest size: every section runs and bench.json
+is well formed (no figure is judged here: timings belong to the benchmark, not the tests)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+ROW_KEYS = {"section", "figure", "value", "unit", "baseline", "baseline_name", "target", "note",
+            "ratio", "met"}
+
+
+@pytest.mark.integration
+def test_the_benchmark_runs_at_smoke_size_and_writes_bench_json(tmp_path: Path):
+    out = tmp_path / "bench.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--smoke", "--out", str(out)],
+        cwd=ROOT, capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: a target missed, not a failure
+    bench = json.loads(out.read_text())
+    assert bench["schema"] == 1 and bench["mode"] == "smoke"
+    assert set(bench["sections"]) == {"queue", "checker", "startup", "proxy", "locust"}
+    rows = [row for section in bench["sections"].values() for row in section.get("rows", [])]
+    figures = {row["figure"] for row in rows}
+    for expected in ("Python claims/s vs the server's ceiling",
+                     "full jobs/s, events on + exporter vs events off",
+                     "peak RSS vs 1 GiB",
+                     "run -> first claim, 8 workers, local runtime"):
+        assert expected in figures
+    for row in rows:
+        assert set(row) == ROW_KEYS, row
+        if row["value"] is not None and row["baseline"]:
+            assert math.isclose(row["ratio"], row["value"] / row["baseline"])
+            assert row["value"] >= 0
+    for section in bench["sections"].values():
+        assert "error" not in section
+    # the table names every figure written
+    for figure in figures:
+        assert figure[:60] in done.stdout
