@@ -387,9 +387,10 @@ def _binding(assessed: list[Assessment], target_ms: int, evidence: Evidence,
                      f"{most.cell.jobs} jobs)")
         if lucky:
             example = max(lucky, key=lambda a: a.cell.lease_ms)
-            text += (f"; the {len(lucky)} cell(s) with none (e.g. {example.cell.key}) still "
-                     f"lease for less than that silence needs at their heartbeat "
-                     f"({example.lease_need_ms} ms), so their zero is timing luck, not margin")
+            text += (f"; the {len(lucky)} cell(s) with none (e.g. {example.cell.key}) lease for "
+                     f"less than that silence (the conservative model, heartbeat + the longest "
+                     f"delay beyond one seen in any cell, puts their need at "
+                     f"{example.lease_need_ms} ms), so their zero is timing luck, not margin")
         need = min((a.lease_need_ms for a in assessed if a.lease_need_ms is not None),
                    default=None)
         reap = min(a.cell.reap_interval_ms for a in assessed)
