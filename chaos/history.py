@@ -245,8 +245,9 @@ class HistoryExporter:
         self._handle.close()
 
 
-def iter_stream(client: valkey.Valkey, stream: str, batch: int = 5000) -> Iterator[Event]:
-    """Every event of a stream, oldest first (for tests and tools that read Valkey directly)."""
+def stream_entries(client: valkey.Valkey, stream: str,
+                   batch: int = 5000) -> Iterator[tuple[str, dict[str, str]]]:
+    """Every (id, fields) entry of a stream, oldest first."""
     last = "-"
     while True:
         entries = client.xrange(stream, min=last, max="+", count=batch)
@@ -254,6 +255,11 @@ def iter_stream(client: valkey.Valkey, stream: str, batch: int = 5000) -> Iterat
             entries = entries[1:]
         if not entries:
             return
-        for entry_id, fields in entries:
-            yield Event.from_record({"seq": entry_id, **fields})
+        yield from entries
         last = entries[-1][0]
+
+
+def iter_stream(client: valkey.Valkey, stream: str, batch: int = 5000) -> Iterator[Event]:
+    """Every event of a stream, oldest first (for tests and tools that read Valkey directly)."""
+    for entry_id, fields in stream_entries(client, stream, batch):
+        yield Event.from_record({"seq": entry_id, **fields})

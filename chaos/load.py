@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 from valkey.exceptions import TimeoutError as ValkeyTimeoutError
 
+from chaos.ledger import AckLedger
 from chaos.protocol import QueueClient, QueueKeys
 from chaos.scenario import Load
 
@@ -244,9 +245,10 @@ class Producer:
     rather than silently lowering the rate.
     """
 
-    def __init__(self, queue: QueueClient, load: Load) -> None:
+    def __init__(self, queue: QueueClient, load: Load, ledger: AckLedger | None = None) -> None:
         self.queue = queue
         self.load = load
+        self.ledger = ledger or AckLedger(None)  # every acknowledged enqueue (chaos.ledger)
         self.enqueued = 0  # acknowledged by the server
         self.errors = 0
         self.latency_ms: dict[int, int] = {}  # Locust-style histogram, for the same figures
@@ -269,6 +271,7 @@ class Producer:
             self._thread.join(timeout=10)
         if self._started is not None and self._stopped is None:
             self._stopped = time.monotonic()
+        self.ledger.close()
 
     def _loop(self) -> None:
         start = time.monotonic()
@@ -283,7 +286,9 @@ class Producer:
             sent += 1
             began = time.perf_counter()
             try:
-                if self.queue.enqueue(f"job-{sent:07d}", self.payload):
+                job_id = f"job-{sent:07d}"
+                if self.queue.enqueue(job_id, self.payload):
+                    self.ledger.record("enqueue", job_id)
                     self.enqueued += 1
                 else:
                     self.errors += 1

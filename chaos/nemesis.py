@@ -33,6 +33,17 @@ class ToxicSpec:
     toxicity: float = 1.0
 
 
+@dataclass(frozen=True)
+class StoreFault:
+    """What a store fault did, for its history event."""
+
+    node: str  # the node killed (or demoted)
+    killed_ts: int  # wall clock ms at the kill: the same host clock Valkey's TIME reads
+    down_ms: int  # from the kill until the store served again
+    promoted_ms: int | None = None  # failover: from the kill until Sentinel named a new primary
+    new_primary: str | None = None
+
+
 class FaultTarget(Protocol):
     """What the nemesis needs from a runtime."""
 
@@ -43,6 +54,8 @@ class FaultTarget(Protocol):
     def remove_toxics(self, link: str, toxics: list[ToxicSpec]) -> None: ...
     def set_link_enabled(self, link: str, enabled: bool) -> None: ...
     def set_clock_offset(self, name: str, offset_ms: int) -> None: ...
+    def restart_valkey(self, down_ms: int) -> StoreFault: ...
+    def failover(self, mode: str, down_ms: int) -> StoreFault: ...
 
 
 class HistoryWriter(Protocol):
@@ -191,13 +204,16 @@ class Nemesis:
             self._apply(self.pending.pop(0), elapsed_ms)
 
     def _apply(self, planned: PlannedFault, elapsed_ms: int) -> None:
+        fault = self.scenario.faults[planned.index]
+        if fault.is_store:
+            self._apply_store(fault)
+            return
         targets = self._resolve(planned)
         if not targets:
             self.skipped.append(
                 f"{planned.kind} {planned.target} at {planned.at_ms} ms: no live target")
             self.history.record(type="fault_skipped", kind=planned.kind, target=planned.target)
             return
-        fault = self.scenario.faults[planned.index]
         for name in targets:
             fault_id = f"f{len(self.applied) + 1}"
             heal = _Heal(elapsed_ms + (fault.duration_ms or 0), fault_id, name, fault.kind)
@@ -226,6 +242,24 @@ class Nemesis:
                                      duration_ms=fault.duration_ms,
                                      cuts_off=int(cuts_off(fault)), **fault_parameters(fault))
             self.applied.append(AppliedFault(fault_id, fault.kind, name, ts))
+
+    def _apply_store(self, fault: Fault) -> None:
+        """Crash the store (or move its primary) and record it once it serves again: the event
+        carries the kill instant (``killed_ts``), so client recovery is measured from there."""
+        if fault.kind == "valkey_restart":
+            done = self.runtime.restart_valkey(fault.duration_ms or 0)
+        else:
+            done = self.runtime.failover(fault.mode or "kill", fault.duration_ms or 0)
+        fault_id = f"f{len(self.applied) + 1}"
+        extra = {name: value for name, value in (
+            ("promoted_ms", done.promoted_ms), ("new_primary", done.new_primary))
+            if value is not None}
+        ts = self.history.record(type="fault", kind=fault.kind, worker=done.node,
+                                 fault_id=fault_id, target=describe_target(fault),
+                                 duration_ms=fault.duration_ms, cuts_off=1,
+                                 killed_ts=done.killed_ts, down_ms=done.down_ms,
+                                 **fault_parameters(fault), **extra)
+        self.applied.append(AppliedFault(fault_id, fault.kind, done.node, ts))
 
     def _heal(self, heal: _Heal) -> None:
         # Record first, while the fault still holds: the fault window in the history then lies

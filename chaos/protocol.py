@@ -43,9 +43,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
+from urllib.parse import urlsplit
 
 import valkey
+from valkey.exceptions import ConnectionError as ValkeyConnectionError
 from valkey.exceptions import NoScriptError
+from valkey.sentinel import Sentinel
 
 from chaos.clock import LocalClock
 
@@ -65,6 +68,14 @@ PROTOCOLS = (
 # Defaults of the two widened windows, used when the caller gives none (sound: no window at all).
 NONATOMIC_CLAIM_GAP_MS = 100  # nonatomic-claim: between the pop and the lease
 NONATOMIC_REAP_WINDOW_MS = 100  # nonatomic-reap: between the scan and the moves
+WAIT_TIMEOUT_MS = 1000  # wait_replicas: how long a script call waits for its replicas
+SENTINEL_SCHEME = "valkey+sentinel"  # valkey+sentinel://HOST:PORT/SERVICE: ask Sentinel
+
+
+class NotReplicated(ValkeyConnectionError):
+    """WAIT saw fewer replicas than asked within the timeout: the transition happened on the
+    primary but is not acknowledged (a failover now could lose it). Transient, like a dropped
+    connection: callers retry, and fencing turns a retried complete into a rejection."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +129,18 @@ def connect(url: str, password: str | None = None, **kwargs: Any) -> valkey.Valk
     password = password or os.environ.get("ECHOMQ_VALKEY_PASSWORD") or None
     kwargs.setdefault("socket_timeout", 10)
     kwargs.setdefault("socket_connect_timeout", 5)
+    if url.startswith(SENTINEL_SCHEME + "://"):
+        # The current primary, as Sentinel names it; after a failover the pool asks again.
+        parts = urlsplit(url)
+        service = parts.path.strip("/") or "echomq"
+        sentinel = Sentinel(
+            [(parts.hostname or "127.0.0.1", parts.port or 26379)],
+            sentinel_kwargs={"password": password, "socket_timeout": 2,
+                             "socket_connect_timeout": 2},
+        )
+        primary: valkey.Valkey = sentinel.master_for(
+            service, decode_responses=True, password=password, **kwargs)
+        return primary
     client: valkey.Valkey = valkey.Valkey.from_url(
         url, decode_responses=True, password=password, **kwargs
     )
@@ -132,6 +155,8 @@ class QueueClient:
     changes how they do it (see ``_VARIANTS`` at the end of this module). ``clock`` is the
     caller's clock: only ``client-clock`` reads it. ``claim_gap_ms`` (nonatomic-claim) and
     ``race_window_ms`` (nonatomic-reap) widen that variant's window; other protocols ignore them.
+    ``wait_replicas`` > 0 sends ``WAIT n`` after every script call on the same connection and
+    raises ``NotReplicated`` when fewer replicas confirm it in time.
     """
 
     def __init__(
@@ -144,6 +169,7 @@ class QueueClient:
         claim_gap_ms: int | None = None,
         race_window_ms: int | None = None,
         record_events: bool = True,
+        wait_replicas: int = 0,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r}: expected one of "
@@ -158,6 +184,7 @@ class QueueClient:
             NONATOMIC_CLAIM_GAP_MS if protocol == "nonatomic-claim" else 0)
         self.race_window_ms = race_window_ms if race_window_ms is not None else (
             NONATOMIC_REAP_WINDOW_MS if protocol == "nonatomic-reap" else 0)
+        self.wait_replicas = wait_replicas
         self._variant = _VARIANTS[protocol]
         # Benchmarks only (what the history costs): enqueue, claim, extend and complete write no
         # event. Such a run leaves nothing to check, so no scenario can ask for it.
@@ -181,11 +208,28 @@ class QueueClient:
         if name not in self._shas:
             raise ValueError(f"script {name!r} is not part of protocol {self.protocol!r}")
         try:
-            return self.client.evalsha(self._shas[name], len(keys), *keys, *args)
+            return self._evalsha(name, keys, args)
         except NoScriptError:
             # The server lost its script cache (restart, SCRIPT FLUSH): load again, retry once.
             self.load_scripts()
+            return self._evalsha(name, keys, args)
+
+    def _evalsha(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        if not self.wait_replicas:
             return self.client.evalsha(self._shas[name], len(keys), *keys, *args)
+        # WAIT counts the writes of its own connection: one pipeline keeps both on one.
+        pipe = self.client.pipeline(transaction=False)
+        pipe.evalsha(self._shas[name], len(keys), *keys, *args)
+        pipe.wait(self.wait_replicas, WAIT_TIMEOUT_MS)
+        reply, replicas = pipe.execute(raise_on_error=False)
+        if isinstance(reply, Exception):
+            raise reply  # e.g. NoScriptError: handled by the caller like a plain EVALSHA's
+        if isinstance(replicas, Exception):  # e.g. "UNBLOCKED": this primary was just demoted
+            raise NotReplicated(f"{name}: WAIT failed: {replicas}")
+        if int(replicas) < self.wait_replicas:
+            raise NotReplicated(f"{name}: WAIT saw {replicas} of {self.wait_replicas} "
+                                f"replica(s) within {WAIT_TIMEOUT_MS} ms")
+        return reply
 
     # --- the transitions (dispatched to the protocol's implementation) --------------------
     def enqueue(self, job_id: str, payload: str = "") -> bool:

@@ -16,6 +16,8 @@ Optional flags (the defaults run the sound protocol):
                          or empty = 0); only the client-clock variant reaps by it
   --race-window-ms MS    nonatomic-reap: the wait between the scan and the moves
                          (default 100 under nonatomic-reap; other protocols have no window)
+  --wait-replicas N      WAIT for N replicas after each reap script (a failed WAIT is retried
+                         on the next tick)
 """
 
 from __future__ import annotations
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clock-file", default=None, help="clock offset file (ms)")
     parser.add_argument("--race-window-ms", type=int, default=None,
                         help="nonatomic-reap scan-to-move window (default 100 there, else 0)")
+    parser.add_argument("--wait-replicas", type=int, default=0,
+                        help="WAIT for N replicas after each script call (default 0: no WAIT)")
     args = parser.parse_args(argv)
     if args.protocol == "no-reaper":
         parser.exit(2, "chaos.reaper: error: protocol 'no-reaper' means no reaper runs at all; "
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     queue = QueueClient(
         connect(args.url, client_name=args.name), QueueKeys(args.prefix, args.queue),
         protocol=args.protocol, clock=LocalClock(args.clock_file),
-        race_window_ms=args.race_window_ms,
+        race_window_ms=args.race_window_ms, wait_replicas=args.wait_replicas,
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

@@ -85,11 +85,29 @@ def summary_text(report: dict[str, Any]) -> str:
         f"  redeliveries needed {redeliveries['needed']}  needless {redeliveries['needless']}"
         f"  rejected {report['rejected'] or {}}"
     )
+    report_only = set(report.get("report_only", []))
     for name, result in invariants.items():
-        mark = "ok  " if result["ok"] else "FAIL"
+        mark = "ok  " if result["ok"] else ("WARN" if name in report_only else "FAIL")
         detail = "" if result["ok"] else f"  {result['violations']} violation(s), e.g. " + \
             json.dumps(result["examples"][:2])
         lines.append(f"  [{mark}] {name}{detail}")
+    if report_only:
+        lines.append(f"  (report only, not in the verdict: {', '.join(sorted(report_only))})")
+    for store in report.get("store_faults", []):
+        promoted = (f", new primary {store['new_primary']} after {store['promoted_ms']} ms"
+                    if "promoted_ms" in store else "")
+        lines.append(
+            f"  store     {store['fault_id']} {store['kind']} {store['node']}: down "
+            f"{store['down_ms']} ms{promoted}; {store['clients_recovered']} workers back "
+            f"after max {_ms(store['max_client_ms'])} ms, producer after "
+            f"{_ms(store['producer_ms'])} ms")
+    acks = report.get("ack_ledger")
+    if acks:
+        acked = sum(acks["acknowledged"].values())
+        lines.append(
+            f"  acks      {acked} acknowledged transitions, {acks['lost']} lost "
+            f"{acks['lost_by_op']} ({acks['jobs_affected']} jobs); "
+            f"{acks['history_events_lost']} exported events rolled back by the store")
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
     return "\n".join(lines)

@@ -10,6 +10,7 @@ Phases (all on the runner's monotonic clock; the history carries the Valkey cloc
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import time
 import traceback
@@ -28,7 +29,8 @@ from chaos.cleanup import (
     read_record,
     record_process,
 )
-from chaos.history import HistoryExporter, replay_history
+from chaos.history import HistoryExporter, read_history, stream_entries, write_records
+from chaos.ledger import ACKS_DIR, SURVIVING_HISTORY, AckLedger, check_with_ledger
 from chaos.load import LoadSource, LocustLoad, Producer
 from chaos.nemesis import Nemesis
 from chaos.protocol import QueueClient, QueueKeys
@@ -73,8 +75,9 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
         if runner is not None and is_alive(runner):
             raise RunDirError(f"{run_dir}: a run is still going there (runner pid {runner.pid})")
         clean_processes(run_dir)  # whatever a crashed earlier run left behind
-        for name in ("history.jsonl", "report.json"):
+        for name in ("history.jsonl", "report.json", SURVIVING_HISTORY):
             (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / ACKS_DIR, ignore_errors=True)  # a ledger is per run
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
@@ -149,6 +152,8 @@ class Run:
             heartbeat_ms=topo.effective_heartbeat_ms, tolerance_ms=scenario.check.tolerance_ms,
             workers=",".join(topo.worker_names), concurrency=topo.concurrency,
             protocol=scenario.protocol, reapers=topo.reapers,
+            report_only=",".join(scenario.check.report_only),
+            wait_replicas=scenario.wait_replicas,
         )
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path)
         self.exporter.start()
@@ -163,8 +168,10 @@ class Run:
                               f"{scenario.load.consumers} consumer(s) at {scenario.load.rate:g} "
                               f"jobs/s, {scenario.load.processes} process(es)")
         else:
-            self.producer = Producer(QueueClient(self.runtime.client(), self.keys),
-                                     scenario.load)
+            self.producer = Producer(
+                QueueClient(self.runtime.client(retrying=False), self.keys,
+                            wait_replicas=scenario.wait_replicas),
+                scenario.load, AckLedger(self.runtime.ack_ledger_path("producer")))
 
     def _wait_for_clients(self, names: list[str], timeout: float = 30.0) -> None:
         assert self.queue is not None
@@ -208,9 +215,10 @@ class Run:
         """A worker or reaper that dies without a planned fault is recorded as a crash fault."""
         assert self.queue is not None
         for child in self.runtime.children.values():
-            if child.name == "valkey":
-                if not child.alive:
-                    raise InfraError("valkey-server exited during the run (see logs/valkey.log)")
+            if child.name in self.runtime.servers:  # a store node: only a planned fault kills it
+                if not child.alive and not child.killed:
+                    raise InfraError(f"{child.name} exited during the run "
+                                     f"(see logs/{child.name}.log)")
                 continue
             if child.expected_exit:
                 continue
@@ -289,6 +297,20 @@ class Run:
                               aborted=int(aborted))
         if self.exporter is not None:
             self.exporter.drain()
+            self.save_surviving_history()
+
+    def save_surviving_history(self) -> None:
+        """Read the store's stream back: if a store fault rolled back events the exporter had
+        already copied, keep the store's version beside history.jsonl for the ledger check."""
+        client = self.runtime.client()  # a fresh one: after a failover, ask Sentinel again
+        try:
+            surviving = list(stream_entries(client, self.keys.events))
+        finally:
+            client.close()
+        exported = read_history(self.history_path) if self.history_path.exists() else []
+        if [entry_id for entry_id, _ in surviving] != [e.seq for e in exported]:
+            with open(self.run_dir / SURVIVING_HISTORY, "w", encoding="utf-8") as handle:
+                write_records(handle, surviving)
 
     def close(self) -> None:
         if self.exporter is not None:
@@ -366,12 +388,14 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
            wall_ms: int, stream: TextIO) -> RunResult:
     history = run.history_path
     verdict: Verdict | None = None
+    acks: dict[str, Any] | None = None
     if history.exists() and history.stat().st_size:
         try:
             config = CheckConfig(scenario.topology.lease_ms, scenario.topology.reap_interval_ms,
-                                 scenario.check.tolerance_ms)
+                                 scenario.check.tolerance_ms, tuple(scenario.check.report_only))
             final = verdict_word == "checked"
-            verdict = replay_history(history, lambda events: check(events, config, final=final))
+            verdict, acks = check_with_ledger(
+                run_dir, history, lambda events: check(events, config, final=final))
         except (ValueError, KeyError) as failure:
             error = f"history unreadable: {failure}"
             verdict_word = "error"
@@ -404,6 +428,8 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
     }
     if load is not None:
         extra["load"] = load
+    if acks is not None:
+        extra["ack_ledger"] = acks
     if error:
         extra["error"] = error
     report = build_report(scenario.name, verdict_word, verdict, **extra)

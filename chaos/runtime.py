@@ -19,18 +19,27 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import valkey
+from valkey.backoff import ExponentialBackoff
+from valkey.retry import Retry
 
 from chaos.cleanup import forget_process, record_process
 from chaos.clock import write_offset
-from chaos.nemesis import ToxicSpec
+from chaos.ledger import ACKS_DIR
+from chaos.nemesis import StoreFault, ToxicSpec
 from chaos.network import Links, NetworkError, ToxiproxyServerInfo, server_command, wait_for_api
 from chaos.procutil import die_with_parent
-from chaos.protocol import connect
+from chaos.protocol import SENTINEL_SCHEME, connect
 from chaos.scenario import Scenario
+
+SENTINEL_SERVICE = "echomq"  # the name Sentinel knows the primary by
+SENTINEL_DOWN_AFTER_MS = 1000  # how long the primary must be unreachable before a failover
+
+
+STORE_RETRIES = 40  # the runner's client retries ~15 s: longer than a restart or a failover
 
 
 class InfraError(Exception):
@@ -71,67 +80,144 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
-class ValkeyServer:
-    """One ``valkey-server`` on a free 127.0.0.1 port, with a random password and no persistence."""
+@dataclass(frozen=True)
+class Persistence:
+    """What a node writes to disk: an append-only file fsynced per ``appendfsync``, or nothing."""
 
-    def __init__(self, binary: str, data_dir: Path, log_path: Path) -> None:
+    appendonly: bool = False
+    appendfsync: str = "everysec"  # always | everysec | no
+
+    def config(self) -> str:
+        if not self.appendonly:
+            return 'save ""\nappendonly no\n'
+        return f'save ""\nappendonly yes\nappendfsync {self.appendfsync}\n'
+
+
+class ValkeyServer:
+    """One ``valkey-server`` on a free 127.0.0.1 port with a random password (no persistence
+    unless asked). ``replica_of`` starts it as a replica; ``sentinel_for`` = (service, primary
+    port) starts it as a Sentinel watching that primary. ``restart()`` brings it back on the same
+    port, data directory and password after ``kill()`` (a store crash)."""
+
+    def __init__(self, binary: str, data_dir: Path, log_path: Path, *,
+                 persistence: Persistence = Persistence(), password: str | None = None,
+                 replica_of: int | None = None,
+                 sentinel_for: tuple[str, int] | None = None) -> None:
         self.binary = binary
         self.data_dir = data_dir
         self.log_path = log_path
-        self.password = secrets.token_hex(16)
+        self.persistence = persistence
+        self.password = password or secrets.token_hex(16)
+        self.replica_of = replica_of
+        self.sentinel_for = sentinel_for
+        self.port = 0
         self.url = ""
         self.process: subprocess.Popen[bytes] | None = None
         self.log: IO[bytes] | None = None
 
+    @property
+    def config_path(self) -> Path:
+        return self.data_dir / ("sentinel.conf" if self.sentinel_for else "valkey.conf")
+
+    def _config(self, port: int) -> str:
+        common = (f"port {port}\nbind 127.0.0.1\nprotected-mode yes\n"
+                  f"requirepass {self.password}\ndir {self.data_dir.resolve()}\n"
+                  "loglevel notice\n")
+        if self.sentinel_for:
+            service, primary = self.sentinel_for
+            # One sentinel, quorum 1: it alone decides and leads a failover (a test topology).
+            return common + (
+                f"sentinel monitor {service} 127.0.0.1 {primary} 1\n"
+                f"sentinel auth-pass {service} {self.password}\n"
+                f"sentinel down-after-milliseconds {service} {SENTINEL_DOWN_AFTER_MS}\n"
+                f"sentinel failover-timeout {service} 10000\n"
+            )
+        config = common + self.persistence.config() + "maxmemory-policy noeviction\n"
+        # Every node can sync from whichever becomes primary after a failover, at once (the
+        # default waits 5 s for more replicas before a full sync: WAIT-ing clients would stall).
+        config += f"masterauth {self.password}\nrepl-diskless-sync-delay 0\n"
+        if self.replica_of is not None:
+            config += f"replicaof 127.0.0.1 {self.replica_of}\n"
+        return config
+
     def start(self) -> None:
+        """A fresh start: whatever an earlier run left in the data directory is dropped (a
+        replica's dump.rdb or an AOF would otherwise be loaded); ``restart`` keeps it."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        config = self.data_dir / "valkey.conf"
+        (self.data_dir / "dump.rdb").unlink(missing_ok=True)
+        shutil.rmtree(self.data_dir / "appendonlydir", ignore_errors=True)
         for _ in range(5):  # a free port can be taken between probe and bind: try another
             port = free_port()
             # The password lives in a 0600 file, never on a command line (ps shows argv).
-            config.touch(mode=0o600)
-            config.write_text(
-                f"port {port}\nbind 127.0.0.1\nprotected-mode yes\n"
-                f"requirepass {self.password}\ndir {self.data_dir.resolve()}\n"
-                'save ""\nappendonly no\nloglevel notice\nmaxmemory-policy noeviction\n'
-            )
-            log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the owner
-            process = subprocess.Popen(
-                [self.binary, str(config.resolve())],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, preexec_fn=die_with_parent,
-            )
+            self.config_path.touch(mode=0o600)
+            self.config_path.write_text(self._config(port))
+            self.port = port
             self.url = f"valkey://127.0.0.1:{port}/0"
-            if self._wait_ready(process):
-                self.process, self.log = process, log
+            if self._launch():
                 return
-            process.kill()
-            process.wait()
-            log.close()
         tail = self.log_path.read_text(errors="replace")[-2000:]
         raise InfraError(f"valkey-server ({self.binary}) did not start; its log ends:\n{tail}")
 
+    def _launch(self) -> bool:
+        argv = [self.binary, str(self.config_path.resolve())]
+        if self.sentinel_for:
+            argv.append("--sentinel")
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed by the owner
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            start_new_session=True, preexec_fn=die_with_parent,
+        )
+        if self._wait_ready(process):
+            self.process, self.log = process, log
+            return True
+        process.kill()
+        process.wait()
+        log.close()
+        return False
+
+    def restart(self) -> None:
+        """Start again on the same port, config and data directory (after ``kill``)."""
+        if self.process is not None and self.process.poll() is None:
+            raise InfraError(f"valkey-server on port {self.port} is still running")
+        if self.log is not None:
+            self.log.close()
+        for _ in range(50):  # the port is ours; only a slow kernel keeps it a moment longer
+            if self._launch():
+                return
+            time.sleep(0.1)
+        tail = self.log_path.read_text(errors="replace")[-2000:]
+        raise InfraError(f"valkey-server did not restart on port {self.port}; its log ends:\n"
+                         f"{tail}")
+
+    def kill(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+    def client(self, **kwargs: Any) -> valkey.Valkey:
+        return valkey.Valkey.from_url(self.url, password=self.password, **kwargs)
+
     def _wait_ready(self, process: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:
-        client = valkey.Valkey.from_url(self.url, password=self.password, socket_timeout=1)
+        client = self.client(socket_timeout=1)
         deadline = time.monotonic() + timeout
         try:
             while time.monotonic() < deadline:
                 if process.poll() is not None:
                     return False
                 try:
+                    # LOADING (replaying the AOF) is an error reply: not ready yet.
                     if client.ping():
                         return True
-                except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError):
+                except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError,
+                        valkey.exceptions.BusyLoadingError):
                     time.sleep(0.05)
             return False
         finally:
             client.close()
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.kill()
-            self.process.wait(timeout=10)
+        self.kill()
         if self.log is not None:
             self.log.close()
 
@@ -160,6 +246,7 @@ class LocalRuntime:
     toxiproxy: ToxiproxyServerInfo | None = None
     links: Links | None = None
     link_urls: dict[str, str] = field(default_factory=dict)  # process -> its Valkey URL via proxy
+    servers: dict[str, ValkeyServer] = field(default_factory=dict)  # valkey nodes and sentinel
     _closed: bool = False
 
     def __post_init__(self) -> None:
@@ -183,17 +270,132 @@ class LocalRuntime:
         if settings.url:
             self.url, self.password = split_password(settings.url)
             return self.url
-        server = ValkeyServer(valkey_server_binary(settings.server), self.run_dir / "valkey",
-                              self.logs / "valkey.log")
-        server.start()
-        self.url, self.password = server.url, server.password
-        assert server.process is not None and server.log is not None
-        self.children["valkey"] = Child("valkey", server.process, server.log)
-        record_process(self.run_dir, "valkey", server.process.pid)
+        binary = valkey_server_binary(settings.server)
+        persistence = Persistence(settings.appendonly, settings.appendfsync)
+        if settings.replication == "none":
+            server = self._start_node("valkey", ValkeyServer(
+                binary, self.run_dir / "valkey", self.logs / "valkey.log",
+                persistence=persistence))
+            self.url, self.password = server.url, server.password
+            return self.url
+        # primary + replica + Sentinel; clients ask Sentinel where the primary is
+        primary = self._start_node("valkey-1", ValkeyServer(
+            binary, self.run_dir / "valkey-1", self.logs / "valkey-1.log",
+            persistence=persistence))
+        self.password = primary.password
+        self._start_node("valkey-2", ValkeyServer(
+            binary, self.run_dir / "valkey-2", self.logs / "valkey-2.log",
+            persistence=persistence, password=self.password, replica_of=primary.port))
+        sentinel = self._start_node("sentinel", ValkeyServer(
+            binary, self.run_dir / "sentinel", self.logs / "sentinel.log",
+            password=self.password, sentinel_for=(SENTINEL_SERVICE, primary.port)))
+        self.url = f"{SENTINEL_SCHEME}://127.0.0.1:{sentinel.port}/{SENTINEL_SERVICE}"
+        self._wait_replicated(timeout=30.0)
         return self.url
 
-    def client(self) -> valkey.Valkey:
-        return connect(self.url, self.password)
+    def _start_node(self, name: str, server: ValkeyServer) -> ValkeyServer:
+        server.start()
+        assert server.process is not None and server.log is not None
+        self.servers[name] = server
+        self.children[name] = Child(name, server.process, server.log)
+        record_process(self.run_dir, name, server.process.pid)  # for `echomq-chaos clean`
+        return server
+
+    def client(self, retrying: bool = True) -> valkey.Valkey:
+        """The runner's own client: it rides out a store restart or failover by retrying.
+        ``retrying=False`` for the producer, which counts a failed call as an error and moves
+        on (as workers and reaper do with their own loops)."""
+        if not retrying:
+            return connect(self.url, self.password)
+        return connect(self.url, self.password, retry_on_error=[
+            valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError],
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), STORE_RETRIES))
+
+    # --- store faults -----------------------------------------------------------------------
+    def restart_valkey(self, down_ms: int) -> StoreFault:
+        """SIGKILL valkey-server, keep it down ``down_ms``, start it on the same port and data."""
+        server = self.servers.get("valkey")
+        if server is None:
+            raise InfraError("valkey_restart needs the run's own single valkey-server")
+        killed_ts, started = time.time_ns() // 1_000_000, time.monotonic()
+        self._kill_node("valkey")
+        time.sleep(down_ms / 1000)
+        self._restart_node("valkey")
+        return StoreFault("valkey", killed_ts, int((time.monotonic() - started) * 1000))
+
+    def failover(self, mode: str, down_ms: int, timeout: float = 30.0) -> StoreFault:
+        """Move the primary role: SIGKILL the primary (``kill``) and let Sentinel promote the
+        replica, then restart the old primary (Sentinel turns it into a replica); or ask
+        Sentinel for a coordinated failover (``sentinel``). Returns once a new primary serves."""
+        sentinel = self.servers.get("sentinel")
+        if sentinel is None:
+            raise InfraError("a failover needs valkey.replication = 'sentinel'")
+        old = self._primary_name()
+        killed_ts, started = time.time_ns() // 1_000_000, time.monotonic()
+        if mode == "kill":
+            self._kill_node(old)
+        else:
+            with sentinel.client(socket_timeout=5) as client:
+                client.execute_command("SENTINEL", "FAILOVER", SENTINEL_SERVICE)
+        deadline = time.monotonic() + timeout
+        while (new := self._primary_name()) == old:
+            if time.monotonic() > deadline:
+                raise InfraError(f"Sentinel promoted no new primary within {timeout:.0f}s "
+                                 "(see logs/sentinel.log)")
+            time.sleep(0.05)
+        promoted_ms = int((time.monotonic() - started) * 1000)
+        if mode == "kill":
+            time.sleep(max(0.0, down_ms / 1000 - (time.monotonic() - started)))
+            self._restart_node(old)
+        # Demote the old primary at once, as an operator would. Sentinel itself converts it only
+        # on its next 10 s INFO round: until then a WAIT-ing client has no replica to wait for,
+        # and clients still connected to the old primary (valkey-py re-asks Sentinel only after
+        # an error) keep writing to it, a split brain whose writes the demotion then discards.
+        with self.servers[old].client(socket_timeout=5) as client:
+            client.execute_command("REPLICAOF", "127.0.0.1", str(self.servers[new].port))
+        return StoreFault(old, killed_ts, int((time.monotonic() - started) * 1000),
+                          promoted_ms=promoted_ms, new_primary=new)
+
+    def _kill_node(self, name: str) -> None:
+        self.children[name].killed = True  # planned: not an infrastructure failure
+        self.servers[name].kill()
+
+    def _restart_node(self, name: str) -> None:
+        server = self.servers[name]
+        server.restart()
+        assert server.process is not None and server.log is not None
+        self.children[name] = Child(name, server.process, server.log)
+        record_process(self.run_dir, name, server.process.pid)  # replaces the killed one's
+
+    def _primary_name(self) -> str:
+        """Which node Sentinel names as the primary now."""
+        with self.servers["sentinel"].client(socket_timeout=2, decode_responses=True) as client:
+            _host, port = client.execute_command(
+                "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE)
+        by_port = {str(server.port): name for name, server in self.servers.items()}
+        return by_port.get(str(port), f"port {port}")
+
+    def _wait_replicated(self, timeout: float) -> None:
+        """Until Sentinel knows the replica and the replica's link to the primary is up:
+        before that a failover has no one to promote."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self.servers["sentinel"].client(socket_timeout=2,
+                                                 decode_responses=True) as client:
+                replicas = client.execute_command("SENTINEL", "REPLICAS", SENTINEL_SERVICE)
+            for replica in replicas:
+                fields = replica if isinstance(replica, dict) else dict(
+                    zip(replica[::2], replica[1::2], strict=True))
+                if fields.get("master-link-status") == "ok" and "s_down" not in str(
+                        fields.get("flags", "")):
+                    return
+            time.sleep(0.1)
+        raise InfraError(f"the replica did not sync with the primary within {timeout:.0f}s")
+
+    def wait_replicated(self, timeout: float = 30.0) -> None:
+        """After a failover: until the old primary serves again as the new primary's replica."""
+        if "sentinel" in self.servers:
+            self._wait_replicated(timeout)
 
     # --- Toxiproxy ------------------------------------------------------------------------
     def start_network(self) -> ToxiproxyServerInfo | None:
@@ -259,6 +461,7 @@ class LocalRuntime:
             "--interval-ms", str(topo.reap_interval_ms), "--limit", str(topo.reap_limit),
             "--protocol", self.scenario.protocol,
             "--clock-file", str(self._clock_file(name)),
+            "--wait-replicas", str(self.scenario.wait_replicas),
         ]) for name in self.scenario.reaper_names]
 
     def start_workers(self) -> list[Child]:
@@ -278,6 +481,8 @@ class LocalRuntime:
             "--seed", str(self.scenario.seed * 7919 + index),
             "--protocol", self.scenario.protocol,
             "--clock-file", str(self._clock_file(name)),
+            "--ack-ledger", str(self.ack_ledger_path(name)),
+            "--wait-replicas", str(self.scenario.wait_replicas),
         ])
 
     def restart_worker(self, name: str) -> Child:
@@ -287,6 +492,10 @@ class LocalRuntime:
             raise InfraError(f"{name} is still running")
         old.log.close()
         return self._start_worker(name)
+
+    def ack_ledger_path(self, name: str) -> Path:
+        """Where process ``name`` records the transitions it was told succeeded (chaos.ledger)."""
+        return self.run_dir / ACKS_DIR / f"{name}.jsonl"
 
     # --- faults ---------------------------------------------------------------------------
     def kill(self, name: str) -> None:
@@ -335,7 +544,8 @@ class LocalRuntime:
     def stop_workers(self, timeout: float = 15.0) -> None:
         """Graceful: SIGTERM workers and reapers (resuming frozen ones first), then SIGKILL.
         Valkey and Toxiproxy stay up until ``close()``: the workers finish through them."""
-        others = [c for name, c in self.children.items() if name not in ("valkey", "toxiproxy")]
+        others = [c for name, c in self.children.items()
+                  if name not in self.servers and name != "toxiproxy"]
         for child in others:
             if child.paused:
                 self.resume(child.name)

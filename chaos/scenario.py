@@ -139,8 +139,11 @@ Target = str | RandomTarget
 
 PROCESS_KINDS = ("kill", "pause")
 NETWORK_KINDS = ("latency", "partition", "bandwidth", "reset_peer", "slow_close", "toxic")
+STORE_KINDS = ("valkey_restart", "failover")  # faults of the store itself, not of a worker
 FaultKind = Literal["kill", "pause", "latency", "partition", "bandwidth", "reset_peer",
-                    "slow_close", "toxic", "clock_skew"]
+                    "slow_close", "toxic", "clock_skew", "valkey_restart", "failover"]
+STORE_TARGETS = {"valkey_restart": "valkey", "failover": "primary"}
+MODES = {"partition": ("timeout", "disable"), "failover": ("kill", "sentinel")}
 TOXIC_TYPES = ("latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer",
                "limit_data")
 
@@ -156,6 +159,8 @@ FAULT_PARAMETERS: dict[str, tuple[set[str], set[str]]] = {
     "slow_close": ({"delay_ms", "stream", "toxicity"}, {"delay_ms"}),
     "toxic": ({"toxic", "attributes", "stream", "toxicity"}, {"toxic"}),
     "clock_skew": ({"offset_ms"}, {"offset_ms"}),
+    "valkey_restart": (set(), set()),
+    "failover": ({"mode"}, set()),
 }
 
 
@@ -166,13 +171,17 @@ class Fault(Strict):
     every_ms: PositiveMs | None = None  # repeat until the chaos phase ends
     # pause: required. Network faults and clock_skew: healed after this long, or at the end of
     # the chaos phase when absent. kill: not allowed (a killed worker stays dead).
+    # valkey_restart: how long the store stays down (default 0: restarted at once); failover
+    # with mode kill: how long the old primary stays down (at least until a new one serves).
     duration_ms: PositiveMs | None = None
     # Network faults (through the worker's Toxiproxy proxy):
     stream: Literal["upstream", "downstream", "both"] | None = None  # default "both"
     toxicity: Annotated[float, Field(ge=0, le=1)] | None = None  # per connection; default 1
     latency_ms: NonNegativeMs | None = None
     jitter_ms: NonNegativeMs | None = None
-    mode: Literal["timeout", "disable"] | None = None  # partition: timeout-0 toxic or proxy off
+    # partition: timeout-0 toxic or proxy off; failover: SIGKILL the primary (default) or
+    # SENTINEL FAILOVER (coordinated)
+    mode: Literal["timeout", "disable", "kill", "sentinel"] | None = None
     rate_kb_s: Annotated[int, Field(ge=0)] | None = None
     delay_ms: NonNegativeMs | None = None
     timeout_ms: NonNegativeMs | None = None
@@ -202,6 +211,9 @@ class Fault(Strict):
             raise ValueError("a pause needs duration_ms (how long the worker stays frozen)")
         if self.kind == "kill" and self.duration_ms is not None:
             raise ValueError("a kill has no duration_ms: the worker stays dead")
+        if self.mode is not None and self.mode not in MODES.get(self.kind, ()):
+            raise ValueError(f"mode = {self.mode!r}: a {self.kind} fault takes mode "
+                             f"{' or '.join(repr(m) for m in MODES[self.kind])}")
         if self.kind == "toxic" and self.toxic not in TOXIC_TYPES:
             raise ValueError(f"toxic = {self.toxic!r}: not a Toxiproxy toxic type; expected one "
                              f"of {', '.join(TOXIC_TYPES)}")
@@ -210,6 +222,10 @@ class Fault(Strict):
     @property
     def is_network(self) -> bool:
         return self.kind in NETWORK_KINDS
+
+    @property
+    def is_store(self) -> bool:
+        return self.kind in STORE_KINDS
 
 
 ALL_FAULT_PARAMETERS = sorted(set().union(*(allowed for allowed, _ in FAULT_PARAMETERS.values())))
@@ -224,6 +240,19 @@ class Phases(Strict):
 
 class Check(Strict):
     tolerance_ms: NonNegativeMs = 250
+    # Invariants judged and reported but not deciding the verdict: for a store set up to lose
+    # acknowledged writes (appendfsync everysec, failover without WAIT), where the loss is the
+    # figure being measured, not a bug of the queue.
+    report_only: list[str] = []
+
+    @field_validator("report_only")
+    @classmethod
+    def _known(cls, value: list[str]) -> list[str]:
+        for name in value:
+            if name not in INVARIANTS:
+                raise ValueError(f"{name!r} is not an invariant; expected any of "
+                                 f"{', '.join(INVARIANTS)}")
+        return value
 
 
 class ValkeySettings(Strict):
@@ -231,11 +260,22 @@ class ValkeySettings(Strict):
     url: str | None = None  # an existing server instead of starting one
     prefix: str = "emq:"
     queue: str = "jobs"
+    # Persistence of the run's own server(s): an append-only file, fsynced per appendfsync.
+    appendonly: bool = False
+    appendfsync: Literal["always", "everysec", "no"] = "everysec"
+    # none: one server. sentinel: a primary, a replica and a Sentinel; clients ask Sentinel
+    # where the primary is (what a failover fault needs).
+    replication: Literal["none", "sentinel"] = "none"
 
     @model_validator(mode="after")
     def _one_source(self) -> ValkeySettings:
         if self.server and self.url:
             raise ValueError("set either server (a binary to start) or url (a running server)")
+        if self.url:
+            for name, default in (("appendonly", False), ("replication", "none")):
+                if getattr(self, name) != default:
+                    raise ValueError(f"{name} = {getattr(self, name)!r}: only for a server this "
+                                     "run starts, not for url (configure that server yourself)")
         return self
 
 
@@ -265,6 +305,9 @@ class Scenario(Strict):
     seed: Annotated[int, Field(ge=0, le=2**63 - 1)] = 1
     # The protocol variant under test: "sound", or a deliberately broken one (chaos.protocol).
     protocol: str = "sound"
+    # Protocol option: WAIT for this many replicas after every script call; a transition counts
+    # as done (acknowledged) only once they have it. Needs replicas (valkey.replication).
+    wait_replicas: Annotated[int, Field(ge=0, le=16)] = 0
     # Invariants this scenario is expected to break (mutant scenarios; see `selftest`).
     expect_fail: list[str] = []
     topology: Topology = Topology()
@@ -319,9 +362,35 @@ class Scenario(Strict):
         if self.network_faults and self.toxiproxy.proxies == "never":
             raise ValueError("toxiproxy.proxies = 'never', but network faults are planned: "
                              "they act on the workers' proxies")
+        replication = self.valkey.replication
+        if self.wait_replicas and replication == "none" and not self.valkey.url:
+            raise ValueError(f"wait_replicas = {self.wait_replicas}: this run's server has no "
+                             "replica; set valkey.replication = 'sentinel'")
+        if self.wait_replicas and self.load.engine == "locust":
+            raise ValueError(f"wait_replicas = {self.wait_replicas}: the Locust users do not "
+                             "WAIT; use load.engine = 'builtin'")
+        if self.wait_replicas > 1 and replication == "sentinel":
+            raise ValueError(f"wait_replicas = {self.wait_replicas}: the sentinel topology has "
+                             "one replica")
+        if replication == "sentinel" and self.uses_proxies:
+            raise ValueError("valkey.replication = 'sentinel' with Toxiproxy proxies: clients "
+                             "follow Sentinel to the primary's own port, past any proxy")
         for index, fault in enumerate(self.faults):
             where = f"faults.{index}"
-            if fault.kind == "clock_skew":
+            if fault.is_store:
+                store = STORE_TARGETS[fault.kind]
+                if fault.target != store:
+                    raise ValueError(f"{where}.target = {fault.target!r}: a {fault.kind} fault "
+                                     f"targets {store!r}")
+                if self.valkey.url:
+                    raise ValueError(f"{where}: a {fault.kind} fault needs a server this run "
+                                     "starts, not valkey.url")
+                needed = "none" if fault.kind == "valkey_restart" else "sentinel"
+                if replication != needed:
+                    raise ValueError(f"{where}: a {fault.kind} fault needs valkey.replication "
+                                     f"= {needed!r} (it is {replication!r})")
+                names = [store]
+            elif fault.kind == "clock_skew":
                 names = workers + self.reaper_names
             elif fault.is_network:
                 names = self.proxied_names

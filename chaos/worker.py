@@ -21,6 +21,12 @@ Benchmarks only:
   --no-events          claim, extend and complete write no event to the history (the cost of
                        the evidence, ``python -m benchmarks``); nothing can be checked after it,
                        so the runtime never passes it
+
+Store faults:
+  --ack-ledger PATH    append every acknowledged claim and accepted complete to PATH (one JSON
+                       line each, chaos.ledger), so a store that loses them can be caught out
+  --wait-replicas N    after each script call, WAIT until N replicas have it; fewer within the
+                       timeout counts as a failed call (the transition is not acknowledged)
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from valkey.exceptions import ConnectionError as ValkeyConnectionError
 from valkey.exceptions import TimeoutError as ValkeyTimeoutError
 
 from chaos.clock import LocalClock
+from chaos.ledger import AckLedger
 from chaos.procutil import die_with_parent
 from chaos.protocol import PROTOCOLS, QueueClient, QueueKeys, connect
 
@@ -79,6 +86,8 @@ class WorkerConfig:
     clock_file: str | None = None
     claim_gap_ms: int | None = None  # None: the protocol's default
     record_events: bool = True  # False: benchmarks only (--no-events)
+    ack_ledger: str | None = None  # chaos.ledger file for this worker's acknowledged transitions
+    wait_replicas: int = 0  # WAIT for this many replicas after each script call
 
 
 class Worker:
@@ -88,7 +97,9 @@ class Worker:
             connect(config.url, client_name=config.name), config.keys,
             protocol=config.protocol, clock=LocalClock(config.clock_file),
             claim_gap_ms=config.claim_gap_ms, record_events=config.record_events,
+            wait_replicas=config.wait_replicas,
         )
+        self.ledger = AckLedger(config.ack_ledger)
         self.stop = threading.Event()
         self.held: dict[str, int] = {}  # job id -> attempt, for the heartbeat
         self.held_lock = threading.Lock()
@@ -108,6 +119,8 @@ class Worker:
             if job is None:
                 self.stop.wait(cfg.poll_ms / 1000)
                 continue
+            self.ledger.record("claim", job.job_id, attempt=job.attempt, worker=cfg.name,
+                               deadline=job.deadline_ms)
             with self.held_lock:
                 self.held[job.job_id] = job.attempt
             time.sleep(cfg.handler.draw_ms(rng) / 1000)
@@ -126,6 +139,7 @@ class Worker:
         with self.held_lock:
             self.held.pop(job_id, None)
         if accepted:
+            self.ledger.record("complete", job_id, attempt=attempt, worker=self.config.name)
             self.completed += 1
         else:
             self.rejected += 1
@@ -170,6 +184,7 @@ class Worker:
             thread.join(timeout=30)
         if beat.is_alive():
             beat.join(timeout=5)
+        self.ledger.close()
         log.info("%s stopped: %d completed, %d rejected", self.config.name, self.completed,
                  self.rejected)
         return 0
@@ -195,6 +210,10 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
                         help="nonatomic-claim pop-to-lease gap (default 100 there, else 0)")
     parser.add_argument("--no-events", action="store_true",
                         help="benchmarks only: write no history events (nothing to check)")
+    parser.add_argument("--ack-ledger", default=None,
+                        help="append each acknowledged claim/complete here (chaos.ledger)")
+    parser.add_argument("--wait-replicas", type=int, default=0,
+                        help="WAIT for N replicas after each script call (default 0: no WAIT)")
     args = parser.parse_args(argv)
     return WorkerConfig(
         url=args.url,
@@ -211,6 +230,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
         clock_file=args.clock_file,
         claim_gap_ms=args.claim_gap_ms,
         record_events=not args.no_events,
+        ack_ledger=args.ack_ledger,
+        wait_replicas=args.wait_replicas,
     )
 
 

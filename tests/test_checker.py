@@ -25,6 +25,7 @@ from chaos.checker import (
     check,
     percentile,
     run_completed,
+    store_fault_recovery,
 )
 from chaos.history import read_history
 
@@ -34,6 +35,7 @@ INVARIANTS = (
     "recovery_bound",
     "no_premature_reap",
     "exclusive_lease",
+    "attempts_monotonic",
 )
 L, R, TOL = 1000, 250, 100
 BOUND = L + R + TOL  # 1350
@@ -986,3 +988,88 @@ def test_dropping_the_completes_of_a_job_fails_no_loss(model: ProtocolModel, dat
     assert verdict.jobs.lost == 1
     for name in ("no_double_completion", "no_premature_reap", "exclusive_lease"):
         assert verdict.invariants[name].ok, name
+
+
+# --- attempts_monotonic ------------------------------------------------------------------------
+
+
+def test_rising_attempts_across_redeliveries_pass():
+    h = history()
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    h.fault("kill", "w1", ts=100)
+    h.reap("a", attempt=1, ts=1100)
+    h.claim("a", attempt=2, worker="w2", ts=1120)
+    h.complete("a", attempt=2, worker="w2", ts=1200)
+    h.phase("end", ts=1300, drained=1, aborted=0)
+    verdict = check(h.events())
+    assert_fails_only(verdict)
+
+
+def test_a_claim_reusing_an_earlier_attempt_fails_attempts_monotonic():
+    """A store rolled back after the claim of attempt 2 (the ledger saw it; the store lost the
+    HINCRBY) gives the same job out again as attempt 2: two holders of one fencing token."""
+    h = history()
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    h.reap("a", attempt=1, ts=1100)
+    h.claim("a", attempt=2, worker="w2", ts=1120)
+    h.complete("a", attempt=2, worker="w2", ts=1200)
+    h.claim("a", attempt=2, worker="w3", ts=1500)  # after the rollback
+    h.complete("a", attempt=2, worker="w3", ts=1600)
+    h.phase("end", ts=1700, drained=1, aborted=0)
+    verdict = check(h.events())
+    result = verdict.invariants["attempts_monotonic"]
+    assert not result.ok and result.violations == 1
+    assert result.examples == [{"job": "a", "attempt": 2, "worker": "w3",
+                                "seq": result.examples[0]["seq"], "earlier_attempt": 2}]
+    assert result.first_violation_ts == 1500
+    assert "attempts_monotonic" in verdict.failed_invariants()
+
+
+def test_a_claim_with_a_lower_attempt_fails_attempts_monotonic_once_per_claim():
+    h = history()
+    h.enqueue("a", ts=0)
+    h.enqueue("b", ts=0)
+    h.claim("a", attempt=3, worker="w1", ts=10)
+    h.claim("b", attempt=1, worker="w1", ts=10)
+    h.complete("a", attempt=3, worker="w1", ts=50)
+    h.claim("a", attempt=1, worker="w2", ts=100)  # the counter went back to 0
+    h.complete("a", attempt=1, worker="w2", ts=150)
+    h.complete("b", attempt=1, worker="w1", ts=150)
+    h.phase("end", ts=200, drained=1, aborted=0)
+    result = check(h.events()).invariants["attempts_monotonic"]
+    assert (result.ok, result.violations) == (False, 1)
+    assert result.examples[0]["earlier_attempt"] == 3 and result.examples[0]["attempt"] == 1
+
+
+# --- store fault figures -------------------------------------------------------------------------
+
+
+def test_store_fault_recovery_measures_each_client_from_the_kill():
+    h = history()
+    h.enqueue("a", ts=0)
+    h.enqueue("b", ts=5)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    h.claim("b", attempt=1, worker="w2", ts=300)  # back before the runner wrote the fault
+    h.add("fault", ts=400, kind="valkey_restart", worker="valkey", fault_id="f1",
+          target="valkey", cuts_off=1, killed_ts=100, down_ms=250)
+    h.extend("a", attempt=1, worker="w1", ts=390)
+    h.enqueue("c", ts=500)
+    h.complete("a", attempt=1, worker="w1", ts=600)
+    h.complete("b", attempt=1, worker="w2", ts=600)
+    events = h.events()
+    verdict = check(events)
+    assert verdict.store_faults == [{
+        "fault_id": "f1", "kind": "valkey_restart", "node": "valkey", "killed_ts": 100,
+        "down_ms": 250, "clients_recovered": 0, "max_client_ms": None, "clients_ms": {},
+        "producer_ms": None}]
+    assert verdict.stranded == 0 and verdict.faults == 1
+    # The second pass (runs with store faults only) measures the clients from the kill, also
+    # those whose transitions precede the fault event, written once the store served again.
+    [figure] = store_fault_recovery(iter(events), verdict.store_faults)
+    assert figure == {"fault_id": "f1", "kind": "valkey_restart", "node": "valkey",
+                      "killed_ts": 100, "down_ms": 250, "clients_recovered": 2,
+                      "max_client_ms": 290, "clients_ms": {"w1": 290, "w2": 200},
+                      "producer_ms": 400}
+    assert check(history().events()).store_faults == []

@@ -6,9 +6,10 @@ import time
 
 import pytest
 import valkey
+from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
 from chaos.history import iter_stream
-from chaos.protocol import QueueClient
+from chaos.protocol import NotReplicated, QueueClient
 from chaos.reaper import sweep
 
 
@@ -191,3 +192,14 @@ def test_without_events_the_transitions_hold_and_the_history_stays_empty(queue: 
 def test_only_the_sound_protocol_can_skip_events(queue: QueueClient):
     with pytest.raises(ValueError, match="sound protocol only"):
         QueueClient(queue.client, queue.keys, protocol="unfenced-complete", record_events=False)
+
+
+def test_wait_replicas_without_a_replica_fails_the_call_but_not_the_write(queue: QueueClient):
+    """WAIT 1 on a server with no replica: the script ran (the job exists) but the call is not
+    acknowledged; NotReplicated is transient (a ConnectionError) so callers retry."""
+    waiting = QueueClient(queue.client, queue.keys, wait_replicas=1)
+    with pytest.raises(NotReplicated, match="enqueue: WAIT saw 0 of 1 replica"):
+        waiting.enqueue("j1", "p")
+    assert isinstance(NotReplicated("x"), ValkeyConnectionError)
+    assert queue.client.exists(queue.keys.job("j1")) == 1
+    assert queue.backlog() == (1, 0)

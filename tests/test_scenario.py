@@ -99,6 +99,34 @@ def test_heartbeat_zero_turns_the_heartbeat_off(tmp_path: Path):
         (MINIMAL + '[load]\nmix = { producer = 0, consumer = 1 }\n',
          ["load", "mix.producer = 0.0: the load needs producers"]),
         (MINIMAL + '[load]\nprocesses = 0\n', ["load.processes = 0"]),
+        # store faults
+        (MINIMAL + '[[faults]]\nkind = "valkey_restart"\ntarget = "worker-1"\n',
+         ["faults.0.target = 'worker-1'", "a valkey_restart fault targets 'valkey'"]),
+        (MINIMAL + '[[faults]]\nkind = "failover"\ntarget = "primary"\n',
+         ["faults.0", "a failover fault needs valkey.replication = 'sentinel' (it is 'none')"]),
+        (MINIMAL + '[valkey]\nreplication = "sentinel"\n[[faults]]\nkind = "valkey_restart"\n'
+         'target = "valkey"\n', ["a valkey_restart fault needs valkey.replication = 'none'"]),
+        (MINIMAL + '[valkey]\nreplication = "sentinel"\n[[faults]]\nkind = "failover"\n'
+         'target = "primary"\nmode = "disable"\n',
+         ["faults.0", "mode = 'disable': a failover fault takes mode 'kill' or 'sentinel'"]),
+        (MINIMAL + '[[faults]]\nkind = "partition"\ntarget = "worker-1"\nmode = "kill"\n',
+         ["mode = 'kill': a partition fault takes mode 'timeout' or 'disable'"]),
+        (MINIMAL + '[[faults]]\nkind = "valkey_restart"\ntarget = "valkey"\nmode = "kill"\n',
+         ["mode = 'kill': not a parameter of a valkey_restart fault"]),
+        (MINIMAL + 'wait_replicas = 1\n',
+         ["wait_replicas = 1: this run's server has no replica"]),
+        (MINIMAL + 'wait_replicas = 1\n[valkey]\nreplication = "sentinel"\n[load]\n'
+         'engine = "locust"\n', ["wait_replicas = 1: the Locust users do not WAIT"]),
+        (MINIMAL + 'wait_replicas = 2\n[valkey]\nreplication = "sentinel"\n',
+         ["wait_replicas = 2: the sentinel topology has one replica"]),
+        (MINIMAL + '[valkey]\nreplication = "sentinel"\n[toxiproxy]\nproxies = "always"\n',
+         ["replication = 'sentinel' with Toxiproxy proxies"]),
+        (MINIMAL + '[valkey]\nurl = "valkey://127.0.0.1:6379"\nappendonly = true\n',
+         ["valkey", "appendonly = True: only for a server this run starts"]),
+        (MINIMAL + '[valkey]\nappendfsync = "sometimes"\n',
+         ["valkey.appendfsync = 'sometimes'"]),
+        (MINIMAL + '[check]\nreport_only = ["no_lost"]\n',
+         ["check.report_only", "'no_lost' is not an invariant"]),
     ],
 )
 def test_bad_values_are_named(tmp_path: Path, text: str, expected: list[str]):
