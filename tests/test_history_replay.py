@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_checker import PROPERTY, ProtocolModel, protocol_runs
 
+import chaos.history as history_module
 from chaos.checker import check, run_completed
 from chaos.history import HistoryOrderError, iter_history, read_history, replay_history
 
@@ -106,3 +108,31 @@ def test_streaming_skips_a_torn_last_line_and_names_a_broken_one(tmp_path: Path)
     not_object.write_text(good + "[1, 2]\n")
     with pytest.raises(ValueError, match=r"list.jsonl:2: not a JSON object"):
         list(iter_history(not_object))
+
+
+LINE_VALUES = st.one_of(st.text(max_size=6), st.integers(-5, 10**6), st.booleans(), st.none(),
+                        st.floats(allow_nan=False, allow_infinity=False),
+                        st.lists(st.integers(), max_size=2),
+                        st.sampled_from(['a":"b', '":', "1-0", "17-", "-1", "x-1", "claim"]))
+LINE_RECORDS = st.dictionaries(
+    st.sampled_from(["seq", "type", "ts", "id", "attempt", "worker", "deadline", "lease_ms",
+                     "current_attempt", "kind", 'we"ird":', "phase"]),
+    LINE_VALUES, max_size=9)
+
+
+def _outcome(make: Callable[[], object]) -> object:
+    try:
+        return make()
+    except ValueError as error:
+        return str(error)
+
+
+@PROPERTY
+@given(LINE_RECORDS | st.lists(st.integers(), max_size=2) | st.text(max_size=4),
+       st.sampled_from([(",", ":"), (", ", ": ")]))
+def test_the_fast_line_check_accepts_and_rejects_exactly_as_the_precise_one(record, separators):
+    line = (json.dumps(record, separators=separators) + "\n").encode()
+    parsed = json.loads(line)
+    fast = _outcome(lambda: history_module._event(parsed, line, "h.jsonl", 7))
+    precise = _outcome(lambda: history_module._checked_event(parsed, "h.jsonl:7"))
+    assert fast == precise
