@@ -75,7 +75,14 @@ def redis_benchmark(server: ValkeyServer, command: list[str], requests: int, cli
     return float(rows[1][1])
 
 
-def python_claims_per_s(server: ValkeyServer, keys: QueueKeys, claims: int, slots: int) -> float:
+@dataclass
+class ClientClaims:
+    per_s: float
+    cpu_us_per_claim: float  # this process's CPU (all threads) per claim: the client's cost
+
+
+def python_claims_per_s(server: ValkeyServer, keys: QueueKeys, claims: int,
+                        slots: int) -> ClientClaims:
     """``slots`` threads claiming through one shared client, as the worker's slots do."""
     queue = QueueClient(connect(server.url, server.password), keys)
     done = [0] * slots
@@ -90,14 +97,14 @@ def python_claims_per_s(server: ValkeyServer, keys: QueueKeys, claims: int, slot
     for thread in threads:
         thread.start()
     barrier.wait()
-    started = time.perf_counter()
+    started, cpu_started = time.perf_counter(), time.process_time()
     for thread in threads:
         thread.join()
-    elapsed = time.perf_counter() - started
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
     queue.client.close()
     if sum(done) != claims:
         raise RuntimeError(f"claimed {sum(done)} of {claims} jobs")
-    return claims / elapsed
+    return ClientClaims(claims / elapsed, cpu / claims * 1e6)
 
 
 def claim_command(server: ValkeyServer, keys: QueueKeys, record_events: bool = True) -> list[str]:
@@ -249,12 +256,17 @@ def measure(sizes: Sizes) -> dict[str, Any]:
             admin.flushdb()  # each measurement on an empty server
             return QueueKeys("bench:", f"{label}-{next(counter)}")
 
-        python_claims, same_connections, ceiling, ceiling_off = [], [], [], []
+        python_claims: list[ClientClaims] = []
+        one_thread: list[ClientClaims] = []
+        same_connections, ceiling, ceiling_off = [], [], []
         per_script: dict[str, list[float]] = {"enqueue": [], "claim": [], "complete": []}
         for _ in range(sizes.rounds):
             keys = fresh_keys("claim")
             fill(server.url, server.password, keys, sizes.claims)
             python_claims.append(python_claims_per_s(server, keys, sizes.claims, SLOTS))
+            keys = fresh_keys("claim-1")
+            fill(server.url, server.password, keys, sizes.claims)
+            one_thread.append(python_claims_per_s(server, keys, sizes.claims, 1))
             if not have_benchmark:
                 continue
             keys = fresh_keys("rb")
@@ -289,7 +301,10 @@ def measure(sizes: Sizes) -> dict[str, Any]:
         capacity = exporter_capacity(server, keys.events, work_dir / "capacity.jsonl")
         admin.close()
 
-    claims = median(python_claims)
+    claims = median([c.per_s for c in python_claims])
+    cpu_per_claim = median([c.cpu_us_per_claim for c in python_claims])
+    client_bound = (f"client CPU {cpu_per_claim:.0f} us per claim = "
+                    f"{claims * cpu_per_claim / 1e6:.0%} of one core")
     jobs_on = median([r.jobs_per_s for r in on_rounds])
     jobs_off = median([r.jobs_per_s for r in off_rounds])
     produced = median([r.produced_per_s for r in on_rounds])
@@ -301,7 +316,10 @@ def measure(sizes: Sizes) -> dict[str, Any]:
         Row("claim path", f"Python claims/s, {SLOTS} slot threads, no pipelining", claims,
             "claims/s", median(same_connections) if have_benchmark else None,
             f"redis-benchmark EVALSHA claim, -c {SLOTS} -P 1",
-            note="" if have_benchmark else missing),
+            note=client_bound if have_benchmark else missing),
+        Row("claim path", f"Python claims/s, {SLOTS} slot threads vs 1 thread", claims,
+            "claims/s", median([c.per_s for c in one_thread]), "1 thread, one connection",
+            note="threads of one process share the GIL"),
         Row("claim path", "Python claims/s vs the server's ceiling", claims, "claims/s",
             median(ceiling) if have_benchmark else None,
             f"redis-benchmark EVALSHA claim, -c {CEILING_CLIENTS} -P {CEILING_PIPELINE}",
@@ -328,7 +346,8 @@ def measure(sizes: Sizes) -> dict[str, Any]:
             "events/s", produced, "events/s the run produced", target=(">=", 1.0)),
     ]
     raw.update({
-        "python_claims_per_s": python_claims,
+        "python_claims": [vars(c) for c in python_claims],
+        "python_claims_one_thread": [vars(c) for c in one_thread],
         "redis_benchmark": {"claim_same_connections": same_connections,
                             "claim_ceiling": ceiling, "claim_ceiling_events_off": ceiling_off,
                             "scripts_same_connections": per_script}

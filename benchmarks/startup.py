@@ -30,6 +30,14 @@ def run_to_first_claim_ms(out: Path) -> float:
     return first_claim - started_ms
 
 
+def worker_import_ms() -> float:
+    """One Python process importing the worker (what each of the 8 pays before connecting)."""
+    started = time.perf_counter()
+    subprocess.run([sys.executable, "-m", "chaos.worker", "--help"], capture_output=True,
+                   timeout=120, check=True)
+    return (time.perf_counter() - started) * 1000
+
+
 def valkey_start_ms() -> float:
     started = time.perf_counter()
     with valkey_server("startup"):
@@ -38,12 +46,17 @@ def valkey_start_ms() -> float:
 
 
 def measure(runs: int) -> dict[str, Any]:
-    to_claim, bare = [], []
+    to_claim, bare, imports = [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         for number in range(runs):
             bare.append(valkey_start_ms())
+            imports.append(worker_import_ms())
             to_claim.append(run_to_first_claim_ms(Path(tmp) / f"run-{number}"))
     rows = [Row("startup", "run -> first claim, 8 workers, local runtime", median(to_claim),
                 "ms", median(bare), "bare valkey-server start -> PING",
-                note=f"{runs} runs each")]
-    return {"rows": rows, "raw": {"run_to_first_claim_ms": to_claim, "valkey_start_ms": bare}}
+                note=f"{runs} runs each"),
+            Row("startup", "one Python process importing the worker (--help)", median(imports),
+                "ms", median(bare), "bare valkey-server start -> PING",
+                note="a run starts 8 workers, a reaper and itself on 2 cores")]
+    return {"rows": rows, "raw": {"run_to_first_claim_ms": to_claim, "valkey_start_ms": bare,
+                                  "worker_import_ms": imports}}
