@@ -160,6 +160,7 @@ class Verdict:
     # Per store fault (valkey_restart, failover): its figure; the clients' recovery is filled in
     # by ``store_fault_recovery``, a second pass over the history made only when there are some.
     store_faults: list[dict[str, Any]] = field(default_factory=list)
+    stranded_leases: list[StrandedLease] = field(default_factory=list)  # not in as_dict()
 
     def failed_invariants(self) -> list[str]:
         return [name for name, result in self.invariants.items() if not result.ok]
@@ -189,8 +190,9 @@ class _Lease:
 
 
 @dataclass
-class _Stranded:
-    """A lease its holder held when a fault hit it; open until the holder renews it or it ends."""
+class StrandedLease:
+    """A lease its holder held when a fault hit it; open until the holder renews it or it ends.
+    The verdict keeps them all, so reports can draw each recovery (fault → reap → re-claim)."""
 
     job_id: str
     attempt: int
@@ -250,10 +252,10 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
     held_by: dict[str, set[str]] = {}  # worker -> job ids it holds a live lease on
     windows: dict[str, list[_FaultWindow]] = {}
     open_windows: dict[str, _FaultWindow] = {}  # fault_id -> its window, until healed
-    open_stranded: dict[str, list[_Stranded]] = {}  # job id -> stranded leases not yet resolved
-    awaiting_reclaim: dict[str, list[_Stranded]] = {}
-    awaiting_recomplete: dict[str, list[_Stranded]] = {}
-    stranded: list[_Stranded] = []
+    open_stranded: dict[str, list[StrandedLease]] = {}  # job id -> stranded leases not yet resolved
+    awaiting_reclaim: dict[str, list[StrandedLease]] = {}
+    awaiting_recomplete: dict[str, list[StrandedLease]] = {}
+    stranded: list[StrandedLease] = []
     redeliveries = Redeliveries()
     rejected: Counter[str] = Counter()
     fault_count = 0
@@ -395,7 +397,7 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
             open_windows[fault_id] = window
             for held in sorted(held_by.get(worker, set())):
                 lease = leases[held]
-                item = _Stranded(held, lease.attempt, worker, event.ts, fault_id)
+                item = StrandedLease(held, lease.attempt, worker, event.ts, fault_id)
                 stranded.append(item)
                 open_stranded.setdefault(held, []).append(item)
 
@@ -499,6 +501,7 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
         recovery_samples=samples,
         final=final,
         store_faults=[store_fault_figure(fault) for fault in store_fault_events],
+        stranded_leases=stranded,
     )
 
 

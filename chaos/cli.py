@@ -16,12 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from chaos import __version__, selftest
-from chaos.checker import check
 from chaos.cleanup import clean_processes
-from chaos.history import replay_history
-from chaos.ledger import check_with_ledger
+from chaos.junit import write_junit
 from chaos.nemesis import fault_parameters, plan
-from chaos.report import build_report, summary_text, write_json_atomic
+from chaos.offline import SavedRunError, recheck
+from chaos.report import build_report, summary_text, write_json_atomic, write_rendered_reports
 from chaos.runner import (
     EXIT_ABORTED,
     EXIT_FAIL,
@@ -29,6 +28,7 @@ from chaos.runner import (
     EXIT_PASS,
     EXIT_USAGE,
     RunDirError,
+    RunResult,
     default_run_dir,
     prepare_run_dir,
     run_scenario,
@@ -107,16 +107,77 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenario = load_scenario(args.scenario, args.set)
+    scenarios = [load_scenario(path, args.set) for path in args.scenario]
     if args.dry_run:
-        print(describe_plan(scenario))
+        print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
         return EXIT_PASS
-    run_dir = Path(args.out) if args.out else default_run_dir(scenario.name)
-    prepare_run_dir(run_dir, args.force)
-    print(describe_plan(scenario), file=sys.stderr)
-    with InterruptsTearDown(scenario.name, run_dir):
-        result = run_scenario(scenario, run_dir)
-    return result.exit_code
+    if len(scenarios) == 1:
+        run_dirs = [Path(args.out) if args.out else default_run_dir(scenarios[0].name)]
+        suite_dir = None
+    else:  # one directory for the suite, one run directory per scenario inside it
+        suite_dir = Path(args.out) if args.out else default_run_dir("suite")
+        run_dirs = _suite_run_dirs(suite_dir, [scenario.name for scenario in scenarios])
+    prepare_run_dir(suite_dir or run_dirs[0], args.force)
+    results: list[RunResult] = []
+    for index, (scenario, run_dir) in enumerate(zip(scenarios, run_dirs, strict=True)):
+        if suite_dir is not None:
+            print(f"== [{index + 1}/{len(scenarios)}] {scenario.name} -> {run_dir}",
+                  file=sys.stderr, flush=True)
+            prepare_run_dir(run_dir, args.force)
+        print(describe_plan(scenario), file=sys.stderr)
+        with InterruptsTearDown(scenario.name, run_dir):
+            results.append(run_scenario(scenario, run_dir))
+        if results[-1].verdict == "aborted":
+            break  # Ctrl-C stops the suite, not only the scenario running
+    junit_runs = [(result.report, result.run_dir) for result in results]
+    if suite_dir is not None:
+        write_junit(suite_dir / "junit.xml", junit_runs)
+        print(suite_table(results, [s.name for s in scenarios]))
+        print(f"suite directory: {suite_dir} (junit.xml covers every run)")
+    if args.junit:
+        write_junit(Path(args.junit), junit_runs)
+    return worst_exit_code([result.exit_code for result in results])
+
+
+def _suite_run_dirs(suite_dir: Path, names: list[str]) -> list[Path]:
+    """``<suite>/<name>``; the same scenario twice gets ``<name>-2``, ..."""
+    seen: dict[str, int] = {}
+    dirs = []
+    for name in names:
+        seen[name] = seen.get(name, 0) + 1
+        dirs.append(suite_dir / (name if seen[name] == 1 else f"{name}-{seen[name]}"))
+    return dirs
+
+
+def worst_exit_code(codes: list[int]) -> int:
+    """aborted (130) > infrastructure (3) > usage (2) > fail (1) > pass (0)."""
+    order = [EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED]
+    return max(codes, key=order.index, default=EXIT_PASS)
+
+
+def suite_table(results: list[RunResult], names: list[str]) -> str:
+    header = ("scenario", "verdict", "failed invariants", "jobs done/enqueued", "faults",
+              "max recovery", "bound", "wall")
+    rows = []
+    for index, name in enumerate(names):
+        if index >= len(results):
+            rows.append((name, "not run", "", "", "", "", "", ""))
+            continue
+        report = results[index].report
+        failed = [n for n, r in (report.get("invariants") or {}).items() if not r["ok"]]
+        bound = (report.get("invariants") or {}).get("recovery_bound") or {}
+        jobs = report.get("jobs") or {}
+        wall = (report.get("run") or {}).get("wall_ms")
+        rows.append((
+            name, str(report["verdict"]).upper(), ",".join(failed) or "-",
+            f"{jobs.get('completed', '-')}/{jobs.get('enqueued', '-')}",
+            str(report.get("faults", "-")),
+            "-" if bound.get("max_ms") is None else f"{bound['max_ms']} ms",
+            "-" if bound.get("bound_ms") is None else f"{bound['bound_ms']} ms",
+            "-" if wall is None else f"{wall / 1000:.1f} s"))
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+                     .rstrip() for row in [header, *rows])
 
 
 class InterruptsTearDown:
@@ -166,36 +227,34 @@ def force_exit(name: str, run_dir: Path) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    run_dir = Path(args.run_dir)
-    history = run_dir / "history.jsonl"
-    if not history.exists():
-        print(f"{history}: no such file", file=sys.stderr)
-        return EXIT_USAGE
-    try:
-        # One streamed pass (memory stays flat for a run of millions of events); final comes
-        # from the history's own end phase.
-        verdict, acks = check_with_ledger(run_dir, history,
-                                          lambda events: check(events, final=None))
-        name = replay_history(history, lambda events: next(
-            (e.extra.get("scenario", "?") for e in events if e.type == "run"), "?"))
-    except OSError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_USAGE
-    except ValueError as error:  # a bad line (its message names file and line), no run event
-        message = str(error)
-        where = "" if message.startswith(str(history)) else f"{history}: "
-        print(f"error: {where}{message}", file=sys.stderr)
-        return EXIT_USAGE
-    final = verdict.final
-    word = ("pass" if verdict.passed else "fail") if final else "aborted"
-    report = build_report(name, word, verdict, **({"ack_ledger": acks} if acks else {}))
+    saved = recheck(Path(args.run_dir))
     if args.json:
-        print(json.dumps(report, indent=2))
+        print(json.dumps(saved.report, indent=2))
     else:
-        print(summary_text(report))
-    if not final:
-        return EXIT_ABORTED
-    return EXIT_PASS if verdict.passed else EXIT_FAIL
+        print(summary_text(saved.report))
+    if saved.saved is not None:
+        differences = saved.differences()
+        if differences:
+            print(f"note: differs from the saved report.json in {', '.join(differences)} "
+                  "(a different checker version?)", file=sys.stderr)
+        else:
+            print("same verdict as the saved report.json", file=sys.stderr)
+    return saved.exit_code
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    run_dir = Path(args.run_dir)
+    saved = recheck(run_dir)
+    if saved.saved is None:  # a run killed before it could write one
+        write_json_atomic(run_dir / "report.json", saved.report)
+        print(f"wrote {run_dir / 'report.json'} (there was none)", file=sys.stderr)
+    problems = write_rendered_reports(run_dir, saved.report, saved.events, saved.verdict)
+    for problem in problems:
+        print(f"error: {problem}", file=sys.stderr)
+    if problems:
+        return EXIT_INFRA
+    print(f"{run_dir / 'report.html'}\n{run_dir / 'junit.xml'}")
+    return saved.exit_code
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -310,9 +369,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"echomq-chaos {__version__}")
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="run a scenario and check its history")
-    run.add_argument("scenario", help="scenario file (TOML)")
-    run.add_argument("--out", help="run directory (default runs/<utc-time>-<scenario>/)")
+    run = commands.add_parser(
+        "run", help="run one or more scenarios and check their histories",
+        description="Run scenarios in order. Each run directory gets history.jsonl, "
+                    "report.json, report.html and junit.xml. With several scenarios, --out is "
+                    "the suite directory (one run directory per scenario inside, a combined "
+                    "junit.xml, a summary table); the exit code is the worst run's.")
+    run.add_argument("scenario", nargs="+", help="scenario file(s) (TOML)")
+    run.add_argument("--out", help="run directory (default runs/<utc-time>-<scenario>/); with "
+                                   "several scenarios the suite directory "
+                                   "(default runs/<utc-time>-suite/)")
+    run.add_argument("--junit", metavar="PATH",
+                     help="also write the JUnit XML of every run to PATH (for CI)")
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field, e.g. --set topology.lease_ms=2000 (repeatable)")
     run.add_argument("--dry-run", action="store_true", help="print the resolved plan and exit")
@@ -324,10 +392,16 @@ def build_parser() -> argparse.ArgumentParser:
     validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     validate.set_defaults(handler=cmd_validate)
 
-    check_cmd = commands.add_parser("check", help="re-check a saved run's history offline")
+    check_cmd = commands.add_parser(
+        "check", help="re-check a saved run's history offline (same verdict, same exit code)")
     check_cmd.add_argument("run_dir")
     check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     check_cmd.set_defaults(handler=cmd_check)
+
+    report_cmd = commands.add_parser(
+        "report", help="re-render report.html and junit.xml of a saved run (offline)")
+    report_cmd.add_argument("run_dir")
+    report_cmd.set_defaults(handler=cmd_report)
 
     selftest_cmd = commands.add_parser(
         "selftest", help="prove the checker catches every broken protocol variant",
@@ -436,7 +510,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
         return code
-    except (ScenarioError, RunDirError) as error:
+    except (ScenarioError, RunDirError, SavedRunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except OSError as error:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import re
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -216,6 +217,7 @@ class HistoryExporter:
         self.batch = batch
         self.last_id = "0-0"
         self.exported = 0
+        self.counts: Counter[str] = Counter()  # events exported so far, by type (progress)
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -232,6 +234,7 @@ class HistoryExporter:
                 return 0
             entries = reply[0][1]
             written = write_records(self._handle, entries)
+            self.counts.update(fields.get("type", "?") for _, fields in entries)
             self.last_id = entries[-1][0]
             self.exported += written
             return written

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.checker import Verdict
+from chaos.history import Event
 
 SCHEMA = 1
 
@@ -111,3 +112,22 @@ def summary_text(report: dict[str, Any]) -> str:
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
     return "\n".join(lines)
+
+
+def write_rendered_reports(run_dir: Path, report: dict[str, Any], events: list[Event],
+                           verdict: Verdict | None) -> list[str]:
+    """``junit.xml`` and ``report.html`` beside ``report.json``. Returns the problems met: a
+    drawing that fails must not cost the verdict, which report.json already holds."""
+    from chaos.junit import write_junit
+    from chaos.report_html import write_html
+
+    problems = []
+    try:
+        write_junit(run_dir / "junit.xml", [(report, run_dir)])
+    except Exception as error:  # noqa: BLE001 - reported, and the run's verdict stands
+        problems.append(f"junit.xml: {type(error).__name__}: {error}")
+    try:
+        write_html(run_dir / "report.html", report, events, verdict)
+    except Exception as error:  # noqa: BLE001
+        problems.append(f"report.html: {type(error).__name__}: {error}")
+    return problems

@@ -32,14 +32,27 @@ from chaos.cleanup import (
 from chaos.history import HistoryExporter, read_history, stream_entries, write_records
 from chaos.ledger import ACKS_DIR, SURVIVING_HISTORY, AckLedger, check_with_ledger
 from chaos.load import LoadSource, LocustLoad, Producer
-from chaos.nemesis import Nemesis
+from chaos.nemesis import Nemesis, plan
+from chaos.progress import Progress, Status
 from chaos.protocol import QueueClient, QueueKeys
-from chaos.report import build_report, summary_text, write_json_atomic, write_text_atomic
+from chaos.report import (
+    build_report,
+    summary_text,
+    write_json_atomic,
+    write_rendered_reports,
+    write_text_atomic,
+)
 from chaos.runtime import InfraError, LocalRuntime, split_password
 from chaos.scenario import Scenario
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
 BACKLOG_SAMPLE_S = 0.25
+
+
+def exit_code_for(verdict_word: str) -> int:
+    """pass 0, fail 1, aborted 130, anything else (error) 3."""
+    return {"pass": EXIT_PASS, "fail": EXIT_FAIL, "aborted": EXIT_ABORTED}.get(
+        verdict_word, EXIT_INFRA)
 
 
 class RunDirError(Exception):
@@ -75,40 +88,14 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
         if runner is not None and is_alive(runner):
             raise RunDirError(f"{run_dir}: a run is still going there (runner pid {runner.pid})")
         clean_processes(run_dir)  # whatever a crashed earlier run left behind
-        for name in ("history.jsonl", "report.json", SURVIVING_HISTORY):
+        for name in ("history.jsonl", "report.json", "report.html", "junit.xml",
+                     SURVIVING_HISTORY):
             (run_dir / name).unlink(missing_ok=True)
         shutil.rmtree(run_dir / ACKS_DIR, ignore_errors=True)  # a ledger is per run
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise RunDirError(f"{run_dir}: cannot create the run directory: {error}") from None
-
-
-class Progress:
-    """Phase lines always; a status line each second on a terminal, at phase ends otherwise."""
-
-    def __init__(self, stream: TextIO, scenario: Scenario) -> None:
-        self.stream = stream
-        self.live = stream.isatty()
-        self.started = time.monotonic()
-        self.last_status = 0.0
-        self.phase = "setup"
-        self.planned_s = (scenario.phases.warmup_ms + scenario.phases.chaos_ms
-                          + scenario.phases.heal_ms) / 1000
-
-    def say(self, text: str) -> None:
-        print(f"[{time.monotonic() - self.started:6.1f}s] {text}", file=self.stream, flush=True)
-
-    def enter(self, phase: str, detail: str = "") -> None:
-        self.phase = phase
-        self.say(f"phase {phase}{' ' + detail if detail else ''}")
-
-    def status(self, text: str, force: bool = False) -> None:
-        now = time.monotonic()
-        if force or (self.live and now - self.last_status >= 1.0):
-            self.last_status = now
-            elapsed = now - self.started
-            self.say(f"  {self.phase} {elapsed:.0f}/{self.planned_s:.0f}s planned  {text}")
 
 
 class Run:
@@ -191,7 +178,7 @@ class Run:
         raise InfraError(f"not connected after {timeout:.0f}s: {', '.join(missing)}")
 
     def _status(self, force: bool = False) -> None:
-        """Watch the children; every 250 ms sample the backlog and maybe print a status line."""
+        """Watch the children; every 250 ms sample the backlog and update the progress."""
         assert self.queue is not None and self.producer is not None
         self.watch_children()
         now = time.monotonic()
@@ -202,14 +189,12 @@ class Run:
         elapsed_ms = int((now - self.progress.started) * 1000)
         self.backlog.append({"t_ms": elapsed_ms, "phase": self.progress.phase,
                              "pending": pending, "active": active})
-        faults = len(self.nemesis.applied) if self.nemesis else 0
-        enqueued = self.producer.enqueued
-        self.progress.status(
-            f"{'' if enqueued is None else f'enqueued {enqueued}  '}"
-            f"pending {pending}  active {active}  "
-            f"faults {faults}  events {self.exporter.exported if self.exporter else 0}",
-            force=force,
-        )
+        counts = self.exporter.counts if self.exporter else {}
+        self.progress.update(Status(
+            enqueued=counts.get("enqueue", 0), claimed=counts.get("claim", 0),
+            completed=counts.get("complete", 0), reaped=counts.get("reap", 0),
+            pending=pending, active=active,
+            faults=len(self.nemesis.applied) if self.nemesis else 0))
 
     def watch_children(self) -> None:
         """A worker or reaper that dies without a planned fault is recorded as a crash fault."""
@@ -285,8 +270,10 @@ class Run:
         if not self.drained:
             self.progress.say(f"!! drain timed out after {self.drain_ms} ms with jobs left")
 
-    def wind_down(self, aborted: bool = False) -> None:
-        """Stop children gracefully and write the last events (also on failure paths)."""
+    def wind_down(self, aborted: bool = False, cause: str = "") -> None:
+        """Stop children gracefully and write the last events (also on failure paths).
+        ``cause`` (interrupt | infra | internal) lets an offline re-check tell an aborted run
+        from one that broke, exactly as the runner did."""
         if self.producer is not None:
             self.producer.stop()
         if self.nemesis is not None:
@@ -294,7 +281,7 @@ class Run:
         self.runtime.stop_workers()
         if self.queue is not None:
             self.queue.record(type="phase", phase="end", drained=int(self.drained),
-                              aborted=int(aborted))
+                              aborted=int(aborted), **({"cause": cause} if cause else {}))
         if self.exporter is not None:
             self.exporter.drain()
             self.save_surviving_history()
@@ -320,7 +307,7 @@ class Run:
 
 def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr) -> RunResult:
     """Run one scenario; always leaves history.jsonl and report.json in ``run_dir``."""
-    progress = Progress(stream, scenario)
+    progress = Progress(stream, scenario, planned_faults=len(plan(scenario)))
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = scenario.model_dump(mode="json")
     if scenario.valkey.url:  # the run directory is shared evidence: no secrets in it
@@ -339,18 +326,21 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
     except KeyboardInterrupt:
         verdict_word, error = "aborted", "interrupted (SIGINT or SIGTERM)"
         progress.say("!! interrupted: tearing down (interrupt again to exit at once)")
-        _try(lambda: run.wind_down(aborted=True))
+        _try(lambda: run.wind_down(aborted=True, cause="interrupt"))
     except InfraError as failure:
         error = str(failure)
         progress.say(f"!! infrastructure error: {failure}")
-        _try(lambda: run.wind_down(aborted=True))
+        _try(lambda: run.wind_down(aborted=True, cause="infra"))
     except Exception as failure:  # an unexpected bug: keep the evidence, say where
         error = f"{type(failure).__name__}: {failure}"
         write_text_atomic(run_dir / "runner-error.txt", traceback.format_exc())
         progress.say(f"!! internal error: {error} (traceback in runner-error.txt)")
-        _try(lambda: run.wind_down(aborted=True))
+        _try(lambda: run.wind_down(aborted=True, cause="internal"))
     finally:
-        run.close()
+        try:
+            run.close()
+        finally:
+            progress.close()
     wall_ms = int((time.monotonic() - started) * 1000)
     try:
         return finish(scenario, run_dir, verdict_word, error, run, wall_ms, stream)
@@ -401,8 +391,7 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
             verdict_word = "error"
     if verdict_word == "checked":
         verdict_word = "pass" if verdict is not None and verdict.passed else "fail"
-    exit_code = {"pass": EXIT_PASS, "fail": EXIT_FAIL, "aborted": EXIT_ABORTED}.get(
-        verdict_word, EXIT_INFRA)
+    exit_code = exit_code_for(verdict_word)
     load = _load_summary(run)
     enqueue = load.get("operations", {}).get("enqueue", {}) if load else {}
     extra: dict[str, Any] = {
@@ -434,6 +423,8 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
         extra["error"] = error
     report = build_report(scenario.name, verdict_word, verdict, **extra)
     write_json_atomic(run_dir / "report.json", report)
+    for problem in write_rendered_reports(run_dir, report, verdict):
+        print(f"   (report not rendered: {problem})", file=stream, flush=True)
     print(summary_text(report), file=stream, flush=True)
     print(f"run directory: {run_dir}", file=stream, flush=True)
     return RunResult(verdict_word, exit_code, run_dir, report, verdict)

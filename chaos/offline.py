@@ -1,0 +1,115 @@
+"""A saved run directory, judged again: ``history.jsonl`` in, the same verdict out.
+
+``echomq-chaos check`` and ``echomq-chaos report`` use this. The checker's configuration comes
+from the history's ``run`` event (what the runner used), else from ``scenario.json``; the verdict
+word comes from the history's ``end`` event (finished, interrupted, or broken by an
+infrastructure or internal error), so a re-check says exactly what the run said.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos.checker import CheckConfig, Verdict, check
+from chaos.history import Event, read_history
+from chaos.report import build_report
+from chaos.runner import exit_code_for
+
+# report.json keys the checker decides; the rest (run, load, error, ...) is what the run saw.
+VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "stranded_leases",
+                "faults", "rejected", "events", "throughput_per_s")
+
+
+class SavedRunError(ValueError):
+    """The run directory cannot be re-checked (exit code 2)."""
+
+
+@dataclass
+class SavedRun:
+    run_dir: Path
+    events: list[Event]
+    verdict: Verdict
+    report: dict[str, Any]  # rebuilt: the fresh verdict plus what report.json saw of the run
+    saved: dict[str, Any] | None  # report.json as the run wrote it, if any
+
+    @property
+    def word(self) -> str:
+        return str(self.report["verdict"])
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for(self.word)
+
+    def differences(self) -> list[str]:
+        """Verdict keys on which the re-check disagrees with the saved report.json."""
+        if self.saved is None:
+            return []
+        return [key for key in VERDICT_KEYS
+                if key in self.saved and self.saved.get(key) != self.report.get(key)]
+
+
+def check_config(events: list[Event], run_dir: Path) -> CheckConfig:
+    try:
+        return CheckConfig.from_history(events)
+    except ValueError as missing:
+        resolved = run_dir / "scenario.json"
+        if not resolved.exists():
+            raise SavedRunError(f"{run_dir / 'history.jsonl'}: {missing}, and there is no "
+                                f"{resolved.name} to read them from") from None
+        scenario = json.loads(resolved.read_text())
+        try:
+            return CheckConfig(int(scenario["topology"]["lease_ms"]),
+                               int(scenario["topology"]["reap_interval_ms"]),
+                               int(scenario["check"]["tolerance_ms"]))
+        except (KeyError, TypeError, ValueError) as error:
+            raise SavedRunError(f"{resolved}: lacks topology.lease_ms, "
+                                f"topology.reap_interval_ms or check.tolerance_ms ({error})"
+                                ) from None
+
+
+def run_outcome(events: list[Event]) -> str | None:
+    """finished | aborted | error from the history's end event; None when it has none (the
+    runner could not write it: Valkey gone, or the runner itself killed)."""
+    end = next((e for e in reversed(events)
+                if e.type == "phase" and e.extra.get("phase") == "end"), None)
+    if end is None:
+        return None
+    if end.extra.get("aborted", "0") == "0":
+        return "finished"
+    return "error" if end.extra.get("cause") in ("infra", "internal") else "aborted"
+
+
+def recheck(run_dir: Path) -> SavedRun:
+    history = run_dir / "history.jsonl"
+    if not history.exists():
+        raise SavedRunError(f"{history}: no such file")
+    saved_path = run_dir / "report.json"
+    saved: dict[str, Any] | None = None
+    if saved_path.exists():
+        try:
+            saved = json.loads(saved_path.read_text())
+        except json.JSONDecodeError as error:
+            raise SavedRunError(f"{saved_path}: not JSON: {error}") from None
+    try:
+        events = read_history(history)
+    except (ValueError, KeyError, OSError) as error:  # read_history names the file and line
+        raise SavedRunError(str(error) if str(history) in str(error)
+                            else f"{history}: {error}") from None
+    outcome = run_outcome(events)
+    verdict = check(events, check_config(events, run_dir), final=outcome == "finished")
+    if outcome == "finished":
+        word = "pass" if verdict.passed else "fail"
+    elif outcome is not None:
+        word = outcome
+    else:  # only the run knew how it ended
+        word = str(saved["verdict"]) if saved and saved.get("verdict") in (
+            "aborted", "error") else "aborted"
+    name = next((e.extra.get("scenario") for e in events if e.type == "run"), None) \
+        or (saved or {}).get("scenario", "?")
+    extras = {key: value for key, value in (saved or {}).items()
+              if key not in VERDICT_KEYS and key not in ("schema", "scenario")}
+    report = build_report(str(name), word, verdict, **extras)
+    return SavedRun(run_dir, events, verdict, report, saved)
