@@ -71,6 +71,12 @@ class RunResult:
     def passed(self) -> bool:
         return self.verdict == "pass"
 
+    def __repr__(self) -> str:  # what pytest prints for `assert result.passed`
+        failed = self.checked.failed_invariants() if self.checked else []
+        return (f"RunResult({self.report.get('scenario')}: {self.verdict}"
+                + (f", failed {', '.join(failed)}" if failed else "")
+                + f", run_dir={str(self.run_dir)!r})")
+
 
 def default_run_dir(name: str, root: Path = Path("runs")) -> Path:
     """``runs/<utc-time>-<name>``: sortable, and never the same for two runs a second apart."""

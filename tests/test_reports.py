@@ -1,0 +1,445 @@
+"""Reports people read and CI consumes: report.html, junit.xml, `check`/`report` offline, a suite
+of scenarios in one `run`, live progress, and the pytest plugin (this file uses its fixtures).
+
+Rendering is tested on hand-written histories (pass, fail, aborted) and on real runs; the page is
+opened in headless Chromium once and its screenshot must show the verdict."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+from histories import History, to_events
+
+from chaos.checker import CheckConfig, check
+from chaos.cli import main
+from chaos.junit import junit_document
+from chaos.offline import VERDICT_KEYS
+from chaos.progress import Progress, Status
+from chaos.report import build_report, write_rendered_reports
+from chaos.report_html import external_urls, render_html
+from chaos.scenario import scenario_from_dict
+
+ROOT = Path(__file__).resolve().parent.parent
+pytest_plugins = ["pytester"]  # runs a user's test file that uses the chaos_run fixture
+SECTIONS = ("invariants", "timeline", "recovery", "leases", "load", "settings")
+
+
+def cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaos", *args], capture_output=True, text=True,
+                          timeout=timeout, cwd=ROOT)
+
+
+def cli_here(capsys: pytest.CaptureFixture[str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The same command line, in this process (no interpreter start-up per call)."""
+    capsys.readouterr()
+    code = main(list(args))
+    out, err = capsys.readouterr()
+    return subprocess.CompletedProcess(list(args), code, out, err)
+
+
+# --- hand-written histories ------------------------------------------------------------------
+def paused_worker_history(broken: bool = False) -> History:
+    """w1 holds a and b when it is frozen; the reaper recovers both, w2 finishes them, and w1's
+    late completes are rejected. ``broken``: b is never reaped (lost, recovery bound broken) and
+    w1's late complete of a is accepted (completed twice)."""
+    h = History(lease_ms=1000, reap_interval_ms=250, tolerance_ms=100)
+    h.phase("warmup", ts=0)
+    for index, job in enumerate("abcd"):
+        h.enqueue(job, ts=10 + index)
+    h.claim("a", 1, "w1", ts=20)
+    h.claim("b", 1, "w1", ts=25)
+    h.claim("c", 1, "w2", ts=30)
+    h.complete("c", 1, "w2", ts=300)
+    h.phase("chaos", ts=400)
+    h.extend("a", 1, "w1", ts=450)
+    fault = h.fault("pause", "w1", ts=500, duration_ms=2500)
+    h.claim("d", 1, "w2", ts=600)
+    h.complete("d", 1, "w2", ts=900)
+    h.reap("a", 1, ts=1500)
+    if not broken:
+        h.reap("b", 1, ts=1500)
+    h.claim("a", 2, "w2", ts=1550)
+    if not broken:
+        h.claim("b", 2, "w2", ts=1560)
+    h.complete("a", 2, "w2", ts=1800)
+    if not broken:
+        h.complete("b", 2, "w2", ts=1850)
+    h.heal(fault, ts=3000)
+    if broken:
+        h.complete("a", 1, "w1", ts=3010)
+    else:
+        h.complete_rejected("a", 1, "w1", ts=3010, current_attempt=2)
+    h.phase("heal", ts=3100)
+    h.phase("drain", ts=3600)
+    h.phase("end", ts=4000, drained=0 if broken else 1, aborted=0)
+    return h
+
+
+def rendered(h: History, word: str | None = None, **extra: object) -> tuple[dict, str]:
+    events = h.events()
+    verdict = check(events)
+    report = build_report("hand-written", word or ("pass" if verdict.passed else "fail"),
+                          verdict, **extra)
+    return report, render_html(report, events, verdict)
+
+
+@pytest.mark.parametrize("broken", [False, True], ids=["pass", "fail"])
+def test_html_has_every_section_and_no_external_url(broken: bool):
+    report, page = rendered(paused_worker_history(broken))
+    assert report["verdict"] == ("fail" if broken else "pass")
+    for section in SECTIONS:
+        assert f"id='{section}'" in page
+    assert f"<span class='badge'>{report['verdict'].upper()}</span>" in page
+    for name in report["invariants"]:
+        assert f"<b>{name}</b>" in page
+    # timeline, recovery distribution and one lease chart, all inline
+    assert page.count("<svg") == 3 and "<img" not in page and "<script" not in page
+    assert external_urls(page) == []
+    assert "No load figures" in page
+    if broken:  # the offending jobs are named next to their invariant
+        failed = {name for name, result in report["invariants"].items() if not result["ok"]}
+        assert failed == {"no_loss", "no_double_completion", "recovery_bound",
+                          "exclusive_lease"}
+        assert "<code>b</code>" in page and "<code>a</code>" in page
+        assert "stale call ACCEPTED" in page  # the lease chart marks the unfenced complete
+    else:
+        assert "stale complete rejected" in page and "ACCEPTED" not in page
+
+
+def test_external_url_detector_catches_what_it_must():
+    page = ('<img src="https://cdn.example/x.png"><a href=\'//cdn.example/y\'>y</a>'
+            '<link href="style.css"><svg xmlns="http://www.w3.org/2000/svg"></svg>')
+    assert external_urls(page) == ["https://cdn.example/x.png", "//cdn.example/y"]
+
+
+def test_load_table_renders_the_shared_contract():
+    load = {"engine": "locust", "users": 12, "files": ["locust_stats.csv", "https://x/y"],
+            "operations": {"enqueue": {"requests": 1234, "failures": 3, "rps": 61.7,
+                                       "p50_ms": 1.5, "p95_ms": 4.25, "p99_ms": 9.75},
+                           "claim": {"requests": 1200, "failures": 0, "rps": 60.0,
+                                     "p50_ms": 2.0, "p95_ms": 5.0, "p99_ms": 11.0}}}
+    _, page = rendered(paused_worker_history(), load=load)
+    section = page[page.index("id='load'"):page.index("id='settings'")]
+    for figure in ("locust", "12", "1234", "61.7", "4.25", "9.75", "claim", "1200"):
+        assert figure in section
+    assert "No load figures" not in section
+    assert "href='locust_stats.csv'" in section and external_urls(page) == []
+
+
+def test_aborted_run_renders_without_judging_loss():
+    h = paused_worker_history()
+    records = [r for r in h.records() if r.get("phase") not in ("drain", "end")]
+    records.append({"seq": "3700-0", "type": "phase", "phase": "end", "drained": "0",
+                    "aborted": "1", "cause": "interrupt", "ts": "3700"})
+    events = to_events(records)
+    verdict = check(events, final=False)
+    report = build_report("hand-written", "aborted", verdict, error="interrupted")
+    page = render_html(report, events, verdict)
+    assert "ABORTED" in page and "not judged (run aborted)" in page and "interrupted" in page
+    suite = ET.fromstring(junit_document([(report, None)])).find("testsuite")
+    assert suite is not None
+    cases = {case.get("name"): case for case in suite.iter("testcase")}
+    assert cases["no_loss"].find("skipped") is not None
+    assert cases["run"].find("error") is not None
+    assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
+            suite.get("skipped")) == ("6", "0", "1", "1")
+
+
+def judged(h: History) -> dict:
+    verdict = check(h.events())
+    return build_report("hand-written", "pass" if verdict.passed else "fail", verdict)
+
+
+def test_junit_counts_testcases_and_failures_with_job_ids():
+    passing, failing = judged(paused_worker_history()), judged(paused_worker_history(True))
+    root = ET.fromstring(junit_document([(passing, "runs/a"), (failing, "runs/b")]))
+    assert root.tag == "testsuites"
+    suites = root.findall("testsuite")
+    assert len(suites) == 2
+    assert [len(suite.findall("testcase")) for suite in suites] == [5, 5]
+    assert [suite.get("failures") for suite in suites] == ["0", "4"]
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("10", "4", "0")
+    failures = {case.get("name"): case.find("failure") for case in suites[1].iter("testcase")}
+    assert failures["no_premature_reap"] is None
+    lost = failures["no_loss"]
+    assert lost is not None and "jobs b" in lost.get("message", "")
+    assert '"lost": 1' in (lost.text or "")
+    double = failures["no_double_completion"]
+    assert double is not None and "jobs a" in double.get("message", "")
+    properties = {p.get("name"): p.get("value") for p in suites[1].iter("property")}
+    assert properties["bound_ms"] == "1350" and properties["run_dir"] == "runs/b"
+
+
+# --- check / report on saved histories ---------------------------------------------------------
+def saved_run(tmp_path: Path, h: History, name: str = "saved") -> Path:
+    """A run directory as the runner leaves it: history.jsonl and report.json."""
+    run_dir = tmp_path / name
+    run_dir.mkdir()
+    h.write_jsonl(run_dir / "history.jsonl")
+    (run_dir / "report.json").write_text(json.dumps(judged(h)))
+    return run_dir
+
+
+@pytest.mark.parametrize(("broken", "code"), [(False, 0), (True, 1)], ids=["pass", "fail"])
+def test_check_and_report_reproduce_a_saved_verdict(tmp_path: Path, broken: bool, code: int,
+                                                    capsys):
+    run_dir = saved_run(tmp_path, paused_worker_history(broken))
+    saved = json.loads((run_dir / "report.json").read_text())
+    again = cli_here(capsys, "check", str(run_dir), "--json")
+    assert again.returncode == code, again.stderr
+    assert {k: json.loads(again.stdout)[k] for k in VERDICT_KEYS} == \
+        {k: saved[k] for k in VERDICT_KEYS}
+    assert "same verdict as the saved report.json" in again.stderr
+    rendered_again = cli_here(capsys, "report", str(run_dir))
+    assert rendered_again.returncode == code, rendered_again.stderr
+    page = (run_dir / "report.html").read_text()
+    assert all(f"id='{section}'" in page for section in SECTIONS)
+    suite = ET.parse(run_dir / "junit.xml").getroot().find("testsuite")
+    assert suite is not None and suite.get("failures") == ("4" if broken else "0")
+
+
+def test_check_takes_the_bound_from_the_history_else_scenario_json(tmp_path: Path, capsys):
+    # Recovery in 1300 ms: within 1000 + 250 + 100, but not within 1000 + 250 + 0.
+    def history(run: bool) -> History:
+        h = History(lease_ms=1000, reap_interval_ms=250, tolerance_ms=100, run=run)
+        h.enqueue("a", ts=0)
+        h.claim("a", 1, "w1", ts=10)
+        h.fault("kill", "w1", ts=100)
+        h.reap("a", 1, ts=1400)
+        h.claim("a", 2, "w2", ts=1410)
+        h.complete("a", 2, "w2", ts=1500)
+        h.phase("end", ts=1600, drained=1, aborted=0)
+        return h
+
+    in_history = tmp_path / "in-history"
+    in_history.mkdir()
+    history(run=True).write_jsonl(in_history / "history.jsonl")
+    assert cli_here(capsys, "check", str(in_history)).returncode == 0
+    from_scenario = tmp_path / "from-scenario"
+    from_scenario.mkdir()
+    history(run=False).write_jsonl(from_scenario / "history.jsonl")
+    # nothing says what the bound is
+    assert cli_here(capsys, "check", str(from_scenario)).returncode == 2
+    (from_scenario / "scenario.json").write_text(json.dumps(
+        {"topology": {"lease_ms": 1000, "reap_interval_ms": 250}, "check": {"tolerance_ms": 0}}))
+    strict = cli_here(capsys, "check", str(from_scenario), "--json")
+    assert strict.returncode == 1
+    bound = json.loads(strict.stdout)["invariants"]["recovery_bound"]
+    assert (bound["bound_ms"], bound["max_ms"], bound["ok"]) == (1250, 1300, False)
+
+
+@pytest.mark.parametrize(("cause", "word", "code"),
+                         [("interrupt", "aborted", 130), ("infra", "error", 3),
+                          ("internal", "error", 3)])
+def test_check_tells_an_aborted_run_from_a_broken_one(tmp_path: Path, cause: str, word: str,
+                                                      code: int, capsys):
+    h = History()
+    h.enqueue("a", ts=0)
+    h.phase("end", ts=100, drained=0, aborted=1, cause=cause)
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    h.write_jsonl(run_dir / "history.jsonl")
+    result = cli_here(capsys, "check", str(run_dir), "--json")
+    assert result.returncode == code
+    assert json.loads(result.stdout)["verdict"] == word
+
+
+def test_report_without_a_saved_report_writes_one(tmp_path: Path, capsys):
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    paused_worker_history().write_jsonl(run_dir / "history.jsonl")
+    result = cli_here(capsys, "report", str(run_dir))
+    assert result.returncode == 0, result.stderr
+    assert json.loads((run_dir / "report.json").read_text())["verdict"] == "pass"
+    assert (run_dir / "report.html").stat().st_size > 10_000
+    assert cli_here(capsys, "report", str(tmp_path / "nowhere")).returncode == 2
+
+
+def test_a_drawing_that_fails_costs_no_verdict(tmp_path: Path):
+    h = paused_worker_history()
+    events = h.events()
+    verdict = check(events, CheckConfig(1000, 250, 100))
+    report = build_report("hand-written", "pass", verdict)
+    del report["invariants"]["recovery_bound"]["bound_ms"]  # a report the page cannot draw
+    problems = write_rendered_reports(tmp_path, report, events, verdict)
+    assert len(problems) == 1 and problems[0].startswith("report.html: KeyError")
+    assert ET.parse(tmp_path / "junit.xml").getroot().get("tests") == "5"
+
+
+# --- live progress ------------------------------------------------------------------------------
+def _scenario():
+    return scenario_from_dict({"name": "progress", "phases": {"warmup_ms": 1000,
+                                                              "chaos_ms": 2000,
+                                                              "heal_ms": 500}}, "test")
+
+
+def test_progress_off_a_terminal_is_one_line_per_phase():
+    stream = io.StringIO()
+    progress = Progress(stream, _scenario(), planned_faults=2)
+    progress.enter("setup", "valkey + workers")
+    for count in range(50):
+        progress.update(Status(enqueued=count, claimed=count, pending=1, faults=count // 25))
+    progress.enter("chaos")
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert lines[0].endswith("phase setup valkey + workers")
+    assert "phase chaos" in lines[1] and "enqueued 49" in lines[1] and "faults 1/2" in lines[1]
+
+
+def test_progress_on_a_terminal_draws_a_live_panel():
+    leader, follower = os.openpty()
+    try:
+        with os.fdopen(follower, "w", closefd=False) as terminal:
+            progress = Progress(terminal, _scenario(), planned_faults=3)
+            progress.enter("chaos")
+            progress.update(Status(enqueued=42, claimed=40, completed=37, pending=2, active=3,
+                                   faults=1))
+            time.sleep(0.3)
+            progress.update(Status(enqueued=43, claimed=41, completed=38, pending=2, active=3,
+                                   faults=1))
+            progress.close()
+        os.set_blocking(leader, False)
+        output = b""
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            output += chunk
+    finally:
+        os.close(leader)
+        os.close(follower)
+    text = output.decode(errors="replace")
+    assert "echomq-chaos · progress" in text and "planned" in text
+    assert "enqueued 43" in text and "1 of 3 applied" in text
+
+
+# --- real runs ------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def suite(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, subprocess.CompletedProcess]:
+    """kill-worker (passes) and unfenced-complete (fails) in one `run`."""
+    out = tmp_path_factory.mktemp("suite") / "suite"
+    result = cli("run", str(ROOT / "scenarios" / "kill-worker.toml"),
+                 str(ROOT / "scenarios" / "mutants" / "unfenced-complete.toml"),
+                 "--out", str(out), "--junit", str(out.parent / "ci" / "junit.xml"))
+    return out, result
+
+
+@pytest.mark.integration
+def test_a_suite_run_has_one_table_one_junit_and_the_worst_exit_code(suite):
+    out, result = suite
+    assert result.returncode == 1, result.stderr[-3000:]
+    table = result.stdout.splitlines()
+    assert table[0].split()[:2] == ["scenario", "verdict"]
+    assert table[1].split()[:2] == ["kill-worker", "PASS"]
+    assert table[2].split()[:3] == ["unfenced-complete", "FAIL",
+                                    "no_double_completion,exclusive_lease"]
+    for name in ("kill-worker", "unfenced-complete"):
+        for artefact in ("history.jsonl", "report.json", "report.html", "junit.xml"):
+            assert (out / name / artefact).stat().st_size > 0
+    combined = (out / "junit.xml").read_text()
+    assert (out.parent / "ci" / "junit.xml").read_text() == combined
+    root = ET.fromstring(combined)
+    assert [s.get("name") for s in root.findall("testsuite")] == [
+        "echomq-chaos.kill-worker", "echomq-chaos.unfenced-complete"]
+    failed = json.loads((out / "unfenced-complete" / "report.json").read_text())["invariants"]
+    expected_failures = sum(1 for result in failed.values() if not result["ok"])
+    assert (root.get("tests"), root.get("failures")) == ("10", str(expected_failures))
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize(("name", "code"), [("kill-worker", 0), ("unfenced-complete", 1)])
+def test_check_reproduces_a_real_runs_verdict_exactly(suite, name: str, code: int, capsys):
+    run_dir = suite[0] / name
+    saved = json.loads((run_dir / "report.json").read_text())
+    again = cli_here(capsys, "check", str(run_dir), "--json")
+    assert again.returncode == code
+    rechecked = json.loads(again.stdout)
+    assert {k: rechecked[k] for k in VERDICT_KEYS} == {k: saved[k] for k in VERDICT_KEYS}
+    assert rechecked["run"] == saved["run"]
+    junit_before = (run_dir / "junit.xml").read_text()
+    (run_dir / "junit.xml").unlink()
+    (run_dir / "report.html").unlink()
+    assert cli_here(capsys, "report", str(run_dir)).returncode == code
+    assert (run_dir / "junit.xml").read_text() == junit_before
+    page = (run_dir / "report.html").read_text()
+    assert all(f"id='{section}'" in page for section in SECTIONS)
+    assert external_urls(page) == []
+    assert page.count("<svg") >= 3  # a fault in each scenario: its lease chart is drawn
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
+def test_report_html_in_headless_chromium_is_not_blank(suite, tmp_path: Path):
+    from matplotlib.image import imread
+
+    page = suite[0] / "unfenced-complete" / "report.html"
+    screenshot = tmp_path / "report.png"
+    with tempfile.TemporaryDirectory() as profile:
+        subprocess.run(
+            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+             "--no-first-run", "--disable-background-networking", "--disable-component-update",
+             "--disable-sync", f"--user-data-dir={profile}", "--hide-scrollbars",
+             "--window-size=1366,1600", f"--screenshot={screenshot}", page.as_uri()],
+            capture_output=True, timeout=90, check=True)
+    pixels = imread(screenshot)[:, :, :3]
+    assert pixels.shape[:2] == (1600, 1366)
+    import numpy
+
+    flat = (pixels * 255).astype(int).reshape(-1, 3)
+    colours, counts = numpy.unique(flat, axis=0, return_counts=True)
+    drawn = 1 - counts.max() / len(flat)  # everything that is not the background colour
+    assert len(colours) > 100 and drawn > 0.2, (len(colours), drawn)
+    # The FAIL badge (#cf222e) is drawn near the top, where a reader looks first.
+    top = (pixels[:120] * 255).astype(int)
+    red = ((abs(top[:, :, 0] - 0xCF) < 12) & (abs(top[:, :, 1] - 0x22) < 12)
+           & (abs(top[:, :, 2] - 0x2E) < 12)).sum()
+    assert red > 1500, red
+
+
+# --- the pytest plugin, used as a user would -------------------------------------------------
+@pytest.mark.integration
+def test_chaos_run_fixture_returns_the_verdict(chaos_run):
+    result = chaos_run("scenarios/steady-state.toml", phases__chaos_ms=1000)
+    assert result.passed, result
+    assert result.report["scenario"] == "steady-state"
+    assert (result.run_dir / "report.html").exists() and (result.run_dir / "junit.xml").exists()
+    assert "phase chaos" in (result.run_dir / "console.log").read_text()
+
+
+@pytest.mark.integration
+def test_chaos_cluster_fixture_runs_a_queue_and_judges_its_history(chaos_cluster):
+    for number in range(12):
+        assert chaos_cluster.queue.enqueue(f"job-{number}")
+    deadline = time.monotonic() + 20
+    while chaos_cluster.queue.backlog() != (0, 0) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    verdict = chaos_cluster.check()
+    assert verdict.passed and verdict.jobs.completed == 12
+
+
+@pytest.mark.integration
+def test_a_failing_chaos_run_prints_its_invariant_table(pytester: pytest.Pytester):
+    pytester.makepyfile(f"""
+        def test_release(chaos_run):
+            assert chaos_run({str(ROOT / 'scenarios/mutants/unfenced-complete.toml')!r}).passed
+        """)
+    result = pytester.runpytest("-p", "no:cacheprovider")
+    assert result.ret == 1
+    output = result.stdout.str()
+    assert "chaos run unfenced-complete: FAIL" in output
+    assert "[FAIL] no_double_completion" in output and "[ok  ] no_loss" in output
+    assert "RunResult(unfenced-complete: fail, failed no_double_completion" in output
