@@ -20,7 +20,7 @@ from pathlib import Path
 
 from chaos.checker import check
 from chaos.history import read_history
-from chaos.report import build_report, write_json_atomic
+from chaos.report import build_report, write_json_atomic, write_rendered_reports
 
 PID_DIR = "pids"
 RUNNER = "runner"  # the runner's own record: while it lives, its run is left alone
@@ -174,10 +174,14 @@ def write_missing_report(run_dir: Path) -> str:
         name = run_dir.name
     error = "the runner was killed before it wrote a report; written by `echomq-chaos clean`"
     verdict = None
+    events = []
     try:
-        verdict = check(read_history(run_dir / "history.jsonl"), final=False)
+        events = read_history(run_dir / "history.jsonl")
+        verdict = check(events, final=False)
     except (OSError, ValueError) as failure:
         error += f" (history not checkable: {failure})"
-    write_json_atomic(run_dir / "report.json", build_report(name, "aborted", verdict,
-                                                            error=error))
-    return f"{run_dir}: wrote report.json (aborted) from the history the runner left"
+    report = build_report(name, "aborted", verdict, error=error)
+    write_json_atomic(run_dir / "report.json", report)
+    write_rendered_reports(run_dir, report, events, verdict)  # a drawing problem costs nothing
+    return (f"{run_dir}: wrote report.json (aborted), report.html and junit.xml from the "
+            "history the runner left")

@@ -128,8 +128,7 @@ def junit_document(runs: Sequence[tuple[dict[str, Any], Path | str | None]]) -> 
 
 
 def write_junit(path: Path, runs: Sequence[tuple[dict[str, Any], Path | str | None]]) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(junit_document(runs), encoding="utf-8")
-    temp.replace(path)
+    from chaos.report import write_text_atomic
+
+    write_text_atomic(path, junit_document(runs))
     return path

@@ -667,9 +667,9 @@ def render_html(report: dict[str, Any], events: list[Event], verdict: Verdict | 
 
 def write_html(path: Path, report: dict[str, Any], events: list[Event],
                verdict: Verdict | None) -> Path:
-    temp = path.with_name(f".{path.name}.tmp")
-    temp.write_text(render_html(report, events, verdict), encoding="utf-8")
-    temp.replace(path)
+    from chaos.report import write_text_atomic
+
+    write_text_atomic(path, render_html(report, events, verdict))
     return path
 
 
