@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from chaos.checker import check
-from chaos.history import read_history
+from chaos.history import replay_history
 from chaos.report import build_report, write_json_atomic, write_rendered_reports
 
 PID_DIR = "pids"
@@ -174,14 +174,13 @@ def write_missing_report(run_dir: Path) -> str:
         name = run_dir.name
     error = "the runner was killed before it wrote a report; written by `echomq-chaos clean`"
     verdict = None
-    events = []
     try:
-        events = read_history(run_dir / "history.jsonl")
-        verdict = check(events, final=False)
+        verdict = replay_history(run_dir / "history.jsonl",
+                                 lambda events: check(events, final=False))
     except (OSError, ValueError) as failure:
         error += f" (history not checkable: {failure})"
     report = build_report(name, "aborted", verdict, error=error)
     write_json_atomic(run_dir / "report.json", report)
-    write_rendered_reports(run_dir, report, events, verdict)  # a drawing problem costs nothing
+    write_rendered_reports(run_dir, report, verdict)  # a drawing problem costs nothing
     return (f"{run_dir}: wrote report.json (aborted), report.html and junit.xml from the "
             "history the runner left")

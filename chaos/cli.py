@@ -248,7 +248,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     if saved.saved is None:  # a run killed before it could write one
         write_json_atomic(run_dir / "report.json", saved.report)
         print(f"wrote {run_dir / 'report.json'} (there was none)", file=sys.stderr)
-    problems = write_rendered_reports(run_dir, saved.report, saved.events, saved.verdict)
+    problems = write_rendered_reports(run_dir, saved.report, saved.verdict)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:

@@ -9,12 +9,13 @@ infrastructure or internal error), so a re-check says exactly what the run said.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from chaos.checker import CheckConfig, Verdict, check
-from chaos.history import Event, read_history
+from chaos.history import Event, replay_history
 from chaos.report import build_report
 from chaos.runner import exit_code_for
 
@@ -30,7 +31,6 @@ class SavedRunError(ValueError):
 @dataclass
 class SavedRun:
     run_dir: Path
-    events: list[Event]
     verdict: Verdict
     report: dict[str, Any]  # rebuilt: the fresh verdict plus what report.json saw of the run
     saved: dict[str, Any] | None  # report.json as the run wrote it, if any
@@ -51,16 +51,39 @@ class SavedRun:
                 if key in self.saved and self.saved.get(key) != self.report.get(key)]
 
 
-def check_config(events: list[Event], run_dir: Path) -> CheckConfig:
+class _Watched:
+    """The events, passed through to the checker; keeps the run and the last end event."""
+
+    def __init__(self, events: Iterable[Event]) -> None:
+        self.events = events
+        self.run: Event | None = None
+        self.end: Event | None = None
+
+    def __iter__(self) -> Iterator[Event]:
+        for event in self.events:
+            if event.type == "run" and self.run is None:
+                self.run = event
+            elif event.type == "phase" and event.extra.get("phase") == "end":
+                self.end = event
+            yield event
+
+
+def _first_run_event(events: Iterable[Event]) -> Event | None:
+    return next((event for event in events if event.type == "run"), None)
+
+
+def check_config(history: Path) -> CheckConfig:
+    """The run's own configuration: its history's ``run`` event, else ``scenario.json``."""
+    run = replay_history(history, _first_run_event)
     try:
-        return CheckConfig.from_history(events)
+        return CheckConfig.from_history([run] if run is not None else [])
     except ValueError as missing:
-        resolved = run_dir / "scenario.json"
+        resolved = history.parent / "scenario.json"
         if not resolved.exists():
-            raise SavedRunError(f"{run_dir / 'history.jsonl'}: {missing}, and there is no "
-                                f"{resolved.name} to read them from") from None
-        scenario = json.loads(resolved.read_text())
+            raise SavedRunError(f"{history}: {missing}, and there is no {resolved.name} to "
+                                "read them from") from None
         try:
+            scenario = json.loads(resolved.read_text())
             return CheckConfig(int(scenario["topology"]["lease_ms"]),
                                int(scenario["topology"]["reap_interval_ms"]),
                                int(scenario["check"]["tolerance_ms"]))
@@ -70,11 +93,9 @@ def check_config(events: list[Event], run_dir: Path) -> CheckConfig:
                                 ) from None
 
 
-def run_outcome(events: list[Event]) -> str | None:
+def run_outcome(end: Event | None) -> str | None:
     """finished | aborted | error from the history's end event; None when it has none (the
     runner could not write it: Valkey gone, or the runner itself killed)."""
-    end = next((e for e in reversed(events)
-                if e.type == "phase" and e.extra.get("phase") == "end"), None)
     if end is None:
         return None
     if end.extra.get("aborted", "0") == "0":
@@ -83,6 +104,7 @@ def run_outcome(events: list[Event]) -> str | None:
 
 
 def recheck(run_dir: Path) -> SavedRun:
+    """Judge ``run_dir/history.jsonl`` again, streamed (memory stays flat for a long run)."""
     history = run_dir / "history.jsonl"
     if not history.exists():
         raise SavedRunError(f"{history}: no such file")
@@ -91,15 +113,22 @@ def recheck(run_dir: Path) -> SavedRun:
     if saved_path.exists():
         try:
             saved = json.loads(saved_path.read_text())
-        except json.JSONDecodeError as error:
-            raise SavedRunError(f"{saved_path}: not JSON: {error}") from None
+        except (OSError, ValueError) as error:
+            raise SavedRunError(f"{saved_path}: not readable JSON: {error}") from None
     try:
-        events = read_history(history)
+        config = check_config(history)
+        watched: list[_Watched] = []
+
+        def judge(events: Iterable[Event]) -> Verdict:
+            watched.append(_Watched(events))  # a fresh watch if the file is re-read sorted
+            return check(watched[-1], config, final=None)
+
+        verdict = replay_history(history, judge)
     except (ValueError, KeyError, OSError) as error:  # read_history names the file and line
-        raise SavedRunError(str(error) if str(history) in str(error)
-                            else f"{history}: {error}") from None
-    outcome = run_outcome(events)
-    verdict = check(events, check_config(events, run_dir), final=outcome == "finished")
+        message = str(error)
+        raise SavedRunError(message if message.startswith(str(history))
+                            else f"{history}: {message}") from None
+    outcome = run_outcome(watched[-1].end)
     if outcome == "finished":
         word = "pass" if verdict.passed else "fail"
     elif outcome is not None:
@@ -107,9 +136,10 @@ def recheck(run_dir: Path) -> SavedRun:
     else:  # only the run knew how it ended
         word = str(saved["verdict"]) if saved and saved.get("verdict") in (
             "aborted", "error") else "aborted"
-    name = next((e.extra.get("scenario") for e in events if e.type == "run"), None) \
+    run = watched[-1].run
+    name = (run.extra.get("scenario") if run is not None else None) \
         or (saved or {}).get("scenario", "?")
     extras = {key: value for key, value in (saved or {}).items()
               if key not in VERDICT_KEYS and key not in ("schema", "scenario")}
     report = build_report(str(name), word, verdict, **extras)
-    return SavedRun(run_dir, events, verdict, report, saved)
+    return SavedRun(run_dir, verdict, report, saved)

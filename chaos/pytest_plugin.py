@@ -115,11 +115,11 @@ class ChaosCluster:
         """Stop the workers, export the last events and judge the history."""
         if self._verdict is None:
             from chaos.checker import check
-            from chaos.history import read_history
+            from chaos.history import replay_history
 
             self.run.producer = None  # the test is the producer here; the runner's never ran
             self.run.wind_down()
-            self._verdict = check(read_history(self.run.history_path))
+            self._verdict = replay_history(self.run.history_path, check)
         return self._verdict
 
 

@@ -114,10 +114,11 @@ def summary_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def write_rendered_reports(run_dir: Path, report: dict[str, Any], events: list[Event],
-                           verdict: Verdict | None) -> list[str]:
-    """``junit.xml`` and ``report.html`` beside ``report.json``. Returns the problems met: a
-    drawing that fails must not cost the verdict, which report.json already holds."""
+def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdict | None,
+                           history: list[Event] | None = None) -> list[str]:
+    """``junit.xml`` and ``report.html`` beside ``report.json``, the page drawn from ``history``
+    (default: the run directory's history.jsonl, streamed). Returns the problems met: a drawing
+    that fails must not cost the verdict, which report.json already holds."""
     from chaos.junit import write_junit
     from chaos.report_html import write_html
 
@@ -126,8 +127,11 @@ def write_rendered_reports(run_dir: Path, report: dict[str, Any], events: list[E
         write_junit(run_dir / "junit.xml", [(report, run_dir)])
     except Exception as error:  # noqa: BLE001 - reported, and the run's verdict stands
         problems.append(f"junit.xml: {type(error).__name__}: {error}")
+    saved = run_dir / "history.jsonl"
+    source: list[Event] | Path = history if history is not None else (
+        saved if saved.exists() else [])
     try:
-        write_html(run_dir / "report.html", report, events, verdict)
+        write_html(run_dir / "report.html", report, source, verdict)
     except Exception as error:  # noqa: BLE001
         problems.append(f"report.html: {type(error).__name__}: {error}")
     return problems

@@ -15,16 +15,18 @@ from __future__ import annotations
 import html
 import io
 import re
-from collections import defaultdict
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from chaos.checker import INVARIANTS, StrandedLease, Verdict
-from chaos.history import Event
+from chaos.history import Event, replay_history
 from chaos.junit import WHAT_IT_CHECKS, offending_jobs
 
+T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
 MAX_LEASE_ROWS = 12
 
@@ -52,67 +54,100 @@ class FaultSpan:
     end_ts: int | None  # the heal; None for a kill (never healed)
 
 
+RATE_BUCKET_MS = 50  # the history is counted in these; the plot re-bins them
+BACKLOG_BUCKET_MS = 10  # at most one backlog state kept per bucket (memory: duration, not jobs)
+
+
 @dataclass
 class Timeline:
-    t0: int  # server ms of time zero: the start of the load (the warmup phase)
-    end_ts: int
+    """What one streamed pass over the history keeps for the page: small whatever the run's size
+    (counts per 50 ms, one backlog state per 10 ms, the faults, phases, and a few reaps)."""
+
+    t0: int = 0  # server ms of time zero: the start of the load (the warmup phase)
+    end_ts: int = 0
+    events: int = 0
+    run: Event | None = None
     phases: list[tuple[str, int]] = field(default_factory=list)  # (name, start ts)
     faults: list[FaultSpan] = field(default_factory=list)
     backlog: list[tuple[int, int, int]] = field(default_factory=list)  # (ts, pending, active)
-    by_type: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    counts: dict[str, Counter[int]] = field(default_factory=lambda: defaultdict(Counter))
+    # fault id -> jobs of the faulted worker reaped during the fault or within the bound after
+    reaped_during: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
     def s(self, ts: int) -> float:
         """Seconds since time zero."""
         return (ts - self.t0) / 1000
 
 
-def build_timeline(events: list[Event]) -> Timeline:
-    """Replay the history: phases, fault spans, event times by type, and the backlog after
-    every event (pending: enqueued or reaped, not yet claimed; active: claimed, not yet
-    completed or reaped)."""
-    start = next((e.ts for e in events if e.type == "phase" and e.extra.get("phase") == "warmup"),
-                 events[0].ts if events else 0)
-    timeline = Timeline(t0=start, end_ts=max((e.ts for e in events), default=start))
+def build_timeline(events: Iterable[Event], bound_ms: int = 0) -> Timeline:
+    """Replay the history once: phases, fault spans, event counts by type over time, and the
+    backlog (pending: enqueued or reaped, not yet claimed; active: claimed, not yet completed
+    or reaped: sets as large as the backlog, not as the run)."""
+    timeline = Timeline()
+    first_ts: int | None = None
+    warmup_ts: int | None = None
     pending: set[str] = set()
     active: set[str] = set()
     spans: dict[str, FaultSpan] = {}
+    by_worker: dict[str, list[FaultSpan]] = defaultdict(list)
     for event in events:
-        job = event.job_id or ""
-        timeline.by_type[event.type].append(event.ts)
-        if event.type == "phase":
-            timeline.phases.append((event.extra.get("phase", "?"), event.ts))
-        elif event.type == "fault":
+        timeline.events += 1
+        ts, kind, job = event.ts, event.type, event.job_id or ""
+        if first_ts is None:
+            first_ts = ts
+        timeline.end_ts = max(timeline.end_ts, ts)
+        timeline.counts[kind][ts // RATE_BUCKET_MS] += 1
+        if kind == "run" and timeline.run is None:
+            timeline.run = event
+        elif kind == "phase":
+            name = event.extra.get("phase", "?")
+            timeline.phases.append((name, ts))
+            if name == "warmup" and warmup_ts is None:
+                warmup_ts = ts
+        elif kind == "fault":
             span = FaultSpan(event.extra.get("fault_id", event.seq), event.extra.get("kind", "?"),
-                             event.worker or "?", event.ts, None)
+                             event.worker or "?", ts, None)
             spans[span.fault_id] = span
+            by_worker[span.worker].append(span)
             timeline.faults.append(span)
-        elif event.type == "heal" and event.extra.get("fault_id") in spans:
-            spans[event.extra["fault_id"]].end_ts = event.ts
-        elif event.type in ("enqueue", "claim", "complete", "reap"):
-            if event.type == "enqueue":
+        elif kind == "heal" and event.extra.get("fault_id") in spans:
+            spans[event.extra["fault_id"]].end_ts = ts
+        elif kind in ("enqueue", "claim", "complete", "reap"):
+            if kind == "enqueue":
                 pending.add(job)
-            elif event.type == "claim":
+            elif kind == "claim":
                 pending.discard(job)
                 active.add(job)
-            elif event.type == "complete":
+            elif kind == "complete":
                 active.discard(job)
             else:
                 active.discard(job)
                 pending.add(job)
-            timeline.backlog.append((event.ts, len(pending), len(active)))
+                for span in by_worker.get(event.worker or "", []):
+                    until = (span.end_ts if span.end_ts is not None else ts) + bound_ms
+                    jobs = timeline.reaped_during[span.fault_id]
+                    if span.start_ts <= ts <= until and len(jobs) < MAX_LEASE_ROWS:
+                        jobs.append(job)
+            state = (ts, len(pending), len(active))
+            backlog = timeline.backlog
+            if backlog and backlog[-1][0] // BACKLOG_BUCKET_MS == ts // BACKLOG_BUCKET_MS:
+                backlog[-1] = state
+            else:
+                backlog.append(state)
+    timeline.t0 = warmup_ts if warmup_ts is not None else (first_ts or 0)
     return timeline
 
 
-def rate_series(times: list[int], t0: int, end_ts: int, bin_ms: int) -> tuple[list[float],
-                                                                               list[float]]:
+def rate_series(counts: Counter[int], t0: int, end_ts: int, bin_ms: int) -> tuple[list[float],
+                                                                                  list[float]]:
     """Events per second in bins of ``bin_ms`` (x = bin start, seconds since t0)."""
     bins = max(1, -(-(end_ts - t0) // bin_ms))
-    counts = [0] * bins
-    for ts in times:
-        index = (ts - t0) // bin_ms
+    totals = [0] * bins
+    for bucket, count in counts.items():
+        index = (bucket * RATE_BUCKET_MS - t0) // bin_ms
         if 0 <= index < bins:
-            counts[index] += 1
-    return ([i * bin_ms / 1000 for i in range(bins)], [c * 1000 / bin_ms for c in counts])
+            totals[index] += count
+    return ([i * bin_ms / 1000 for i in range(bins)], [c * 1000 / bin_ms for c in totals])
 
 
 def sample_backlog(backlog: list[tuple[int, int, int]], t0: int, end_ts: int,
@@ -120,7 +155,7 @@ def sample_backlog(backlog: list[tuple[int, int, int]], t0: int, end_ts: int,
     """The backlog as a poll every (duration / points) ms would see it: the state after the
     last event at or before each instant (a job enqueued and claimed in the same millisecond
     never shows as pending, as it never would to a poller)."""
-    step = max(10, (end_ts - t0) // points)
+    step = max(BACKLOG_BUCKET_MS, (end_ts - t0) // points)
     samples: list[tuple[int, int, int]] = []
     index, state = 0, (0, 0)
     for at in range(t0, end_ts + step, step):
@@ -129,6 +164,15 @@ def sample_backlog(backlog: list[tuple[int, int, int]], t0: int, end_ts: int,
             index += 1
         samples.append((at, *state))
     return samples
+
+
+def events_of_jobs(events: Iterable[Event], jobs: set[str]) -> dict[str, list[Event]]:
+    """A second pass: every event of the few jobs the lease charts draw."""
+    found: dict[str, list[Event]] = defaultdict(list)
+    for event in events:
+        if event.job_id in jobs:
+            found[event.job_id].append(event)
+    return found
 
 
 # --- figures ------------------------------------------------------------------------------
@@ -182,11 +226,11 @@ def timeline_svg(timeline: Timeline) -> str:
     for kind, color, label in (("claim", "#4e79a7", "claims/s"),
                                ("complete", "#59a14f", "completes/s"),
                                ("reap", "#e15759", "reaps/s")):
-        xs, ys = rate_series(timeline.by_type.get(kind, []), timeline.t0, timeline.end_ts,
-                             bin_ms)
+        xs, ys = rate_series(timeline.counts.get(kind, Counter()), timeline.t0,
+                             timeline.end_ts, bin_ms)
         rates_ax.step(xs, ys, where="post", color=color, linewidth=1.5, label=label)
-    rejected = sorted(timeline.by_type.get("complete_rejected", [])
-                      + timeline.by_type.get("extend_rejected", []))
+    rejected = (timeline.counts.get("complete_rejected", Counter())
+                + timeline.counts.get("extend_rejected", Counter()))
     if rejected:
         xs, ys = rate_series(rejected, timeline.t0, timeline.end_ts, bin_ms)
         rates_ax.step(xs, ys, where="post", color="#222222", linewidth=1, linestyle=":",
@@ -382,19 +426,16 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
     return _svg(figure, f"lease-{span.fault_id}")
 
 
-def fault_jobs(span: FaultSpan, stranded: list[StrandedLease], events: list[Event],
-               bound_ms: int) -> tuple[list[str], int]:
+def fault_jobs(span: FaultSpan, stranded: list[StrandedLease],
+               timeline: Timeline) -> tuple[list[str], int]:
     """The jobs drawn for one fault: the leases it stranded, then leases of that worker reaped
     while the fault lasted (needless redeliveries under a slowing fault); capped."""
     jobs: dict[str, None] = {}
     for item in stranded:
         if item.fault_id == span.fault_id:
             jobs.setdefault(item.job_id, None)
-    until = (span.end_ts if span.end_ts is not None else span.start_ts) + bound_ms
-    for event in events:
-        if (event.type == "reap" and event.worker == span.worker
-                and span.start_ts <= event.ts <= until and event.job_id):
-            jobs.setdefault(event.job_id, None)
+    for job in timeline.reaped_during.get(span.fault_id, []):
+        jobs.setdefault(job, None)
     names = list(jobs)
     return names[:MAX_LEASE_ROWS], max(0, len(names) - MAX_LEASE_ROWS)
 
@@ -564,8 +605,8 @@ def load_table(load: dict[str, Any] | None) -> str:
             + (f"<h3>raw files</h3><ul>{files}</ul>" if files else ""))
 
 
-def _settings(events: list[Event], report: dict[str, Any]) -> str:
-    run_event = next((e for e in events if e.type == "run"), None)
+def _settings(timeline: Timeline, report: dict[str, Any]) -> str:
+    run_event = timeline.run
     items: list[tuple[str, Any]] = []
     if run_event is not None:
         extra = run_event.extra
@@ -581,20 +622,32 @@ def _settings(events: list[Event], report: dict[str, Any]) -> str:
         items += [("wall time", f"{run.get('wall_ms', 0) / 1000:.1f} s"),
                   ("drained", run.get("drained")), ("drain", _ms(run.get("drain_ms"))),
                   ("target rate", f"{(run.get('load') or {}).get('target_rate')} jobs/s")]
-    items.append(("events in history", report.get("events", len(events))))
+    items.append(("events in history", timeline.events))
     return "<table>" + "".join(
         f"<tr><th>{_e(key)}</th><td>{_e(value)}</td></tr>" for key, value in items
         if value is not None) + "</table>"
 
 
-def render_html(report: dict[str, Any], events: list[Event], verdict: Verdict | None) -> str:
-    """The whole page. ``verdict`` (the checker's object) supplies each stranded lease."""
+def render_html(report: dict[str, Any], history: list[Event] | Path,
+                verdict: Verdict | None) -> str:
+    """The whole page. ``history``: the events, or the history file (read in two streamed
+    passes); ``verdict`` (the checker's object) supplies each stranded lease."""
+    def replay(consume: Callable[[Iterable[Event]], T]) -> T:
+        if isinstance(history, Path):
+            return replay_history(history, consume)
+        return consume(history)
+
     word = str(report.get("verdict", "?"))
     color = VERDICT_COLORS.get(word, "#6e7781")
-    timeline = build_timeline(events)
     stranded = verdict.stranded_leases if verdict is not None else []
     bound = (report.get("invariants") or {}).get("recovery_bound")
-    started = next((e.ts for e in events if e.type == "run"), timeline.t0)
+    bound_ms = int(bound["bound_ms"]) if bound else 0
+    timeline = replay(lambda events: build_timeline(events, bound_ms))
+    charted = {span.fault_id: fault_jobs(span, stranded, timeline)
+               for span in timeline.faults[:MAX_FAULT_CHARTS]} if bound else {}
+    wanted = {job for jobs, _ in charted.values() for job in jobs}
+    by_job = replay(lambda events: events_of_jobs(events, wanted)) if wanted else {}
+    started = timeline.run.ts if timeline.run is not None else timeline.t0
     when = datetime.fromtimestamp(started / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") \
         if started else "?"
     failed = [n for n, r in (report.get("invariants") or {}).items() if not r.get("ok", True)]
@@ -619,7 +672,7 @@ def render_html(report: dict[str, Any], events: list[Event], verdict: Verdict | 
     parts.append(f"<section id='invariants'><h2>Invariants</h2>"
                  f"{_invariant_table(report, timeline.t0)}</section>")
     parts.append("<section id='timeline'><h2>Timeline</h2>")
-    if events:
+    if timeline.events:
         parts.append(f"<div class='figure'>{timeline_svg(timeline)}</div>")
         parts.append("<h3>faults</h3>" + _faults_table(
             timeline, stranded, (report.get("run") or {}).get("faults_skipped") or []))
@@ -635,12 +688,8 @@ def render_html(report: dict[str, Any], events: list[Event], verdict: Verdict | 
         parts.append(_recovery_table(report))
     parts.append("</section><section id='leases'><h2>Leases around each fault</h2>")
     if bound and timeline.faults:
-        by_job: dict[str, list[Event]] = defaultdict(list)
-        for event in events:
-            if event.job_id:
-                by_job[event.job_id].append(event)
         for span in timeline.faults[:MAX_FAULT_CHARTS]:
-            jobs, more = fault_jobs(span, stranded, events, int(bound["bound_ms"]))
+            jobs, more = charted[span.fault_id]
             title = (f"{span.fault_id}: {span.kind} {span.worker} at "
                      f"{_rel_s(span.start_ts, timeline.t0)}"
                      + (f", healed {_rel_s(span.end_ts, timeline.t0)}" if span.end_ts else ""))
@@ -660,16 +709,16 @@ def render_html(report: dict[str, Any], events: list[Event], verdict: Verdict | 
         parts.append("<p class='muted'>No fault was applied.</p>")
     parts.append("</section>")
     parts.append(f"<section id='load'><h2>Load</h2>{load_table(report.get('load'))}</section>")
-    parts.append(f"<section id='settings'><h2>Settings</h2>{_settings(events, report)}"
+    parts.append(f"<section id='settings'><h2>Settings</h2>{_settings(timeline, report)}"
                  "</section></main></body></html>")
     return "\n".join(parts)
 
 
-def write_html(path: Path, report: dict[str, Any], events: list[Event],
+def write_html(path: Path, report: dict[str, Any], history: list[Event] | Path,
                verdict: Verdict | None) -> Path:
     from chaos.report import write_text_atomic
 
-    write_text_atomic(path, render_html(report, events, verdict))
+    write_text_atomic(path, render_html(report, history, verdict))
     return path
 
 

@@ -271,7 +271,7 @@ def test_a_drawing_that_fails_costs_no_verdict(tmp_path: Path):
     verdict = check(events, CheckConfig(1000, 250, 100))
     report = build_report("hand-written", "pass", verdict)
     del report["invariants"]["recovery_bound"]["bound_ms"]  # a report the page cannot draw
-    problems = write_rendered_reports(tmp_path, report, events, verdict)
+    problems = write_rendered_reports(tmp_path, report, verdict, events)
     assert len(problems) == 1 and problems[0].startswith("report.html: KeyError")
     assert ET.parse(tmp_path / "junit.xml").getroot().get("tests") == "5"
 
