@@ -16,12 +16,14 @@ from typing import Any
 
 from chaos.checker import CheckConfig, Verdict, check
 from chaos.history import Event, replay_history
+from chaos.ledger import check_with_ledger
 from chaos.report import build_report
 from chaos.runner import exit_code_for
 
 # report.json keys the checker decides; the rest (run, load, error, ...) is what the run saw.
 VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "stranded_leases",
-                "faults", "rejected", "events", "throughput_per_s")
+                "faults", "rejected", "events", "throughput_per_s", "report_only", "store_faults",
+                "ack_ledger")
 
 
 class SavedRunError(ValueError):
@@ -47,8 +49,8 @@ class SavedRun:
         """Verdict keys on which the re-check disagrees with the saved report.json."""
         if self.saved is None:
             return []
-        return [key for key in VERDICT_KEYS
-                if key in self.saved and self.saved.get(key) != self.report.get(key)]
+        return [key for key in VERDICT_KEYS if (key in self.saved or key in self.report)
+                and self.saved.get(key) != self.report.get(key)]
 
 
 class _Watched:
@@ -86,7 +88,8 @@ def check_config(history: Path) -> CheckConfig:
             scenario = json.loads(resolved.read_text())
             return CheckConfig(int(scenario["topology"]["lease_ms"]),
                                int(scenario["topology"]["reap_interval_ms"]),
-                               int(scenario["check"]["tolerance_ms"]))
+                               int(scenario["check"]["tolerance_ms"]),
+                               tuple(scenario["check"].get("report_only", ())))
         except (KeyError, TypeError, ValueError) as error:
             raise SavedRunError(f"{resolved}: lacks topology.lease_ms, "
                                 f"topology.reap_interval_ms or check.tolerance_ms ({error})"
@@ -123,7 +126,9 @@ def recheck(run_dir: Path) -> SavedRun:
             watched.append(_Watched(events))  # a fresh watch if the file is re-read sorted
             return check(watched[-1], config, final=None)
 
-        verdict = replay_history(history, judge)
+        # As the runner judged it: the surviving history when a store fault rolled events back,
+        # and the clients' acknowledgement ledger beside it (report.json["ack_ledger"]).
+        verdict, acks = check_with_ledger(run_dir, history, judge)
     except (ValueError, KeyError, OSError) as error:  # read_history names the file and line
         message = str(error)
         raise SavedRunError(message if message.startswith(str(history))
@@ -139,7 +144,9 @@ def recheck(run_dir: Path) -> SavedRun:
     run = watched[-1].run
     name = (run.extra.get("scenario") if run is not None else None) \
         or (saved or {}).get("scenario", "?")
-    extras = {key: value for key, value in (saved or {}).items()
-              if key not in VERDICT_KEYS and key not in ("schema", "scenario")}
+    judged = {"schema", "scenario", "verdict", "ack_ledger", *verdict.as_dict()}
+    extras = {key: value for key, value in (saved or {}).items() if key not in judged}
+    if acks is not None:
+        extras["ack_ledger"] = acks
     report = build_report(str(name), word, verdict, **extras)
     return SavedRun(run_dir, verdict, report, saved)

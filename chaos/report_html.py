@@ -469,6 +469,7 @@ th,td{border-bottom:1px solid #eaeef2;padding:5px 8px;text-align:left;vertical-a
 th{background:#f6f8fa;font-weight:600}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#1a7f37;font-weight:700}.bad{color:#cf222e;font-weight:700}
+.warn{color:#9a6700;font-weight:700}
 .muted{color:#57606a}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#f6f8fa;padding:1px 4px;
  border-radius:4px;word-break:break-all}
@@ -492,13 +493,16 @@ def _rel_s(ts: int | None, t0: int) -> str:
 
 def _invariant_table(report: dict[str, Any], t0: int) -> str:
     invariants = report.get("invariants") or {}
+    report_only = set(report.get("report_only") or ())
     rows = []
-    for name in INVARIANTS:
+    for name in [*INVARIANTS, *(n for n in invariants if n not in INVARIANTS)]:
         if name not in invariants:
             continue
         result = invariants[name]
         if result.get("judged") is False:
             status = '<span class="muted">not judged (run aborted)</span>'
+        elif not result["ok"] and name in report_only:
+            status = '<span class="warn">FAIL</span><br><span class="muted">report only</span>'
         else:
             status = ('<span class="ok">ok</span>' if result["ok"]
                       else '<span class="bad">FAIL</span>')
@@ -518,7 +522,7 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
         if not jobs and result.get("examples"):
             shown = f"<code>{_e(result['examples'][0])}</code>"
         rows.append(
-            f"<tr><td><b>{_e(name)}</b><br><span class='muted'>{_e(WHAT_IT_CHECKS[name])}"
+            f"<tr><td><b>{_e(name)}</b><br><span class='muted'>{_e(WHAT_IT_CHECKS.get(name, ''))}"
             f"</span></td><td>{status}</td><td class='num'>{result.get('violations', 0)}</td>"
             f"<td class='num'>{_rel_s(result.get('first_violation_ts'), t0)}</td>"
             f"<td>{_e(figures)}</td><td>{shown or '–'}</td></tr>")
