@@ -319,11 +319,12 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
                 release(job_id)
             attempt = event.attempt or 0
             worker = event.worker or "?"
-            if job_id in highest_claim and attempt <= highest_claim[job_id]:
+            highest = highest_claim.get(job_id)  # one lookup: this is the hot path
+            if highest is None or attempt > highest:
+                highest_claim[job_id] = attempt
+            else:
                 monotonic.flag({"job": job_id, "attempt": attempt, "worker": worker,
-                                "seq": event.seq, "earlier_attempt": highest_claim[job_id]},
-                               event.ts)
-            highest_claim[job_id] = max(attempt, highest_claim.get(job_id, attempt))
+                                "seq": event.seq, "earlier_attempt": highest}, event.ts)
             leases[job_id] = _Lease(attempt, worker, _deadline(event), event.seq)
             holding = held_by.get(worker)
             if holding is None:
