@@ -389,8 +389,7 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
                     markersize=9 if event.type in ("complete", "extend") else 8,
                     markeredgewidth=1.5)
             right = max(right, x(event.ts) + 0.3)
-    accepted_stale = any(e.type in ("complete", "extend")
-                         for job in jobs for e in _job_leases(by_job.get(job, []))[1])
+    drawn = {e.type for job in jobs for e in _job_leases(by_job.get(job, []))[1]}
     healed = x(span.end_ts) if span.end_ts is not None else None
     if healed is not None:
         ax.axvspan(0, healed, color=color, alpha=0.14, linewidth=0)
@@ -404,20 +403,25 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
                   fontsize=9)
     _style(ax)
     ax.grid(True, axis="x", color="#e5e7eb", linewidth=0.8)
-    handles = [
+    handles = [  # the legend names only what this chart draws
         Patch(color=HOLDER_COLOR, label=f"lease held by {span.worker} (until its deadline)"),
         Line2D([], [], color=HOLDER_COLOR, linestyle=":", label="lapsed, awaiting the reap"),
         Line2D([], [], marker="x", color="#cf222e", linestyle="", markeredgewidth=2,
                label="reaped"),
         Patch(color=OTHER_COLOR, label="re-claimed by another worker"),
         Line2D([], [], marker="D", color="#1a7f37", linestyle="", label="accepted complete"),
-        Line2D([], [], marker="X", color="black", linestyle="", label="stale complete rejected"),
-        Line2D([], [], marker="o", markerfacecolor="none", markeredgecolor="black", linestyle="",
-               label="stale extend rejected"),
-        *([Line2D([], [], marker="D", markerfacecolor="#cf222e", markeredgecolor="black",
-                  linestyle="", label="stale call ACCEPTED (violation)")] if accepted_stale
-          else []),
-        Patch(color=color, alpha=0.3, label=f"{span.kind} (fault → heal)"),
+    ]
+    for kind, label in (("complete_rejected", "stale complete rejected"),
+                        ("extend_rejected", "stale extend rejected"),
+                        ("complete", "stale complete ACCEPTED (violation)"),
+                        ("extend", "stale extend ACCEPTED (violation)")):
+        if kind in drawn:
+            marker, face, edge = STRAY_MARKERS[kind]
+            handles.append(Line2D([], [], marker=marker, markerfacecolor=face,
+                                  markeredgecolor=edge, linestyle="", label=label))
+    handles += [
+        Patch(color=color, alpha=0.3, label=f"{span.kind} (fault → heal)") if healed is not None
+        else Line2D([], [], color=color, label=f"{span.kind} (never healed)"),
         Line2D([], [], color="#111827", label="lease + reap interval"),
         Line2D([], [], color="#111827", linestyle="--", label="+ tolerance (the bound)"),
     ]
@@ -463,6 +467,7 @@ h3{font-size:14px;margin:14px 0 4px}
  margin-top:12px}
 .card{background:#fff;border:1px solid #d0d7de;border-radius:8px;padding:8px 12px}
 .card b{display:block;font-size:20px}
+.card b.bad{color:#cf222e}
 .card span{color:#57606a;font-size:12px}
 table{border-collapse:collapse;width:100%;font-size:13px}
 th,td{border-bottom:1px solid #eaeef2;padding:5px 8px;text-align:left;vertical-align:top}
@@ -515,6 +520,17 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
                        f"lost {result.get('lost')}")
         elif name == "no_double_completion":
             figures = f"double-completed {result.get('double_completed', 0)}"
+        elif name == "exclusive_lease" and result.get("examples"):
+            ops = Counter(str(example.get("op", "?")) for example in result["examples"])
+            figures = "accepted outside the live lease: " + ", ".join(
+                f"{op} ×{count}" for op, count in ops.most_common()) + (
+                " (in the examples shown)" if result["violations"] > len(result["examples"])
+                else "")
+        elif name == "no_premature_reap" and result.get("examples"):
+            early = [int(example["early_ms"]) for example in result["examples"]
+                     if "early_ms" in example]
+            figures = (f"up to {max(early)} ms before the deadline" if early
+                       else "reaped a lease that was not live")
         jobs = offending_jobs(result)
         shown = ", ".join(f"<code>{_e(job)}</code>" for job in jobs[:6])
         if result.get("violations", 0) > len(jobs[:6]) and jobs:
@@ -539,19 +555,23 @@ def _cards(report: dict[str, Any]) -> str:
     jobs, bound = report["jobs"], report["invariants"]["recovery_bound"]
     redeliveries = report["redeliveries"]
     rejected = report.get("rejected") or {}
-    cards = [
-        (f"{jobs['completed']} / {jobs['enqueued']}", "jobs completed / enqueued"),
-        (f"{jobs['lost']} · {jobs['double_completed']}", "lost · double-completed"),
-        (f"{report['faults']} · {bound['stranded']}", "faults · stranded leases"),
-        (f"{_ms(bound.get('max_ms'))}", f"slowest recovery (bound {bound['bound_ms']} ms)"),
+    slowest = bound.get("max_ms")
+    cards = [  # (figure, what it is, is it bad news)
+        (f"{jobs['completed']} / {jobs['enqueued']}", "jobs completed / enqueued",
+         jobs["completed"] < jobs["enqueued"]),
+        (f"{jobs['lost']} · {jobs['double_completed']}", "lost · double-completed",
+         bool(jobs["lost"] or jobs["double_completed"])),
+        (f"{report['faults']} · {bound['stranded']}", "faults · stranded leases", False),
+        (_ms(slowest), f"slowest recovery (bound {bound['bound_ms']} ms)",
+         slowest is not None and slowest > bound["bound_ms"]),
         (f"{redeliveries['needed']} · {redeliveries['needless']}",
-         "redeliveries needed · needless"),
-        (f"{sum(rejected.values())}", "stale calls rejected (fencing)"),
-        (f"{report.get('throughput_per_s', 0)}", "completes / s"),
+         "redeliveries needed · needless", False),
+        (f"{sum(rejected.values())}", "stale calls rejected (fencing)", False),
+        (f"{report.get('throughput_per_s', 0)}", "completes / s", False),
     ]
     return "<div class='cards'>" + "".join(
-        f"<div class='card'><b>{_e(value)}</b><span>{_e(label)}</span></div>"
-        for value, label in cards) + "</div>"
+        f"<div class='card'><b{' class=bad' if bad else ''}>{_e(value)}</b>"
+        f"<span>{_e(label)}</span></div>" for value, label, bad in cards) + "</div>"
 
 
 def _recovery_table(report: dict[str, Any]) -> str:

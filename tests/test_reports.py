@@ -111,7 +111,7 @@ def test_html_has_every_section_and_no_external_url(broken: bool):
         assert failed == {"no_loss", "no_double_completion", "recovery_bound",
                           "exclusive_lease"}
         assert "<code>b</code>" in page and "<code>a</code>" in page
-        assert "stale call ACCEPTED" in page  # the lease chart marks the unfenced complete
+        assert "stale complete ACCEPTED" in page  # the lease chart marks the unfenced complete
     else:
         assert "stale complete rejected" in page and "ACCEPTED" not in page
 
