@@ -136,3 +136,15 @@ def test_the_fast_line_check_accepts_and_rejects_exactly_as_the_precise_one(reco
     fast = _outcome(lambda: history_module._event(parsed, line, "h.jsonl", 7))
     precise = _outcome(lambda: history_module._checked_event(parsed, "h.jsonl:7"))
     assert fast == precise
+
+
+@pytest.mark.parametrize("line", [
+    b'{"seq":"1-0","type":"enqueue","id":"a","id":5}\n',  # JSON keeps the last duplicate
+    b'{"seq":"1-0","type":"enqueue","id":"a\\":","ts":true}\n',  # an escaped quote before ":
+    b'{"seq":"1-0","type":"claim","attempt":"1","attempt":1.5}\n',
+])
+def test_tricky_lines_get_the_precise_check(line: bytes):
+    parsed = json.loads(line)
+    fast = _outcome(lambda: history_module._event(parsed, line, "h.jsonl", 7))
+    precise = _outcome(lambda: history_module._checked_event(parsed, "h.jsonl:7"))
+    assert fast == precise
