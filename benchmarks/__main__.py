@@ -81,6 +81,8 @@ def locust_section(mode: str) -> dict[str, Any]:
             raise
         return {"skipped": "benchmarks/locust_ceiling.py is not in this tree yet (issue 4)"}
     result: dict[str, Any] = module.run(quick=mode != "full")
+    if "skipped" in result:
+        return {"skipped": str(result["skipped"])}
     if isinstance(result.get("rows"), list):
         rows = [Row(**{"section": "locust", **row}) for row in result["rows"]]
     else:
