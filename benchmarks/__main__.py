@@ -74,6 +74,8 @@ def locust_section(mode: str) -> dict[str, Any]:
     """The hook for issue 4's Locust ceiling: ``benchmarks/locust_ceiling.py`` with
     ``run(quick: bool) -> dict``. Rows come from its ``rows`` (dicts with Row's fields), else
     its scalar figures are shown in one row."""
+    if mode == "smoke":  # Locust's own tests cover it; its runs would outlast a smoke test
+        return {"skipped": "not at smoke size"}
     try:
         module = importlib.import_module("benchmarks.locust_ceiling")
     except ModuleNotFoundError as error:
