@@ -52,11 +52,12 @@ def median(values: list[float]) -> float:
 
 
 @contextlib.contextmanager
-def valkey_server(prefix: str) -> Iterator[ValkeyServer]:
-    """A valkey-server on a free 127.0.0.1 port, gone (with its files) when the block ends."""
+def valkey_server(prefix: str, socket_only: bool = False) -> Iterator[ValkeyServer]:
+    """A valkey-server on a free 127.0.0.1 port (or, ``socket_only``, a private unix socket),
+    gone (with its files) when the block ends."""
     with tempfile.TemporaryDirectory(prefix=f"bench-{prefix}-") as tmp:
         server = ValkeyServer(valkey_server_binary(None), Path(tmp) / "data",
-                              Path(tmp) / "valkey.log")
+                              Path(tmp) / "valkey.log", socket_only=socket_only)
         server.start()
         try:
             yield server

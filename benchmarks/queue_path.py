@@ -60,12 +60,16 @@ def redis_benchmark_path() -> str | None:
 def redis_benchmark(server: ValkeyServer, command: list[str], requests: int, clients: int,
                     pipeline: int, random_range: int | None = None) -> float:
     """Requests/s of one command, from redis-benchmark's CSV line."""
-    host, port = address(server)
-    # The password is a throwaway one of this benchmark's own server (redis-benchmark has no
-    # other way to take it).
-    argv = [str(redis_benchmark_path()), "-h", host, "-p", str(port), "-a", server.password,
-            "-n", str(requests), "-c", str(clients), "-P", str(pipeline),
-            "--csv", *(["-r", str(random_range)] if random_range else []), *command]
+    if server.socket_path is not None:  # a private socket, no password (ValkeyServer)
+        target = ["-s", str(server.socket_path)]
+    else:
+        host, port = address(server)
+        # The password is a throwaway one of this benchmark's own server (redis-benchmark has
+        # no other way to take it).
+        target = ["-h", host, "-p", str(port), "-a", server.password]
+    argv = [str(redis_benchmark_path()), *target, "-n", str(requests), "-c", str(clients),
+            "-P", str(pipeline), "--csv",
+            *(["-r", str(random_range)] if random_range else []), *command]
     result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
     rows = list(csv.reader(io.StringIO(result.stdout)))
     if result.returncode != 0 or len(rows) < 2:

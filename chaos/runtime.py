@@ -97,17 +97,24 @@ class ValkeyServer:
     """One ``valkey-server`` on a free 127.0.0.1 port with a random password (no persistence
     unless asked). ``replica_of`` starts it as a replica; ``sentinel_for`` = (service, primary
     port) starts it as a Sentinel watching that primary. ``restart()`` brings it back on the same
-    port, data directory and password after ``kill()`` (a store crash)."""
+    port, data directory and password after ``kill()`` (a store crash).
+
+    ``socket_only``: no TCP port, no password (``""``); it listens on ``socket_path``
+    (``data_dir/valkey.sock``) in a 0700 directory, so only this user can connect (for tools such
+    as redis-benchmark that take a password only on their command line)."""
 
     def __init__(self, binary: str, data_dir: Path, log_path: Path, *,
                  persistence: Persistence = Persistence(), password: str | None = None,
                  replica_of: int | None = None,
-                 sentinel_for: tuple[str, int] | None = None) -> None:
+                 sentinel_for: tuple[str, int] | None = None, socket_only: bool = False) -> None:
         self.binary = binary
         self.data_dir = data_dir
         self.log_path = log_path
         self.persistence = persistence
-        self.password = password or secrets.token_hex(16)
+        self.socket_path: Path | None = None  # socket_only: where it listens
+        if socket_only:
+            self.socket_path = data_dir.resolve() / "valkey.sock"
+        self.password = "" if socket_only else password or secrets.token_hex(16)  # "": none
         self.replica_of = replica_of
         self.sentinel_for = sentinel_for
         self.port = 0
@@ -120,6 +127,10 @@ class ValkeyServer:
         return self.data_dir / ("sentinel.conf" if self.sentinel_for else "valkey.conf")
 
     def _config(self, port: int) -> str:
+        if self.socket_path is not None:
+            return (f"port 0\nunixsocket {self.socket_path}\nunixsocketperm 700\n"
+                    f"dir {self.data_dir.resolve()}\nloglevel notice\n"
+                    + self.persistence.config() + "maxmemory-policy noeviction\n")
         common = (f"port {port}\nbind 127.0.0.1\nprotected-mode yes\n"
                   f"requirepass {self.password}\ndir {self.data_dir.resolve()}\n"
                   "loglevel notice\n")
@@ -154,6 +165,9 @@ class ValkeyServer:
             self.config_path.write_text(self._config(port))
             self.port = port
             self.url = f"valkey://127.0.0.1:{port}/0"
+            if self.socket_path is not None:
+                self.data_dir.chmod(0o700)
+                self.url = f"unix://{self.socket_path}?db=0"
             if self._launch():
                 return
         tail = self.log_path.read_text(errors="replace")[-2000:]

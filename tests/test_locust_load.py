@@ -145,3 +145,22 @@ def test_folding_keeps_the_four_operations_and_the_contract_shape(tmp_path: Path
     assert fold_locust_csv(tmp_path / "stats.csv") == {
         "claim": {"requests": 10, "failures": 1, "rps": 2.5, "p50_ms": 1.0, "p95_ms": 4.0,
                   "p99_ms": 9.0}}
+
+
+def test_socket_only_server_has_no_port_and_a_private_socket(tmp_path: Path):
+    """The benchmark's server (redis-benchmark takes a password only on its command line):
+    no TCP listener, no password, a socket only this user can reach."""
+    from chaos.protocol import connect
+    from chaos.runtime import valkey_server_binary
+
+    server = ValkeyServer(valkey_server_binary(None), tmp_path / "s", tmp_path / "s.log",
+                          socket_only=True)
+    server.start()
+    try:
+        assert server.password == "" and server.url.startswith("unix://")
+        assert (tmp_path / "s").stat().st_mode & 0o777 == 0o700
+        client = connect(server.url)
+        assert client.ping() and client.config_get("port")["port"] == "0"
+        client.close()
+    finally:
+        server.stop()
