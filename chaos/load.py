@@ -145,7 +145,8 @@ def locustfile() -> Path:
 
 def locust_argv(load: Load, url: str, keys: QueueKeys, lease_ms: int, protocol: str,
                 out_prefix: Path, extra: list[str] | None = None) -> list[str]:
-    """Locust's own CLI for a headless run of ``load`` (no password: that goes in the env)."""
+    """Locust's own CLI for a headless run of ``load`` (no password: that goes in the env).
+    ``extra``: more locustfile options (``--wait-replicas``, ``--ack-ledger-dir`` ...)."""
     producers, consumers = load.producers, load.consumers
     argv = [
         sys.executable, "-m", "locust", "-f", str(locustfile()), "--headless",
@@ -188,8 +189,12 @@ class LocustLoad:
         return None  # Locust's figures arrive when it stops
 
     def start(self) -> None:
+        # The same evidence as the built-in producer's: WAIT if asked, and an ack ledger
+        # (acks/locust-<pid>.jsonl, one per Locust process).
+        extra = ["--wait-replicas", str(self.runtime.scenario.wait_replicas),
+                 "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent)]
         argv = locust_argv(self.load, self.runtime.url, self.keys, self.lease_ms, self.protocol,
-                           self.run_dir / self.prefix)
+                           self.run_dir / self.prefix, extra)
         self.child = self.runtime.spawn(self.name, argv)
         if self.ready is not None:
             self.wait_until_enqueuing(self.ready)

@@ -237,29 +237,42 @@ class QueueClient:
         return bool(self._call("enqueue", [k.pending, k.events],
                                [k.job_prefix, job_id, payload, *self._no_event]))
 
-    def enqueue_batch(self, jobs: Sequence[tuple[str, str]]) -> int:
-        """Enqueue (id, payload) pairs in one pipelined round trip (one script call each);
-        how many the server accepted. The load generator's fast path: same script, same events."""
-        if not jobs:
-            return 0
+    def enqueue_batch(self, jobs: Sequence[tuple[str, str]]) -> list[str]:
+        """Enqueue (id, payload) pairs in one pipelined round trip (one script call each); the
+        ids the server accepted (a repeated id is refused). The load generator's fast path: same
+        script, same events. With ``wait_replicas`` one WAIT closes the batch (it counts every
+        earlier write of the connection) and ``NotReplicated`` means none is acknowledged."""
         k = self.keys
-        sha = self._shas["enqueue"]
-
-        def send() -> list[Any]:
+        pending = list(jobs)
+        accepted: list[str] = []
+        for attempt in range(2):
             pipe = self.client.pipeline(transaction=False)
-            for job_id, payload in jobs:
-                pipe.evalsha(sha, 2, k.pending, k.events, k.job_prefix, job_id, payload,
-                             *self._no_event)
-            return list(pipe.execute())
-
-        try:
-            replies = send()
-        except NoScriptError:
-            # Nothing ran (the first call already found no script): load again, resend.
+            for job_id, payload in pending:
+                pipe.evalsha(self._shas["enqueue"], 2, k.pending, k.events, k.job_prefix,
+                             job_id, payload, *self._no_event)
+            if self.wait_replicas:
+                pipe.wait(self.wait_replicas, WAIT_TIMEOUT_MS)
+            replies = pipe.execute(raise_on_error=False)
+            if self.wait_replicas:
+                replicas = replies.pop()
+                if isinstance(replicas, Exception) or int(replicas) < self.wait_replicas:
+                    raise NotReplicated(f"enqueue batch: WAIT saw {replicas} of "
+                                        f"{self.wait_replicas} replica(s)")
+            errors = [reply for reply in replies
+                      if isinstance(reply, Exception) and not isinstance(reply, NoScriptError)]
+            if errors:
+                raise errors[0]
+            accepted += [job_id for (job_id, _), reply in zip(pending, replies, strict=True)
+                         if reply and not isinstance(reply, Exception)]
+            # The server lost its script cache (restart, SCRIPT FLUSH): load, resend the rest.
+            pending = [job for job, reply in zip(pending, replies, strict=True)
+                       if isinstance(reply, NoScriptError)]
+            if not pending or attempt:
+                break
             self.load_scripts()
-            sha = self._shas["enqueue"]
-            replies = send()
-        return sum(1 for reply in replies if reply)
+        if pending:
+            raise NoScriptError(f"enqueue script missing after a reload ({len(pending)} jobs)")
+        return accepted
 
     def claim(self, lease_ms: int, worker: str) -> Claimed | None:
         return self._variant.claim(self, lease_ms, worker)

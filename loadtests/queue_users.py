@@ -18,18 +18,24 @@ import secrets
 import signal
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import gevent
 from locust import User, events, task
 from locust.env import Environment
 
+from chaos.ledger import AckLedger
 from chaos.procutil import die_with_parent
 from chaos.protocol import PROTOCOLS, QueueClient, QueueKeys, connect
 
 T = TypeVar("T")
 
 REQUEST_TYPE = "EVALSHA"
+
+
+# What this process's users were told succeeded (chaos.ledger), when --ack-ledger-dir is set.
+LEDGER = AckLedger(None)
 
 
 class DuplicateJob(Exception):
@@ -64,6 +70,11 @@ def _queue_options(parser: Any) -> None:
                        help="consumer's simulated work per job, uniform max (ms)")
     group.add_argument("--poll-ms", type=float, default=20.0,
                        help="consumer's wait after finding the queue empty (ms)")
+    group.add_argument("--wait-replicas", type=int, default=0,
+                       help="WAIT for this many replicas after each call (a batch: one WAIT)")
+    group.add_argument("--ack-ledger-dir", default="",
+                       help="append every acknowledged enqueue, claim and accepted complete to "
+                            "DIR/locust-<pid>.jsonl (chaos.ledger; the runner sets it)")
 
 
 @events.init.add_listener
@@ -82,6 +93,7 @@ def _check_options(environment: Environment, **_: Any) -> None:
                     ("work_min_ms", ">= 0", options.work_min_ms >= 0),
                     ("work_max_ms", ">= --work-min-ms", options.work_max_ms >= options.work_min_ms),
                     ("poll_ms", "> 0", options.poll_ms > 0),
+                    ("wait_replicas", ">= 0", options.wait_replicas >= 0),
                 ) if not ok]
     if problems:
         raise SystemExit("loadtests/queue.py: " + "; ".join(problems))
@@ -94,6 +106,9 @@ def _check_options(environment: Environment, **_: Any) -> None:
         # --stop-timeout), then Locust writes its reports. Python's default handler would raise
         # KeyboardInterrupt inside whichever user happens to run, losing its call's figures.
         gevent.signal_handler(signal.SIGINT, _quit_gracefully, environment)
+    global LEDGER
+    if options.ack_ledger_dir:  # one file per process: --processes forks before this event
+        LEDGER = AckLedger(Path(options.ack_ledger_dir) / f"locust-{os.getpid()}.jsonl")
     # Exact counts, when given, decide the mix (Locust spawns fixed_count users first).
     ProducerUser.fixed_count = options.producers
     ConsumerUser.fixed_count = options.consumers
@@ -108,10 +123,11 @@ class ValkeyQueueLocustClient:
     """``QueueClient`` calls, each reported to Locust as one request per job it carries."""
 
     def __init__(self, environment: Environment, url: str, keys: QueueKeys,
-                 protocol: str = "sound") -> None:
+                 protocol: str = "sound", wait_replicas: int = 0) -> None:
         self.environment = environment
         # The password: in the URL or in ECHOMQ_VALKEY_PASSWORD (chaos.protocol.connect).
-        self.queue = QueueClient(connect(url), keys, protocol=protocol)
+        self.queue = QueueClient(connect(url), keys, protocol=protocol,
+                                 wait_replicas=wait_replicas)
 
     def close(self) -> None:
         self.queue.client.close()
@@ -144,12 +160,14 @@ class ValkeyQueueLocustClient:
         except Exception as error:
             self._report("enqueue", started, 0, error, count=len(jobs))
             return 0
+        for job_id in accepted:
+            LEDGER.record("enqueue", job_id)
         length = sum(len(job_id) + len(payload) for job_id, payload in jobs) // len(jobs)
-        self._report("enqueue", started, length, None, count=accepted)
-        if accepted < len(jobs):
+        self._report("enqueue", started, length, None, count=len(accepted))
+        if len(accepted) < len(jobs):
             self._report("enqueue", started, 0, DuplicateJob("job id exists"),
-                         count=len(jobs) - accepted)
-        return accepted
+                         count=len(jobs) - len(accepted))
+        return len(accepted)
 
     def claim(self, lease_ms: int, worker: str) -> Any:
         started = time.perf_counter()
@@ -161,6 +179,8 @@ class ValkeyQueueLocustClient:
         if claimed is None:
             self._report("claim_empty", started, 0, None)
         else:
+            LEDGER.record("claim", claimed.job_id, attempt=claimed.attempt, worker=worker,
+                          deadline=claimed.deadline_ms)
             self._report("claim", started, len(claimed.job_id) + len(claimed.payload), None)
         return claimed
 
@@ -171,10 +191,13 @@ class ValkeyQueueLocustClient:
             refused=lambda deadline: None if deadline else StaleLease(f"extend {job_id}"))
 
     def complete(self, job_id: str, attempt: int, worker: str) -> bool:
-        return bool(self._timed(
+        accepted = bool(self._timed(
             "complete", lambda: self.queue.complete(job_id, attempt, worker),
             length=lambda _: 0,
             refused=lambda ok: None if ok else StaleLease(f"complete {job_id}")))
+        if accepted:
+            LEDGER.record("complete", job_id, attempt=attempt, worker=worker)
+        return accepted
 
 
 class QueueUser(User):
@@ -188,7 +211,7 @@ class QueueUser(User):
         self.options = options
         keys = QueueKeys(options.queue_prefix, options.queue_name)
         self.client = ValkeyQueueLocustClient(self.environment, str(self.host), keys,
-                                              options.protocol)
+                                              options.protocol, options.wait_replicas)
         # Unique per user across processes and machines: job ids and worker names use it.
         self.token = f"{os.getpid():x}{secrets.token_hex(4)}"
 

@@ -203,3 +203,16 @@ def test_wait_replicas_without_a_replica_fails_the_call_but_not_the_write(queue:
     assert isinstance(NotReplicated("x"), ValkeyConnectionError)
     assert queue.client.exists(queue.keys.job("j1")) == 1
     assert queue.backlog() == (1, 0)
+
+
+def test_enqueue_batch_is_one_script_call_per_job_and_survives_a_script_flush(
+        queue: QueueClient):
+    """The load generator's pipelined path: same script, same events, repeats refused; after
+    SCRIPT FLUSH the jobs that found no script are sent again, none twice."""
+    assert queue.enqueue_batch([("a", "1"), ("b", "2"), ("a", "3")]) == ["a", "b"]
+    queue.client.script_flush()
+    assert queue.enqueue_batch([("c", ""), ("b", "")]) == ["c"]
+    events = [fields for _, fields in queue.client.xrange(queue.keys.events)]
+    assert [(e["type"], e["id"]) for e in events] == [("enqueue", "a"), ("enqueue", "b"),
+                                                      ("enqueue", "c")]
+    assert queue.backlog() == (3, 0)

@@ -71,6 +71,10 @@ def test_kill_worker_recovers_within_the_bound(tmp_path: Path):
     enqueued = report["jobs"]["enqueued"]
     assert enqueued - IN_FLIGHT_AT_STOP <= enqueue["requests"] <= enqueued, (enqueue, enqueued)
     assert enqueue["failures"] == 0
+    # Locust keeps the same client-side evidence as the built-in producer (chaos.ledger).
+    assert enqueued - IN_FLIGHT_AT_STOP <= report["ack_ledger"]["acknowledged"]["enqueue"] \
+        <= enqueued
+    assert report["ack_ledger"]["lost"] == 0
     assert enqueue["rps"] > 0 and enqueue["p50_ms"] <= enqueue["p95_ms"] <= enqueue["p99_ms"]
     for name in ("locust_stats.csv", "locust.html", "locust.json"):
         assert name in load["files"] and (tmp_path / "run" / name).stat().st_size > 0
@@ -173,6 +177,9 @@ def test_locust_with_consumers_on_two_processes(tmp_path: Path):
     assert len(by_locust) - IN_FLIGHT_AT_STOP <= completes <= len(by_locust)
     assert operations["complete"]["requests"] > 0
     assert report["jobs"]["lost"] == 0 and report["jobs"]["double_completed"] == 0
+    # Each forked Locust process keeps its own acknowledgement ledger.
+    ledgers = [path for path in (out / "acks").glob("locust-*.jsonl") if path.stat().st_size]
+    assert len(ledgers) == 2
     assert processes_mentioning(str(out)) == []
 
 
