@@ -29,6 +29,8 @@ from chaos.junit import WHAT_IT_CHECKS, offending_jobs
 T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
 MAX_LEASE_ROWS = 12
+MAX_FAULT_LABELS = 8  # fault names written on the timeline; beyond that only the bands
+MAX_FAULT_ROWS = 12  # faults listed before the table folds away
 
 FAULT_COLORS = {"kill": "#d62728", "crash": "#e377c2", "pause": "#9467bd",
                 "partition": "#8c564b", "latency": "#ff7f0e", "clock_skew": "#17becf"}
@@ -261,7 +263,8 @@ def timeline_svg(timeline: Timeline) -> str:
         rates_ax.annotate(name, (timeline.s(ts), 1.0), xycoords=("data", "axes fraction"),
                           xytext=(3, 2), textcoords="offset points", fontsize=9,
                           color="#374151", va="bottom")
-    for span in timeline.faults:
+    labelled = timeline.faults if len(timeline.faults) <= MAX_FAULT_LABELS else []
+    for span in labelled:  # more would overlap into noise: the faults table names them all
         rates_ax.annotate(f"{span.fault_id} {span.kind} {span.worker}",
                           (timeline.s(span.start_ts), 0.97), xycoords=("data", "axes fraction"),
                           xytext=(3, -2), textcoords="offset points", fontsize=8,
@@ -476,6 +479,7 @@ td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .ok{color:#1a7f37;font-weight:700}.bad{color:#cf222e;font-weight:700}
 .warn{color:#9a6700;font-weight:700}
 .muted{color:#57606a}
+summary{cursor:pointer;color:#0969da;margin:4px 0}
 code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#f6f8fa;padding:1px 4px;
  border-radius:4px;word-break:break-all}
 .figure svg{width:100%;height:auto;display:block}
@@ -604,6 +608,8 @@ def _faults_table(timeline: Timeline, stranded: list[StrandedLease],
     text = ("<table><tr><th>fault</th><th>kind</th><th>target</th><th class='num'>applied</th>"
             "<th class='num'>healed</th><th class='num'>stranded leases</th>"
             "<th class='num'>slowest reap</th></tr>" + "".join(rows) + "</table>")
+    if len(rows) > MAX_FAULT_ROWS:  # folded (no script: the browser's own <details>)
+        text = f"<details><summary>all {len(rows)} faults</summary>{text}</details>"
     if skipped:
         text += f"<p class='muted'>Skipped: {_e(skipped)}</p>"
     return text
