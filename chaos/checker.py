@@ -8,6 +8,7 @@ one when it was alive and only slowed (latency, bandwidth, clock skew).
 
 Invariants:
   no_loss               every enqueued job has an accepted complete by the end of the drain
+                        (or was dead-lettered, when a stall limit ``max_stalls`` is on)
   no_double_completion  at most one accepted complete per job
   recovery_bound        a lease stranded by a fault is reaped within lease_ms + reap_interval_ms
                         + tolerance_ms of the fault
@@ -16,10 +17,19 @@ Invariants:
   attempts_monotonic    every claim of a job carries a higher attempt (fencing token) than any
                         earlier claim of it: a store that rolls the counter back (a crash
                         without fsync, a failover to a lagging replica) hands one lease out twice
+  stall_limit           with ``max_stalls`` on: a job is recovered (reaped) at most max_stalls
+                        times, and a dead-lettered job exactly max_stalls times before its
+                        ``dead`` event; without it, nothing is ever dead-lettered
 
 Figures for store faults (``valkey_restart``, ``failover``: fault events carrying ``killed_ts``):
 per fault, how long after the kill each worker's next transition (and the producer's next
 enqueue) landed: the time clients took to recover.
+
+More figures: every job's outcome at the end of the drain in Jepsen's vocabulary (``outcomes``:
+completed, dead_lettered, lost, duplicated, unexpected), the dead-letter figures
+(``dead_letter``), needless redeliveries by the fault the holder was under (``needless_by_fault``)
+and by how long the redelivered attempt's handler ran, as a multiple of the lease
+(``needless_by_duration``).
 """
 
 from __future__ import annotations
@@ -35,7 +45,10 @@ from chaos.history import Event, seq_key
 
 EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
 INVARIANTS = ("no_loss", "no_double_completion", "recovery_bound", "no_premature_reap",
-              "exclusive_lease", "attempts_monotonic")
+              "exclusive_lease", "attempts_monotonic", "stall_limit")
+# Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).
+DURATION_BUCKETS = ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0),
+                    (3.0, math.inf))
 CLIENT_EVENTS = ("claim", "extend", "complete", "extend_rejected", "complete_rejected")
 
 
@@ -47,6 +60,7 @@ class CheckConfig:
     # Invariants judged and reported but left out of the verdict: what a store set up to lose
     # acknowledged writes (fsync everysec, failover without WAIT) may break by design.
     report_only: tuple[str, ...] = ()
+    max_stalls: int = 0  # the reaper's stall limit; 0: none (nothing may be dead-lettered)
 
     @property
     def bound_ms(self) -> int:
@@ -65,6 +79,7 @@ class CheckConfig:
                     tolerance_ms=int(event.extra.get("tolerance_ms", 250)),
                     report_only=tuple(n for n in event.extra.get("report_only", "").split(",")
                                       if n),
+                    max_stalls=int(event.extra.get("max_stalls") or 0),
                 )
         raise ValueError("history has no 'run' event: cannot tell lease_ms and reap_interval_ms")
 
@@ -132,6 +147,33 @@ class JobCounts:
     lost: int = 0
     double_completed: int = 0
     unexpected: int = 0  # completed but never enqueued
+    dead_lettered: int = 0  # never completed, dead-lettered past the stall limit
+
+
+@dataclass
+class Outcomes:
+    """Every job's outcome at the end of the drain, in Jepsen's queue vocabulary. Each enqueued
+    job is exactly one of completed, dead_lettered, lost, duplicated; unexpected jobs were
+    completed but never enqueued. Counted only for a finished run (``judged``)."""
+
+    completed: int = 0  # exactly one accepted complete
+    dead_lettered: int = 0  # no accepted complete; dead-lettered (a stall limit is on)
+    lost: int = 0  # neither completed nor dead-lettered (or dead-lettered with no stall limit)
+    duplicated: int = 0  # more than one accepted complete
+    unexpected: int = 0  # completed, never enqueued
+    judged: bool = True
+
+
+@dataclass
+class DeadLetter:
+    """Jobs dead-lettered past the stall limit, and how many recoveries each had before."""
+
+    max_stalls: int = 0
+    jobs: int = 0
+    poison: int = 0  # of which enqueued as poison jobs
+    poison_enqueued: int = 0
+    # how many recoveries (reaps) each dead job had before its dead event -> how many jobs
+    recoveries_before_dead: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -160,6 +202,10 @@ class Verdict:
     # Per store fault (valkey_restart, failover): its figure; the clients' recovery is filled in
     # by ``store_fault_recovery``, a second pass over the history made only when there are some.
     store_faults: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: Outcomes = field(default_factory=Outcomes)
+    dead_letter: DeadLetter = field(default_factory=DeadLetter)
+    needless_by_fault: dict[str, int] = field(default_factory=dict)
+    needless_by_duration: list[dict[str, Any]] = field(default_factory=list)
     stranded_leases: list[StrandedLease] = field(default_factory=list)  # not in as_dict()
 
     def failed_invariants(self) -> list[str]:
@@ -178,6 +224,10 @@ class Verdict:
             "throughput_per_s": self.throughput_per_s,
             "report_only": list(self.config.report_only),
             "store_faults": self.store_faults,
+            "outcomes": asdict(self.outcomes),
+            "dead_letter": asdict(self.dead_letter),
+            "needless_by_fault": self.needless_by_fault,
+            "needless_by_duration": self.needless_by_duration,
         }
 
 
@@ -187,6 +237,7 @@ class _Lease:
     worker: str
     deadline: int
     renewed: str  # history position (seq) of the claim or latest accepted extend
+    claimed_ts: int  # when its handler started (for needless_by_duration)
 
 
 @dataclass
@@ -210,6 +261,7 @@ class _FaultWindow:
     start: tuple[int, int]  # history positions (seq), so same-millisecond events still order
     end: tuple[int, int] | None  # None: not healed (a kill never is)
     cuts_off: bool = True  # the holder could not act (kill, pause, partition), not just slowed
+    kind: str = ""
 
 
 def _deadline(event: Event) -> int:
@@ -243,8 +295,19 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
     premature = InvariantResult(ok=True)
     exclusive = InvariantResult(ok=True)
     monotonic = InvariantResult(ok=True)
+    stall_limit = InvariantResult(ok=True)
 
     enqueued: set[str] = set()
+    poison: set[str] = set()  # enqueued with kind=poison
+    reap_times: dict[str, list[int]] = {}  # job -> when each of its recoveries happened
+    dead: dict[str, tuple[int, int]] = {}  # job -> (recoveries before its dead event, ts)
+    # Handler durations (claim to the holder's own complete, accepted or rejected), in ms ->
+    # attempts: of leases completed live, and of leases needlessly reaped first.
+    ran_ms: dict[int, int] = {}
+    ran_needless_ms: dict[int, int] = {}
+    lapsed: dict[tuple[str, int], tuple[str, int, bool]] = {}  # (job, attempt) -> (worker,
+    # claimed_ts, needless): leases reaped from under a holder that may still complete late
+    needless_by_fault: Counter[str] = Counter()
     highest_claim: dict[str, int] = {}  # job -> the highest attempt any claim of it carried
     store_fault_events: list[Event] = []
     completes: Counter[str] = Counter()
@@ -282,6 +345,23 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
             for window in worker_windows
         )
 
+    def slowed_by(worker: str, start_seq: str, end_seq: str) -> str:
+        """The kind of the first fault that slowed (not cut off) the holder in the window."""
+        start, end = seq_key(start_seq), seq_key(end_seq)
+        for window in windows.get(worker, []):
+            if window.start <= end and (window.end is None or window.end >= start):
+                return window.kind or "fault"
+        return "none"
+
+    def ended_late(event: Event) -> None:
+        """The complete (rejected, or accepted by a broken protocol) of a lease reaped earlier:
+        how long that handler ran."""
+        late = lapsed.pop((job_id, event.attempt or 0), None)
+        if late is not None and late[0] == event.worker:
+            counts = ran_needless_ms if late[2] else ran_ms
+            ran = event.ts - late[1]
+            counts[ran] = counts.get(ran, 0) + 1
+
     def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
         """The holder acted after its fault: it was back, the lease was not stranded."""
         kept = []
@@ -306,6 +386,8 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
             last_ts = event.ts
         if kind == "enqueue":
             enqueued.add(job_id)
+            if event.extra and event.extra.get("kind") == "poison":
+                poison.add(job_id)
             if first_enqueue_ts is None:
                 first_enqueue_ts = event.ts
 
@@ -325,7 +407,7 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
             else:
                 monotonic.flag({"job": job_id, "attempt": attempt, "worker": worker,
                                 "seq": event.seq, "earlier_attempt": highest}, event.ts)
-            leases[job_id] = _Lease(attempt, worker, _deadline(event), event.seq)
+            leases[job_id] = _Lease(attempt, worker, _deadline(event), event.seq, event.ts)
             holding = held_by.get(worker)
             if holding is None:
                 held_by[worker] = {job_id}
@@ -357,14 +439,22 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
                 if count == 2:
                     second_complete_ts[job_id] = event.ts
                 if live:
+                    assert lease is not None
+                    if lease.worker == event.worker:
+                        ran = event.ts - lease.claimed_ts
+                        ran_ms[ran] = ran_ms.get(ran, 0) + 1
                     release(job_id)
+                elif lapsed:
+                    ended_late(event)
                 if job_id in awaiting_recomplete:
                     for item in awaiting_recomplete.pop(job_id):
                         item.recomplete_ts = event.ts
             if job_id in open_stranded:
                 holder_acted(job_id, event.attempt, event.worker)
 
-        elif event.type == "reap":
+        elif kind == "reap" or kind == "dead":
+            # A dead-letter is the reaper's recovery of a lapsed lease too (the same checks on
+            # the lease), but the job leaves the queue instead of going back to pending.
             lease = leases.get(job_id)
             if lease is None or lease.attempt != event.attempt:
                 premature.flag({"job": job_id, "attempt": event.attempt, "seq": event.seq,
@@ -374,10 +464,20 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
                     premature.flag({"job": job_id, "attempt": event.attempt, "seq": event.seq,
                                     "reap_ts": event.ts, "deadline": lease.deadline,
                                     "early_ms": lease.deadline - event.ts}, event.ts)
-                if faulted_between(lease.worker, lease.renewed, event.seq):
+                needless = False
+                if kind == "dead":
+                    pass  # not redelivered: the job left the queue
+                elif faulted_between(lease.worker, lease.renewed, event.seq):
                     redeliveries.needed += 1
                 else:
                     redeliveries.needless += 1
+                    needless = True
+                    needless_by_fault[slowed_by(lease.worker, lease.renewed, event.seq)] += 1
+                lapsed[(job_id, lease.attempt)] = (lease.worker, lease.claimed_ts, needless)
+            if kind == "reap":
+                reap_times.setdefault(job_id, []).append(event.ts)
+            else:
+                dead[job_id] = (len(reap_times.get(job_id, [])), event.ts)
             release(job_id)
             for item in open_stranded.pop(job_id, []):
                 if item.attempt == event.attempt:
@@ -393,7 +493,8 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
             # A fault that only slows the holder (latency, bandwidth, clock skew) leaves it able
             # to finish: a lease lost under it is a needless redelivery, not a needed one.
             window = _FaultWindow(seq_key(event.seq), None,
-                                  cuts_off=event.extra.get("cuts_off", "1") != "0")
+                                  cuts_off=event.extra.get("cuts_off", "1") != "0",
+                                  kind=event.extra.get("kind", ""))
             windows.setdefault(worker, []).append(window)
             open_windows[fault_id] = window
             for held in sorted(held_by.get(worker, set())):
@@ -409,6 +510,8 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
 
         elif event.type.endswith("_rejected"):
             rejected[event.type] += 1
+            if kind == "complete_rejected" and lapsed:
+                ended_late(event)
 
         elif event.type == "run" and first_run is None:
             first_run = event
@@ -429,13 +532,17 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
         no_double.flag({"job": job_id, "accepted_completes": count},
                        second_complete_ts[job_id])
     unexpected = sorted(set(completes) - enqueued)
-    lost = sorted(enqueued - set(completes))
+    # Dead-lettered jobs are accounted for only when a stall limit is on; otherwise lost.
+    dead_lettered = sorted((set(dead) & enqueued) - set(completes)) if config.max_stalls else []
+    lost = sorted(enqueued - set(completes) - set(dead_lettered))
     if final:
         for job_id in lost:
             lease = leases.get(job_id)
             # Loss is only certain once the run is over: caught at the end of the history.
-            no_loss.flag({"job": job_id, "state": "active" if lease else "pending",
+            state = "active" if lease else "dead" if job_id in dead else "pending"
+            no_loss.flag({"job": job_id, "state": state,
                           "attempt": lease.attempt if lease else None}, last_ts)
+    _judge_stall_limit(stall_limit, config.max_stalls, reap_times, dead)
     no_loss.figures = {"enqueued": len(enqueued), "completed": len(set(completes) & enqueued),
                        "lost": len(lost) if final else 0, "judged": final}
 
@@ -477,6 +584,7 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
         "no_premature_reap": premature,
         "exclusive_lease": exclusive,
         "attempts_monotonic": monotonic,
+        "stall_limit": stall_limit,
     }
     no_double.figures = {"double_completed": len(double)}
     jobs = JobCounts(
@@ -485,6 +593,24 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
         lost=len(lost) if final else 0,
         double_completed=len(double),
         unexpected=len(unexpected),
+        dead_lettered=len(dead_lettered),
+    )
+    once = {job_id for job_id, count in completes.items() if count == 1}
+    outcomes = Outcomes(
+        completed=len(once & enqueued),
+        dead_lettered=len(dead_lettered),
+        lost=len(lost) if final else 0,
+        duplicated=len(set(double) & enqueued),
+        unexpected=len(unexpected),
+        judged=final,
+    )
+    dead_letter = DeadLetter(
+        max_stalls=config.max_stalls,
+        jobs=len(dead),
+        poison=len(set(dead) & poison),
+        poison_enqueued=len(poison),
+        recoveries_before_dead={str(n): count for n, count in
+                                sorted(Counter(n for n, _ in dead.values()).items())},
     )
     return Verdict(
         passed=all(result.ok for name, result in invariants.items()
@@ -503,7 +629,45 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
         final=final,
         store_faults=[store_fault_figure(fault) for fault in store_fault_events],
         stranded_leases=stranded,
+        outcomes=outcomes,
+        dead_letter=dead_letter,
+        needless_by_fault=dict(needless_by_fault),
+        needless_by_duration=_by_duration(ran_ms, ran_needless_ms, config.lease_ms),
     )
+
+
+def _judge_stall_limit(result: InvariantResult, max_stalls: int,
+                       reap_times: dict[str, list[int]], dead: dict[str, tuple[int, int]]) -> None:
+    for job_id, (recoveries, dead_ts) in sorted(dead.items()):
+        if not max_stalls:
+            result.flag({"job": job_id, "recoveries": recoveries,
+                         "reason": "dead-lettered, but no stall limit is on"}, dead_ts)
+        elif recoveries != max_stalls:
+            result.flag({"job": job_id, "recoveries": recoveries, "max_stalls": max_stalls,
+                         "reason": "dead-lettered after a number of recoveries other than "
+                                   "max_stalls"}, dead_ts)
+    if max_stalls:
+        for job_id, times in sorted(reap_times.items()):
+            if len(times) > max_stalls:
+                result.flag({"job": job_id, "recoveries": len(times), "max_stalls": max_stalls,
+                             "reason": "recovered past the stall limit"}, times[max_stalls])
+    result.figures = {"max_stalls": max_stalls, "dead_lettered": len(dead)}
+
+
+def _by_duration(ran_ms: dict[int, int], ran_needless_ms: dict[int, int],
+                 lease_ms: int) -> list[dict[str, Any]]:
+    """Attempts whose handler ran to the holder's own complete, and how many of them were
+    needlessly redelivered, per handler-duration bucket (a multiple of the lease)."""
+    def inside(counts: dict[int, int], low: float, high: float) -> int:
+        return sum(n for ms, n in counts.items() if low <= ms / lease_ms < high)
+
+    rows = []
+    for low, high in DURATION_BUCKETS:
+        needless = inside(ran_needless_ms, low, high)
+        label = f">={low:g}x" if math.isinf(high) else f"{low:g}-{high:g}x"
+        rows.append({"bucket": label, "attempts": inside(ran_ms, low, high) + needless,
+                     "needless": needless})
+    return rows
 
 
 def store_fault_figure(fault: Event) -> dict[str, Any]:

@@ -52,6 +52,9 @@ def describe_plan(scenario: Scenario) -> str:
         + f", reap every {topo.reap_interval_ms} ms "
         f"(batch {topo.reap_limit}"
         + (f", {topo.reapers} reapers" if topo.reapers > 1 else "") + ")",
+        f"  workers   heartbeat {topo.heartbeat}"
+        + (f", stall limit {topo.max_stalls}" if topo.max_stalls else "")
+        + (", crashed workers restarted" if topo.restart_crashed else ""),
         f"  handler   {handler.distribution} "
         + {"fixed": f"{handler.fixed_ms} ms",
            "uniform": f"{handler.min_ms}-{handler.max_ms} ms",
@@ -61,7 +64,10 @@ def describe_plan(scenario: Scenario) -> str:
         + (f", at most {scenario.load.max_jobs} jobs" if scenario.load.max_jobs else "")
         + (f" by Locust: {scenario.load.producers} producer(s) + {scenario.load.consumers} "
            f"consumer(s), batch {scenario.load.batch}, {scenario.load.processes} process(es)"
-           if scenario.load.engine == "locust" else " by the built-in producer"),
+           if scenario.load.engine == "locust" else " by the built-in producer")
+        + (f", poison fraction {scenario.load.poison_fraction:g}"
+           + (f" (at most {scenario.load.poison_jobs})" if scenario.load.poison_jobs else "")
+           if scenario.load.poison_fraction else ""),
         f"  phases    warmup {phases.warmup_ms} ms -> chaos {phases.chaos_ms} ms -> heal "
         f"{phases.heal_ms} ms -> drain <= {scenario.drain_timeout_ms} ms",
         f"  bound     recovery <= {scenario.recovery_bound_ms} ms + tolerance "
@@ -126,7 +132,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             prepare_run_dir(run_dir, args.force)
         print(describe_plan(scenario), file=sys.stderr)
         with InterruptsTearDown(scenario.name, run_dir):
-            results.append(run_scenario(scenario, run_dir))
+            results.append(run_scenario(scenario, run_dir, strict=args.strict))
         if results[-1].verdict == "aborted":
             break  # Ctrl-C stops the suite, not only the scenario running
     junit_runs = [(result.report, result.run_dir) for result in results]
@@ -385,6 +391,10 @@ def build_parser() -> argparse.ArgumentParser:
                      help="override a field, e.g. --set topology.lease_ms=2000 (repeatable)")
     run.add_argument("--dry-run", action="store_true", help="print the resolved plan and exit")
     run.add_argument("--force", action="store_true", help="reuse a non-empty run directory")
+    run.add_argument("--strict", action="store_true",
+                     help="fail (exit 3) when the preflight warns about the Valkey server: an "
+                          "eviction policy other than noeviction, or no persistence on a server "
+                          "given by valkey.url")
     run.set_defaults(handler=cmd_run)
 
     validate = commands.add_parser("validate", help="validate a scenario and print its plan")

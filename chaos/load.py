@@ -31,7 +31,7 @@ from valkey.exceptions import ConnectionError as ValkeyConnectionError
 from valkey.exceptions import TimeoutError as ValkeyTimeoutError
 
 from chaos.ledger import AckLedger
-from chaos.protocol import QueueClient, QueueKeys
+from chaos.protocol import POISON, QueueClient, QueueKeys
 from chaos.scenario import Load
 
 if TYPE_CHECKING:
@@ -257,6 +257,7 @@ class Producer:
         self.enqueued = 0  # acknowledged by the server
         self.errors = 0
         self.latency_ms: dict[int, int] = {}  # Locust-style histogram, for the same figures
+        self.poisoned = 0  # poison jobs sent (Load.poison_fraction, poison_jobs)
         self.payload = "x" * load.payload_bytes
         self._started: float | None = None
         self._stopped: float | None = None
@@ -290,9 +291,15 @@ class Producer:
                 continue
             sent += 1
             began = time.perf_counter()
+            poison = self.load.is_poison(sent, self.poisoned)
+            self.poisoned += poison
             try:
                 job_id = f"job-{sent:07d}"
-                if self.queue.enqueue(job_id, self.payload):
+                if poison:
+                    accepted = self.queue.enqueue(job_id, POISON, kind=POISON)
+                else:
+                    accepted = self.queue.enqueue(job_id, self.payload)
+                if accepted:
                     self.ledger.record("enqueue", job_id)
                     self.enqueued += 1
                 else:

@@ -10,6 +10,10 @@ window in the history always lies inside the real one.
 Process faults signal the worker (SIGKILL, SIGSTOP/SIGCONT). Network faults add Toxiproxy
 toxics to the target's own proxy (or disable it) and heal by removing them. A clock skew
 rewrites the target's local clock offset; only protocol variants that trust a local clock care.
+A ``cpu_hog`` or ``block_heartbeat`` is an order the worker carries out on itself (the runtime
+writes its control file and signals it): the worker stays alive and reachable, so leases it loses
+under one are needless redeliveries. Their heal is recorded when the duration ends; there is
+nothing to undo (the worker ends the hog or the block itself).
 """
 
 from __future__ import annotations
@@ -19,7 +23,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from chaos.scenario import HOLDING_OLDEST_LEASE, Fault, RandomTarget, Scenario
+from chaos.scenario import (
+    HOLDING_OLDEST_LEASE,
+    WORKER_CONTROL_KINDS,
+    Fault,
+    RandomTarget,
+    Scenario,
+)
 
 
 @dataclass(frozen=True)
@@ -56,6 +66,7 @@ class FaultTarget(Protocol):
     def set_clock_offset(self, name: str, offset_ms: int) -> None: ...
     def restart_valkey(self, down_ms: int) -> StoreFault: ...
     def failover(self, mode: str, down_ms: int) -> StoreFault: ...
+    def control(self, name: str, kind: str, duration_ms: int, fault_id: str) -> None: ...
 
 
 class HistoryWriter(Protocol):
@@ -168,6 +179,7 @@ class Nemesis:
         self.frozen: set[str] = set()
         self.degraded: set[str] = set()  # under a network fault not yet healed
         self.skewed: set[str] = set()
+        self.stalled: set[str] = set()  # under a cpu_hog or block_heartbeat not yet over
         self.applied: list[AppliedFault] = []
         self.skipped: list[str] = []
 
@@ -178,6 +190,8 @@ class Nemesis:
             names, busy = topology.worker_names + self.scenario.reaper_names, self.skewed
         elif fault.is_network:
             names, busy = self.scenario.proxied_names, self.degraded
+        elif fault.kind in WORKER_CONTROL_KINDS:
+            names, busy = topology.worker_names, self.stalled
         else:
             names, busy = topology.worker_names, self.frozen
         return [name for name in names if name not in self.dead and name not in busy]
@@ -226,6 +240,9 @@ class Nemesis:
             elif fault.kind == "clock_skew":
                 self.runtime.set_clock_offset(name, fault.offset_ms or 0)
                 self.skewed.add(name)
+            elif fault.kind in WORKER_CONTROL_KINDS:
+                self.runtime.control(name, fault.kind, fault.duration_ms or 0, fault_id)
+                self.stalled.add(name)
             elif fault.kind == "partition" and fault.mode == "disable":
                 self.runtime.set_link_enabled(name, False)
                 self.degraded.add(name)
@@ -272,6 +289,8 @@ class Nemesis:
         elif heal.kind == "clock_skew":
             self.runtime.set_clock_offset(heal.worker, 0)
             self.skewed.discard(heal.worker)
+        elif heal.kind in WORKER_CONTROL_KINDS:
+            self.stalled.discard(heal.worker)  # the worker ended it itself
         elif heal.toxics:
             self.runtime.remove_toxics(heal.worker, heal.toxics)
             self.degraded.discard(heal.worker)

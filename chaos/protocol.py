@@ -65,6 +65,10 @@ PROTOCOLS = (
     "no-reaper",
 )
 
+# A job kind: enqueued with this kind (and a payload starting with it), it crashes whichever
+# reference worker claims it.
+POISON = "poison"
+
 # Defaults of the two widened windows, used when the caller gives none (sound: no window at all).
 NONATOMIC_CLAIM_GAP_MS = 100  # nonatomic-claim: between the pop and the lease
 NONATOMIC_REAP_WINDOW_MS = 100  # nonatomic-reap: between the scan and the moves
@@ -100,6 +104,11 @@ class QueueKeys:
     @property
     def events(self) -> str:
         return self.base + "events"
+
+    @property
+    def dead(self) -> str:
+        """ZSET of dead-lettered jobs (past the stall limit), scored by when they died."""
+        return self.base + "dead"
 
     @property
     def job_prefix(self) -> str:
@@ -232,10 +241,13 @@ class QueueClient:
         return reply
 
     # --- the transitions (dispatched to the protocol's implementation) --------------------
-    def enqueue(self, job_id: str, payload: str = "") -> bool:
+    def enqueue(self, job_id: str, payload: str = "", kind: str = "") -> bool:
+        """``kind`` (e.g. ``poison``) is stored on the job and named in its enqueue event."""
         k = self.keys
+        # ARGV[4] is the record flag, so a kind (ARGV[5]) needs one, recording by default
+        extra = (*(self._no_event or ("1",)), kind) if kind else self._no_event
         return bool(self._call("enqueue", [k.pending, k.events],
-                               [k.job_prefix, job_id, payload, *self._no_event]))
+                               [k.job_prefix, job_id, payload, *extra]))
 
     def enqueue_batch(self, jobs: Sequence[tuple[str, str]]) -> list[str]:
         """Enqueue (id, payload) pairs in one pipelined round trip (one script call each); the
@@ -284,9 +296,10 @@ class QueueClient:
     def complete(self, job_id: str, attempt: int, worker: str) -> bool:
         return self._variant.complete(self, job_id, attempt, worker)
 
-    def reap(self, limit: int) -> int:
-        """Return lapsed leases to pending; how many reap events were written."""
-        return self._variant.reap(self, limit)
+    def reap(self, limit: int, max_stalls: int = 0) -> int:
+        """Return lapsed leases to pending; how many reap (or dead) events were written.
+        ``max_stalls`` > 0: a job's stall past it is dead-lettered instead (reap.lua)."""
+        return self._variant.reap(self, limit, max_stalls)
 
     # --- sound ------------------------------------------------------------------------------
     def _claim_sound(self, lease_ms: int, worker: str) -> Claimed | None:
@@ -303,11 +316,10 @@ class QueueClient:
     def _complete_sound(self, job_id: str, attempt: int, worker: str) -> bool:
         return self._complete_with("complete", job_id, attempt, worker, *self._no_event)
 
-    def _reap_sound(self, limit: int) -> int:
+    def _reap_sound(self, limit: int, max_stalls: int = 0) -> int:
         k = self.keys
-        return int(
-            self._call("reap", [k.active, k.pending, k.events], [k.job_prefix, limit])
-        )
+        return int(self._call("reap", [k.active, k.pending, k.events, k.dead],
+                              [k.job_prefix, limit, max_stalls]))
 
     def _extend_with(self, script: str, job_id: str, attempt: int, lease_ms: int, worker: str,
                      *extra: Any) -> int | None:
@@ -349,30 +361,31 @@ class QueueClient:
         return self._extend_with("extend_client_clock", job_id, attempt, lease_ms, worker,
                                  self.clock.now_ms())
 
-    def _reap_client_clock(self, limit: int) -> int:
+    def _reap_client_clock(self, limit: int, max_stalls: int = 0) -> int:
         k = self.keys
-        return int(self._call("reap_client_clock", [k.active, k.pending, k.events],
-                              [k.job_prefix, limit, self.clock.now_ms()]))
+        return int(self._call("reap_client_clock", [k.active, k.pending, k.events, k.dead],
+                              [k.job_prefix, limit, self.clock.now_ms(), max_stalls]))
 
     # --- MUTANT nonatomic-reap: scan, wait, then move each id in its own round trip ---------
-    def _reap_nonatomic(self, limit: int) -> int:
+    def _reap_nonatomic(self, limit: int, max_stalls: int = 0) -> int:
         scanned = self.reap_scan(limit)
         if scanned and self.race_window_ms:
             time.sleep(self.race_window_ms / 1000)  # widen the window another reaper races in
         for job_id in scanned:
-            self.reap_move(job_id)
+            self.reap_move(job_id, max_stalls)
         return len(scanned)
 
     def reap_scan(self, limit: int) -> list[str]:
         """nonatomic-reap step 1: ids whose lease lapsed on the server clock (moves nothing)."""
         return [str(job_id) for job_id in self._call("reap_scan", [self.keys.active], [limit])]
 
-    def reap_move(self, job_id: str) -> bool:
-        """nonatomic-reap step 2: push ``job_id`` back to pending unconditionally, record a
-        ``reap``. True when it was still in active (False: it was pushed back anyway)."""
+    def reap_move(self, job_id: str, max_stalls: int = 0) -> bool:
+        """nonatomic-reap step 2: push ``job_id`` back to pending unconditionally (or dead-letter
+        it past ``max_stalls``), record a ``reap`` (or ``dead``). True when it was still in
+        active (False: it was moved anyway)."""
         k = self.keys
-        return bool(self._call("reap_move", [k.active, k.pending, k.events],
-                               [k.job_prefix, job_id]))
+        return bool(self._call("reap_move", [k.active, k.pending, k.events, k.dead],
+                               [k.job_prefix, job_id, max_stalls]))
 
     # --- MUTANT nonatomic-claim: pop, wait, then lease in a second round trip ---------------
     def _claim_nonatomic(self, lease_ms: int, worker: str) -> Claimed | None:
@@ -434,7 +447,7 @@ class QueueClient:
 
     def queue_exists(self) -> bool:
         k = self.keys
-        return bool(self.client.exists(k.pending, k.active, k.events))
+        return bool(self.client.exists(k.pending, k.active, k.events, k.dead))
 
 
 def _claimed(reply: Any) -> Claimed | None:
@@ -453,7 +466,7 @@ class _Variant:
     claim: Callable[[QueueClient, int, str], Claimed | None] = QueueClient._claim_sound
     extend: Callable[[QueueClient, str, int, int, str], int | None] = QueueClient._extend_sound
     complete: Callable[[QueueClient, str, int, str], bool] = QueueClient._complete_sound
-    reap: Callable[[QueueClient, int], int] = QueueClient._reap_sound
+    reap: Callable[[QueueClient, int, int], int] = QueueClient._reap_sound
 
 
 _VARIANTS: dict[str, _Variant] = {

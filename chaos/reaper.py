@@ -18,6 +18,9 @@ Optional flags (the defaults run the sound protocol):
                          (default 100 under nonatomic-reap; other protocols have no window)
   --wait-replicas N      WAIT for N replicas after each reap script (a failed WAIT is retried
                          on the next tick)
+  --max-stalls N         stall limit: a job reaped N times is dead-lettered at its next stall
+                         (a `dead` event, the dead set) instead of going back to pending;
+                         0 (default): no limit
 """
 
 from __future__ import annotations
@@ -39,26 +42,27 @@ from chaos.protocol import PROTOCOLS, QueueClient, QueueKeys, connect
 log = logging.getLogger("chaos.reaper")
 
 
-def sweep(queue: QueueClient, limit: int) -> int:
+def sweep(queue: QueueClient, limit: int, max_stalls: int = 0) -> int:
     """One tick: reap until a batch comes back short of the limit."""
     if queue.protocol == "single-batch-reaper":
         # MUTANT single-batch-reaper: one batch per tick, even a full one; the rest of a mass
         # failure waits for later ticks, past the recovery bound.
-        return queue.reap(limit)
+        return queue.reap(limit, max_stalls)
     total = 0
     while True:
-        moved = queue.reap(limit)
+        moved = queue.reap(limit, max_stalls)
         total += moved
         if moved < limit:
             return total
 
 
-def run(queue: QueueClient, interval_ms: int, limit: int, stop: threading.Event) -> None:
+def run(queue: QueueClient, interval_ms: int, limit: int, stop: threading.Event,
+        max_stalls: int = 0) -> None:
     interval = interval_ms / 1000
     next_tick = time.monotonic()
     while not stop.is_set():
         try:
-            moved = sweep(queue, limit)
+            moved = sweep(queue, limit, max_stalls)
             if moved:
                 log.info("reaped %d", moved)
         except (ValkeyConnectionError, ValkeyTimeoutError, OSError) as error:
@@ -88,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="nonatomic-reap scan-to-move window (default 100 there, else 0)")
     parser.add_argument("--wait-replicas", type=int, default=0,
                         help="WAIT for N replicas after each script call (default 0: no WAIT)")
+    parser.add_argument("--max-stalls", type=int, default=0,
+                        help="dead-letter a job at its stall past N (default 0: no limit)")
     args = parser.parse_args(argv)
     if args.protocol == "no-reaper":
         parser.exit(2, "chaos.reaper: error: protocol 'no-reaper' means no reaper runs at all; "
@@ -100,9 +106,9 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    log.info("%s up: every %d ms, batch %d, protocol %s", args.name, args.interval_ms,
-             args.limit, args.protocol)
-    run(queue, args.interval_ms, args.limit, stop)
+    log.info("%s up: every %d ms, batch %d, protocol %s, max stalls %d", args.name,
+             args.interval_ms, args.limit, args.protocol, args.max_stalls)
+    run(queue, args.interval_ms, args.limit, stop, args.max_stalls)
     return 0
 
 

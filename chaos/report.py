@@ -87,6 +87,27 @@ def summary_text(report: dict[str, Any]) -> str:
         f"  rejected {report['rejected'] or {}}"
     )
     report_only = set(report.get("report_only", []))
+    if report.get("needless_by_fault"):
+        lines.append("  needless  by the fault the holder was under: " + "  ".join(
+            f"{kind} {count}" for kind, count in report["needless_by_fault"].items()))
+    rows = [row for row in report.get("needless_by_duration", []) if row["attempts"]]
+    if any(row["needless"] for row in rows) or any(
+            row["bucket"] not in ("0-0.5x",) for row in rows):
+        lines.append("  needless  by handler duration (x lease): " + "  ".join(
+            f"{row['bucket']} {row['needless']}/{row['attempts']}" for row in rows))
+    outcomes = report.get("outcomes")
+    if outcomes is not None and outcomes.get("judged"):
+        lines.append(
+            f"  outcomes  completed {outcomes['completed']}  dead-lettered "
+            f"{outcomes['dead_lettered']}  lost {outcomes['lost']}  duplicated "
+            f"{outcomes['duplicated']}  unexpected {outcomes['unexpected']}")
+    dead = report.get("dead_letter")
+    if dead and (dead["max_stalls"] or dead["jobs"]):
+        before = "  ".join(f"{n} recoveries: {jobs} job(s)"
+                           for n, jobs in dead["recoveries_before_dead"].items()) or "-"
+        lines.append(
+            f"  dead      max_stalls {dead['max_stalls']}: {dead['jobs']} dead-lettered "
+            f"({dead['poison']} of {dead['poison_enqueued']} poison); {before}")
     for name, result in invariants.items():
         mark = "ok  " if result["ok"] else ("WARN" if name in report_only else "FAIL")
         detail = "" if result["ok"] else f"  {result['violations']} violation(s), e.g. " + \
@@ -109,6 +130,13 @@ def summary_text(report: dict[str, Any]) -> str:
             f"  acks      {acked} acknowledged transitions, {acks['lost']} lost "
             f"{acks['lost_by_op']} ({acks['jobs_affected']} jobs); "
             f"{acks['history_events_lost']} exported events rolled back by the store")
+    preflight = report.get("preflight")
+    if preflight:
+        settings = preflight["settings"]
+        lines.append(
+            f"  preflight maxmemory-policy {settings.get('maxmemory-policy', '?')}  save "
+            f"{settings.get('save', '?')!r}  appendonly {settings.get('appendonly', '?')}"
+            + "".join(f"\n  [warn] {warning}" for warning in preflight["warnings"]))
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
     return "\n".join(lines)

@@ -33,6 +33,7 @@ from chaos.history import HistoryExporter, read_history, stream_entries, write_r
 from chaos.ledger import ACKS_DIR, SURVIVING_HISTORY, AckLedger, check_with_ledger
 from chaos.load import LoadSource, LocustLoad, Producer
 from chaos.nemesis import Nemesis, plan
+from chaos.preflight import Preflight, preflight
 from chaos.progress import Progress, Status
 from chaos.protocol import QueueClient, QueueKeys
 from chaos.report import (
@@ -105,8 +106,12 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
 
 
 class Run:
-    def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress) -> None:
+    def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress,
+                 strict: bool = False) -> None:
         self.scenario = scenario
+        self.strict = strict
+        self.preflight: Preflight | None = None
+        self.crashes: dict[str, int] = {}  # worker -> how many times it crashed
         self.run_dir = run_dir
         self.progress = progress
         self.history_path = run_dir / "history.jsonl"
@@ -134,6 +139,12 @@ class Run:
             self.progress.say(f"toxiproxy: {toxiproxy.kind} {toxiproxy.version} at "
                               f"{toxiproxy.api_url}, {len(self.runtime.link_urls)} proxies")
         self.queue = QueueClient(self.runtime.client(), self.keys)
+        self.preflight = preflight(self.queue.client, own_server=not scenario.valkey.url,
+                                   strict=self.strict)
+        for warning in self.preflight.warnings:
+            self.progress.say(f"!! preflight: {warning}")
+        if self.strict and self.preflight.warnings:
+            raise InfraError("preflight (--strict): " + "; ".join(self.preflight.warnings))
         if self.queue.queue_exists():
             raise InfraError(
                 f"queue {self.keys.base!r} on {self.runtime.url} already has keys; "
@@ -147,6 +158,7 @@ class Run:
             protocol=scenario.protocol, reapers=topo.reapers,
             report_only=",".join(scenario.check.report_only),
             wait_replicas=scenario.wait_replicas,
+            max_stalls=topo.max_stalls or 0, heartbeat=topo.heartbeat,
         )
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path)
         self.exporter.start()
@@ -203,9 +215,11 @@ class Run:
             faults=len(self.nemesis.applied) if self.nemesis else 0))
 
     def watch_children(self) -> None:
-        """A worker or reaper that dies without a planned fault is recorded as a crash fault."""
+        """A worker or reaper that dies without a planned fault is recorded as a crash fault;
+        with ``topology.restart_crashed`` a crashed worker is started again under its name (the
+        crash's heal, kind ``restart``, closes the fault window)."""
         assert self.queue is not None
-        for child in self.runtime.children.values():
+        for child in list(self.runtime.children.values()):
             if child.name in self.runtime.servers:  # a store node: only a planned fault kills it
                 if not child.alive and not child.killed:
                     raise InfraError(f"{child.name} exited during the run "
@@ -220,10 +234,17 @@ class Run:
                 continue
             if not child.alive and not child.killed:
                 child.killed = True
+                crashes = self.crashes[child.name] = self.crashes.get(child.name, 0) + 1
+                fault_id = f"crash-{child.name}" + (f"-{crashes}" if crashes > 1 else "")
                 self.progress.say(f"!! {child.name} exited unexpectedly "
                                   f"(code {child.process.returncode}); recorded as a crash")
                 self.queue.record(type="fault", kind="crash", worker=child.name,
-                                  fault_id=f"crash-{child.name}")
+                                  fault_id=fault_id)
+                if (self.scenario.topology.restart_crashed
+                        and child.name in self.scenario.topology.worker_names):
+                    self.runtime.restart_worker(child.name, crashes)
+                    self.queue.record(type="heal", kind="restart", worker=child.name,
+                                      fault_id=fault_id)
 
     def _phase(self, name: str) -> None:
         assert self.queue is not None
@@ -311,8 +332,10 @@ class Run:
         self.runtime.close()
 
 
-def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr) -> RunResult:
-    """Run one scenario; always leaves history.jsonl and report.json in ``run_dir``."""
+def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
+                 strict: bool = False) -> RunResult:
+    """Run one scenario; always leaves history.jsonl and report.json in ``run_dir``.
+    ``strict``: a preflight warning about the server is an infrastructure error (exit 3)."""
     progress = Progress(stream, scenario, planned_faults=len(plan(scenario)))
     run_dir.mkdir(parents=True, exist_ok=True)
     resolved = scenario.model_dump(mode="json")
@@ -321,7 +344,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr)
     write_json_atomic(run_dir / "scenario.json", resolved)
     # While this record names a live process, `echomq-chaos clean` leaves the run alone.
     record_process(run_dir, RUNNER, os.getpid())
-    run = Run(scenario, run_dir, progress)
+    run = Run(scenario, run_dir, progress, strict)
     verdict_word, error = "error", None
     started = time.monotonic()
     try:
@@ -388,7 +411,8 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
     if history.exists() and history.stat().st_size:
         try:
             config = CheckConfig(scenario.topology.lease_ms, scenario.topology.reap_interval_ms,
-                                 scenario.check.tolerance_ms, tuple(scenario.check.report_only))
+                                 scenario.check.tolerance_ms, tuple(scenario.check.report_only),
+                                 scenario.topology.max_stalls or 0)
             final = verdict_word == "checked"
             verdict, acks = check_with_ledger(
                 run_dir, history, lambda events: check(events, config, final=final))
@@ -415,7 +439,9 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
                 "enqueued_acknowledged": (enqueue.get("requests", 0)
                                           - enqueue.get("failures", 0)),
                 "enqueue_errors": enqueue.get("failures", 0),
+                "poison_sent": run.producer.poisoned if isinstance(run.producer, Producer) else 0,
             },
+            "crashes": run.crashes,
             "faults": [vars(applied) for applied in (run.nemesis.applied if run.nemesis else [])],
             "faults_skipped": run.nemesis.skipped if run.nemesis else [],
             "backlog": run.backlog,
@@ -425,6 +451,8 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
         extra["load"] = load
     if acks is not None:
         extra["ack_ledger"] = acks
+    if run.preflight is not None:
+        extra["preflight"] = run.preflight.as_dict()
     if error:
         extra["error"] = error
     report = build_report(scenario.name, verdict_word, verdict, **extra)

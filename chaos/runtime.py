@@ -2,7 +2,9 @@
 
 Everything binds 127.0.0.1. Each child runs in its own process group (so a terminal's Ctrl-C
 reaches only the runner, which then tears down in order) and dies with the runner if the runner
-itself is killed. ``close()`` is idempotent and runs on every exit path.
+itself is killed. ``close()`` is idempotent and runs on every exit path. Kill, pause and resume
+signal a child's whole process group: a worker's heartbeat process dies and freezes with it, as
+every process of a container does under ``docker kill`` / ``docker pause``.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from chaos.nemesis import StoreFault, ToxicSpec
 from chaos.network import Links, NetworkError, ToxiproxyServerInfo, server_command, wait_for_api
 from chaos.procutil import die_with_parent
 from chaos.protocol import SENTINEL_SCHEME, connect
+from chaos.report import write_json_atomic
 from chaos.scenario import Scenario
 
 SENTINEL_SERVICE = "echomq"  # the name Sentinel knows the primary by
@@ -476,12 +479,19 @@ class LocalRuntime:
             "--protocol", self.scenario.protocol,
             "--clock-file", str(self._clock_file(name)),
             "--wait-replicas", str(self.scenario.wait_replicas),
+            "--max-stalls", str(topo.max_stalls or 0),
         ]) for name in self.scenario.reaper_names]
+
+    def _control_file(self, name: str) -> Path:
+        path = self.run_dir / "control"
+        path.mkdir(parents=True, exist_ok=True)
+        return path / f"{name}.json"
 
     def start_workers(self) -> list[Child]:
         return [self._start_worker(name) for name in self.scenario.topology.worker_names]
 
-    def _start_worker(self, name: str) -> Child:
+    def _start_worker(self, name: str, incarnation: int = 0) -> Child:
+        """Start (or restart) one worker; each incarnation draws other handler times."""
         topo = self.scenario.topology
         settings = self.scenario.valkey
         index = topo.worker_names.index(name)
@@ -490,22 +500,25 @@ class LocalRuntime:
             "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
             "--lease-ms", str(topo.lease_ms),
             "--heartbeat-ms", str(topo.effective_heartbeat_ms),
+            "--heartbeat", topo.heartbeat,
             "--concurrency", str(topo.concurrency), "--poll-ms", str(topo.poll_ms),
             "--handler", json.dumps(topo.handler.model_dump()),
-            "--seed", str(self.scenario.seed * 7919 + index),
+            "--seed", str(self.scenario.seed * 7919 + index + 104_729 * incarnation),
             "--protocol", self.scenario.protocol,
             "--clock-file", str(self._clock_file(name)),
+            "--control-file", str(self._control_file(name)),
             "--ack-ledger", str(self.ack_ledger_path(name)),
             "--wait-replicas", str(self.scenario.wait_replicas),
         ])
 
-    def restart_worker(self, name: str) -> Child:
-        """Start a worker again after it died (``capacity --fault`` between steps)."""
+    def restart_worker(self, name: str, incarnation: int = 0) -> Child:
+        """Start a worker again after it died (``capacity --fault`` between steps, or a crash
+        under ``topology.restart_crashed``)."""
         old = self.children[name]
         if old.alive:
             raise InfraError(f"{name} is still running")
         old.log.close()
-        return self._start_worker(name)
+        return self._start_worker(name, incarnation)
 
     def ack_ledger_path(self, name: str) -> Path:
         """Where process ``name`` records the transitions it was told succeeded (chaos.ledger)."""
@@ -515,18 +528,24 @@ class LocalRuntime:
     def kill(self, name: str) -> None:
         child = self.children[name]
         child.killed = True
-        _signal(child.process, signal.SIGKILL)
+        signal_group(child.process, signal.SIGKILL)
         child.process.wait(timeout=10)
 
     def pause(self, name: str) -> None:
         child = self.children[name]
-        _signal(child.process, signal.SIGSTOP)
+        signal_group(child.process, signal.SIGSTOP)
         child.paused = True
 
     def resume(self, name: str) -> None:
         child = self.children[name]
-        _signal(child.process, signal.SIGCONT)
+        signal_group(child.process, signal.SIGCONT)
         child.paused = False
+
+    def control(self, name: str, kind: str, duration_ms: int, fault_id: str) -> None:
+        """A fault the worker applies to itself: the order in its control file, then SIGUSR1."""
+        write_json_atomic(self._control_file(name),
+                          {"kind": kind, "duration_ms": duration_ms, "fault_id": fault_id})
+        _signal(self.children[name].process, signal.SIGUSR1)
 
     def _network(self) -> Links:
         if self.links is None:
@@ -580,7 +599,7 @@ class LocalRuntime:
             self.links.close()
         for child in self.children.values():
             if child.paused:
-                _signal(child.process, signal.SIGCONT)
+                signal_group(child.process, signal.SIGCONT)
             if child.alive:
                 kill_group(child.process)
         for child in self.children.values():
@@ -614,10 +633,15 @@ def _signal(process: subprocess.Popen[bytes], signum: int) -> None:
         process.send_signal(signum)
 
 
-def kill_group(process: subprocess.Popen[bytes]) -> None:
-    """SIGKILL a child and whatever it started (it leads its own session and group). Only
-    while it is not reaped: until then its pid, and so its group id, cannot be anyone else's."""
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal a child and whatever it started (it leads its own session and group: a worker's
+    heartbeat process, Locust's workers). Only while it is not reaped: until then its pid, and
+    so its group id, cannot be anyone else's."""
     if process.returncode is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(process.pid, signal.SIGKILL)
-    _signal(process, signal.SIGKILL)
+            os.killpg(process.pid, signum)
+    _signal(process, signum)
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    signal_group(process, signal.SIGKILL)

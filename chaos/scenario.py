@@ -56,6 +56,14 @@ class Topology(Strict):
     heartbeat_ms: NonNegativeMs | None = None
     poll_ms: PositiveMs = 20  # idle worker's wait before it tries to claim again
     handler: Handler = Handler()
+    # Where the reference worker renews its leases: its own process (survives a handler that
+    # holds the GIL) or a thread of the worker (starved by one). heartbeat_ms = 0: not at all.
+    heartbeat: Literal["process", "thread"] = "process"
+    # Stall limit: a job recovered this many times is dead-lettered at its next stall.
+    max_stalls: Annotated[int, Field(ge=1, le=1_000)] | None = None
+    # Restart a worker that exits without a planned fault (a poison job crashed it), under the
+    # same name, as a supervisor (systemd, Kubernetes) would.
+    restart_crashed: bool = False
 
     @property
     def effective_heartbeat_ms(self) -> int:
@@ -128,7 +136,21 @@ class Load(Strict):
         if self.work_max_ms < self.work_min_ms:
             raise ValueError(f"work_max_ms ({self.work_max_ms}) must be >= work_min_ms "
                              f"({self.work_min_ms})")
+        if self.engine == "locust" and self.poison_fraction:
+            raise ValueError("poison_fraction is a builtin-engine setting: Locust's producers "
+                             "enqueue no poison jobs (set engine = 'builtin')")
         return self
+    # Poison jobs crash whichever worker claims them. Job i (from 1) is poison when
+    # floor(i * poison_fraction) > floor((i - 1) * poison_fraction): evenly spread, e.g. 0.02
+    # makes jobs 50, 100, ... poison; poison_jobs caps how many (default: no cap).
+    poison_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
+    poison_jobs: Annotated[int, Field(ge=1)] | None = None
+
+    def is_poison(self, number: int, poisoned_so_far: int) -> bool:
+        if self.poison_jobs is not None and poisoned_so_far >= self.poison_jobs:
+            return False
+        fraction = self.poison_fraction
+        return int(number * fraction) > int((number - 1) * fraction)
 
 
 class RandomTarget(Strict):
@@ -141,9 +163,12 @@ PROCESS_KINDS = ("kill", "pause")
 NETWORK_KINDS = ("latency", "partition", "bandwidth", "reset_peer", "slow_close", "toxic")
 STORE_KINDS = ("valkey_restart", "failover")  # faults of the store itself, not of a worker
 FaultKind = Literal["kill", "pause", "latency", "partition", "bandwidth", "reset_peer",
-                    "slow_close", "toxic", "clock_skew", "valkey_restart", "failover"]
+                    "slow_close", "toxic", "clock_skew", "valkey_restart", "failover",
+                    "cpu_hog", "block_heartbeat"]
 STORE_TARGETS = {"valkey_restart": "valkey", "failover": "primary"}
 MODES = {"partition": ("timeout", "disable"), "failover": ("kill", "sentinel")}
+# Faults the worker applies to itself on the runtime's order (control file + SIGUSR1).
+WORKER_CONTROL_KINDS = ("cpu_hog", "block_heartbeat")
 TOXIC_TYPES = ("latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer",
                "limit_data")
 
@@ -161,6 +186,8 @@ FAULT_PARAMETERS: dict[str, tuple[set[str], set[str]]] = {
     "clock_skew": ({"offset_ms"}, {"offset_ms"}),
     "valkey_restart": (set(), set()),
     "failover": ({"mode"}, set()),
+    "cpu_hog": (set(), set()),  # duration_ms (required): how long the handler holds the CPU
+    "block_heartbeat": (set(), set()),  # duration_ms (required): how long nothing is renewed
 }
 
 
@@ -209,6 +236,9 @@ class Fault(Strict):
             raise ValueError(f"a {self.kind} fault needs {name}")
         if self.kind == "pause" and self.duration_ms is None:
             raise ValueError("a pause needs duration_ms (how long the worker stays frozen)")
+        if self.kind in WORKER_CONTROL_KINDS and self.duration_ms is None:
+            raise ValueError(f"a {self.kind} fault needs duration_ms (how long it holds; "
+                             "about lease_ms or more to matter)")
         if self.kind == "kill" and self.duration_ms is not None:
             raise ValueError("a kill has no duration_ms: the worker stays dead")
         if self.mode is not None and self.mode not in MODES.get(self.kind, ()):
@@ -377,6 +407,9 @@ class Scenario(Strict):
                              "follow Sentinel to the primary's own port, past any proxy")
         for index, fault in enumerate(self.faults):
             where = f"faults.{index}"
+            if fault.kind == "block_heartbeat" and self.topology.effective_heartbeat_ms == 0:
+                raise ValueError(f"{where}.kind = 'block_heartbeat': topology.heartbeat_ms = 0, "
+                                 "there is no heartbeat to block")
             if fault.is_store:
                 store = STORE_TARGETS[fault.kind]
                 if fault.target != store:

@@ -57,6 +57,7 @@ class History:
         *,
         run: bool = True,
         ts: int = 0,
+        max_stalls: int | None = None,
     ) -> None:
         self.lease_ms = lease_ms
         self.reap_interval_ms = reap_interval_ms
@@ -74,6 +75,7 @@ class History:
                 lease_ms=lease_ms,
                 reap_interval_ms=reap_interval_ms,
                 tolerance_ms=tolerance_ms,
+                max_stalls=max_stalls,
             )
 
     # --- generic -------------------------------------------------------------------------
@@ -105,8 +107,8 @@ class History:
     def phase(self, name: str, ts: int, **extra: Any) -> dict[str, Any]:
         return self.add("phase", ts=ts, phase=name, **extra)
 
-    def enqueue(self, job_id: str, ts: int) -> dict[str, Any]:
-        return self.add("enqueue", ts=ts, id=job_id)
+    def enqueue(self, job_id: str, ts: int, kind: str | None = None) -> dict[str, Any]:
+        return self.add("enqueue", ts=ts, id=job_id, kind=kind)
 
     def claim(
         self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None
@@ -166,6 +168,15 @@ class History:
             worker=last_worker if worker is None else worker,
             deadline=last_deadline if deadline is None else deadline,
         )
+
+    def dead(
+        self, job_id: str, attempt: int, ts: int, stalls: int, worker: str | None = None,
+    ) -> dict[str, Any]:
+        """The reaper dead-lettered the job's lapsed lease at its ``stalls``-th stall."""
+        _, last_worker, last_deadline = self._leases.get(job_id, (attempt, "", ts))
+        return self.add("dead", ts=ts, id=job_id, attempt=attempt,
+                        worker=last_worker if worker is None else worker,
+                        deadline=last_deadline, stalls=stalls)
 
     # --- faults ----------------------------------------------------------------------------
     def fault(
