@@ -88,17 +88,18 @@ def iter_history(path: str | Path) -> Iterator[Event]:
     ``HistoryOrderError`` on the first line whose stream id is older than the line before:
     ``replay_history`` then falls back to loading and sorting the whole file."""
     last_seq, last_length, last_dash = "0-0", 3, 1
+    loads, event_of = _loads, _event  # locals: this loop runs once per event
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, start=1):
-            if not line.strip():
+            if line[0] != 0x7B and not line.strip():  # not "{": maybe a blank line
                 continue
             try:
-                record = _loads(line)
+                record = loads(line)
             except ValueError:
                 if not line.endswith(b"\n"):  # only the last line can lack its newline
                     break
                 raise _unreadable(path, number, line) from None
-            event = _event(record, line, path, number)
+            event = event_of(record, line, path, number)
             seq = event.seq
             dash = seq.find("-")
             # Same length, dash at the same place: string order is numeric order (the usual
