@@ -148,7 +148,8 @@ class FullJobRound:
 
 def start_worker(server: ValkeyServer, keys: QueueKeys, slots: int, record_events: bool,
                  log: Path) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "chaos.worker", "--url", server.url, "--name", "bench-worker",
+    name = f"bench-worker-{keys.queue}"  # a new name each round: the last one may still be listed
+    argv = [sys.executable, "-m", "chaos.worker", "--url", server.url, "--name", name,
             "--prefix", keys.prefix, "--queue", keys.queue, "--lease-ms", str(LEASE_MS),
             "--concurrency", str(slots),
             "--handler", json.dumps({"distribution": "fixed", "fixed_ms": 0})]
@@ -161,7 +162,7 @@ def start_worker(server: ValkeyServer, keys: QueueKeys, slots: int, record_event
     client = connect(server.url, server.password)
     deadline = time.monotonic() + 30
     try:
-        while not any(c.get("name") == "bench-worker" for c in client.client_list()):
+        while not any(c.get("name") == name for c in client.client_list()):
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
                 raise RuntimeError(f"the benchmark worker did not start: {log.read_text()[-800:]}")
