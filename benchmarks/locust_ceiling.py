@@ -17,7 +17,8 @@ enqueue ratio >= 0.5, so the tool is not the bottleneck it claims to measure. De
 ``redis-tools`` has redis-benchmark (``apt-get install -y redis-tools``); without it the
 benchmark says so and measures nothing.
 
-    .venv/bin/python benchmarks/locust_ceiling.py [--quick] [--json out.json]
+    .venv/bin/python -m benchmarks.locust_ceiling [--quick] [--json out.json]
+    .venv/bin/python -m benchmarks --only locust       # the same, in the shared table
 """
 
 from __future__ import annotations
