@@ -178,8 +178,12 @@ class Run:
                             wait_replicas=scenario.wait_replicas),
                 scenario.load, AckLedger(self.runtime.ack_ledger_path("producer")))
 
-    def _wait_for_clients(self, names: list[str], timeout: float = 30.0) -> None:
+    def _wait_for_clients(self, names: list[str], timeout: float | None = None) -> None:
         assert self.queue is not None
+        if timeout is None:
+            # Each child is a Python interpreter importing the toolkit (about 1 s of CPU here):
+            # a 2-core machine starting 128 of them needs more than a fixed half minute.
+            timeout = 30.0 + 0.5 * len(names)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             connected = {c.get("name") for c in self.queue.client.client_list()}
