@@ -3,6 +3,8 @@
     locust -f loadtests/queue.py,loadtests/step_ramp.py --headless --host valkey://... \\
         --step-users 2 --step-seconds 10 --steps 5 --producer-rate 200
 
+Locust asks the shape for its target once a second, so steps change on whole seconds.
+
 With producers only (``ProducerUser`` on the command line) each step raises the enqueue rate by
 ``step-users x producer-rate`` jobs/s. A separate file: Locust applies any shape class found in a
 locustfile, so ``loadtests/queue.py`` alone keeps honouring ``-u``/``-r``.

@@ -164,3 +164,24 @@ def test_socket_only_server_has_no_port_and_a_private_socket(tmp_path: Path):
         client.close()
     finally:
         server.stop()
+
+
+@pytest.mark.integration
+def test_step_ramp_adds_users_per_step_and_ends_by_itself(valkey_server: ValkeyServer,
+                                                          tmp_path: Path):
+    shape = locustfile().parent / "step_ramp.py"
+    env = dict(os.environ, ECHOMQ_VALKEY_PASSWORD=valkey_server.password)
+    result = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", f"{locustfile()},{shape}", "--headless",
+         "--host", valkey_server.url, "--json-file", str(tmp_path / "locust"),
+         "--queue-prefix", "lt:", "--queue-name", "ramp", "--producer-rate", "20",
+         "--step-users", "1", "--step-seconds", "1", "--steps", "3", "ProducerUser"],
+        env=env, capture_output=True, text=True, timeout=90, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for users in (1, 2, 3):
+        assert f"Ramping to {users} users" in result.stderr
+    assert "Ramping to 4 users" not in result.stderr and "Shape test stopping" in result.stderr
+    # 1, then 2, then 3 users at 20 jobs/s each, 1 s per step: 120 jobs, plus at most one more
+    # second of 3 users (Locust asks the shape once a second, maybe a little late).
+    enqueued = history_counts(valkey_server, "ramp")["enqueue"]
+    assert 20 < enqueued <= (1 + 2 + 3) * 20 + 3 * 20
