@@ -50,7 +50,7 @@ class Preset:
 PRESETS = {
     "full": Preset(queue_path.Sizes(claims=20_000, jobs=5_000, rounds=5), 1_000_000, 3, 5,
                    (1000, 5, 4)),
-    "quick": Preset(queue_path.Sizes(claims=3_000, jobs=1_500, rounds=3), 100_000, 3, 3,
+    "quick": Preset(queue_path.Sizes(claims=3_000, jobs=1_500, rounds=3), 50_000, 3, 3,
                     (300, 3, 4)),
     # the test suite's size: proves the harness end to end; its figures mean nothing
     "smoke": Preset(queue_path.Sizes(claims=200, jobs=100, rounds=1), 2_000, 1, 1, (50, 1, 2)),
