@@ -32,6 +32,7 @@ from typing import Any
 from benchmarks import checker_speed, proxy_overhead, queue_path, scale, startup
 from benchmarks.common import Row
 from chaos.report import write_json_atomic
+from chaos.scenario import ScenarioError, load_scenario
 
 SCHEMA = 1
 SECTIONS = ("queue", "checker", "startup", "proxy", "locust", "scale")
@@ -148,7 +149,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--only", action="append", choices=SECTIONS, metavar="SECTION",
                         help=f"run only this section (repeatable): {', '.join(SECTIONS)}")
     parser.add_argument("--scale", action="store_true",
-                        help="also run the scale scenario (minutes; never in --quick)")
+                        help="also run the scale scenario (minutes; not part of the default "
+                             "or --quick runs)")
     parser.add_argument("--scale-workers", default="64", metavar="N[,N...]",
                         help="worker counts for the scale runs, e.g. 64,128 (default 64)")
     parser.add_argument("--scale-set", action="append", default=[], metavar="KEY=VALUE",
@@ -173,6 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:
         return int(exit_.code or 0)
     mode = "smoke" if args.smoke else "quick" if args.quick else "full"
+    if args.scale or (args.only and "scale" in args.only):
+        try:  # bad overrides are bad usage, found before minutes of other sections
+            for workers in args.scale_counts:
+                load_scenario(scale.SCENARIO, scale.overrides(workers, args.scale_set))
+        except ScenarioError as error:
+            print(f"error: {error}", file=sys.stderr)
+            return EXIT_USAGE
     preset = PRESETS[mode]
     chosen = args.only or [name for name in SECTIONS if name != "scale" or args.scale]
     measures: dict[str, Callable[[], dict[str, Any]]] = {
