@@ -43,3 +43,24 @@ def test_the_benchmark_runs_at_smoke_size_and_writes_bench_json(tmp_path: Path):
     # the table names every figure written
     for figure in figures:
         assert figure[:60] in done.stdout
+
+
+def test_a_row_is_a_ratio_judged_against_its_target():
+    from benchmarks.common import Row
+
+    faster = Row("s", "f", 30.0, "x/s", 40.0, "base", target=(">=", 0.7))
+    assert faster.ratio == 0.75 and faster.met is True
+    slower = Row("s", "f", 9.0, "s", 10.0, "budget", target=("<=", 0.8))
+    assert slower.met is False
+    assert Row("s", "f", 5.0, "x", None).ratio is None  # no baseline: no ratio, no verdict
+    assert Row("s", "f", 5.0, "x", 0.0, target=(">=", 1.0)).met is None
+    assert Row("s", "f", None, "x", 3.0).as_dict()["ratio"] is None
+
+
+def test_a_scale_run_without_a_verdict_says_why():
+    from benchmarks.scale import rows_of
+
+    result = {"report": {"error": "not connected after 94s: worker-17"}, "exit_code": 3,
+              "stderr_tail": ""}
+    [row] = rows_of(result, "128x8", 246.0, 5000.0)
+    assert row.value is None and "exit 3" in row.note and "worker-17" in row.note
