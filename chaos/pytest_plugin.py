@@ -4,7 +4,7 @@
         assert chaos_run("scenarios/kill-worker.toml").passed
 
     def test_my_worker(chaos_cluster):            # valkey + reaper + workers, no load, no faults
-        cluster.queue.enqueue("job-1")
+        chaos_cluster.queue.enqueue("job-1")
         ...
         assert chaos_cluster.check().passed
 

@@ -277,6 +277,21 @@ def test_a_drawing_that_fails_costs_no_verdict(tmp_path: Path):
     assert ET.parse(tmp_path / "junit.xml").getroot().get("tests") == str(len(INVARIANTS))
 
 
+def test_suite_helpers_name_run_dirs_and_pick_the_worst_exit_code(tmp_path: Path, capsys):
+    from chaos.cli import _suite_run_dirs, worst_exit_code
+
+    assert _suite_run_dirs(tmp_path, ["a", "b", "a", "a"]) == [
+        tmp_path / "a", tmp_path / "b", tmp_path / "a-2", tmp_path / "a-3"]
+    assert worst_exit_code([0, 1, 0]) == 1
+    assert worst_exit_code([1, 3, 0]) == 3
+    assert worst_exit_code([3, 130, 1]) == 130
+    assert worst_exit_code([]) == 0
+    plans = cli_here(capsys, "run", str(ROOT / "scenarios" / "kill-worker.toml"),
+                     str(ROOT / "scenarios" / "pause-worker.toml"), "--dry-run")
+    assert plans.returncode == 0
+    assert "scenario kill-worker" in plans.stdout and "scenario pause-worker" in plans.stdout
+
+
 # --- live progress ------------------------------------------------------------------------------
 def _scenario():
     return scenario_from_dict({"name": "progress", "phases": {"warmup_ms": 1000,
