@@ -52,7 +52,8 @@ def describe_plan(scenario: Scenario) -> str:
         + f", reap every {topo.reap_interval_ms} ms "
         f"(batch {topo.reap_limit}"
         + (f", {topo.reapers} reapers" if topo.reapers > 1 else "") + ")",
-        f"  workers   heartbeat {topo.heartbeat}"
+        "  workers   heartbeat "
+        + (f"in a {topo.heartbeat}" if topo.effective_heartbeat_ms else "off")
         + (f", stall limit {topo.max_stalls}" if topo.max_stalls else "")
         + (", crashed workers restarted" if topo.restart_crashed else ""),
         f"  handler   {handler.distribution} "

@@ -12,10 +12,10 @@ show.
 Where the heartbeat runs (--heartbeat; --heartbeat-ms 0 turns it off: leases are never renewed,
 a handler longer than the lease loses its lease, a needless redelivery):
   process  (default) a child process of its own, fed the held leases over a pipe: it keeps
-           renewing while a handler holds the CPU and the GIL (a C call that never yields, the
-           BullMQ "Missing lock" case). It ignores SIGTERM (it stops when the worker closes the
-           pipe) and dies with the worker (PR_SET_PDEATHSIG); kill/pause faults signal the
-           worker's whole process group, so it dies and freezes with it
+           renewing while a handler holds the CPU and the GIL (the BullMQ "Missing lock" case:
+           a CPU-bound handler starves the renewal timer). It ignores SIGTERM (it stops when
+           the worker closes the pipe) and dies with the worker (PR_SET_PDEATHSIG); kill/pause
+           faults signal the worker's whole process group, so it dies and freezes with it
   thread   a thread of the worker: a GIL-holding handler starves it and its leases lapse
 
 Poison jobs: a job whose payload starts with ``poison`` crashes the worker that claims it

@@ -41,6 +41,20 @@ def test_defaults_follow_the_seed(tmp_path: Path):
     assert scenario.recovery_bound_ms == 31_000
 
 
+def test_poison_jobs_are_spread_evenly_and_capped(tmp_path: Path):
+    def poison_numbers(text: str) -> list[int]:
+        load = load_scenario(write(tmp_path, MINIMAL + text)).load
+        picked: list[int] = []
+        for number in range(1, 101):
+            if load.is_poison(number, len(picked)):  # as the producer counts them
+                picked.append(number)
+        return picked
+
+    assert poison_numbers("[load]\npoison_fraction = 0.05\n") == [20, 40, 60, 80, 100]
+    assert poison_numbers("[load]\npoison_fraction = 0.05\npoison_jobs = 2\n") == [20, 40]
+    assert poison_numbers("") == []
+
+
 def test_heartbeat_zero_turns_the_heartbeat_off(tmp_path: Path):
     scenario = load_scenario(write(tmp_path, MINIMAL + "[topology]\nheartbeat_ms = 0\n"))
     assert scenario.topology.effective_heartbeat_ms == 0
@@ -127,6 +141,18 @@ def test_heartbeat_zero_turns_the_heartbeat_off(tmp_path: Path):
          ["valkey.appendfsync = 'sometimes'"]),
         (MINIMAL + '[check]\nreport_only = ["no_lost"]\n',
          ["check.report_only", "'no_lost' is not an invariant"]),
+        (MINIMAL + '[[faults]]\nkind = "cpu_hog"\ntarget = "worker-1"\n',
+         ["faults.0", "a cpu_hog fault needs duration_ms"]),
+        (MINIMAL + '[topology]\nheartbeat_ms = 0\n[[faults]]\nkind = "block_heartbeat"\n'
+         'target = "worker-1"\nduration_ms = 500\n',
+         ["faults.0.kind = 'block_heartbeat': topology.heartbeat_ms = 0"]),
+        (MINIMAL + '[[faults]]\nkind = "cpu_hog"\ntarget = "worker-1"\nduration_ms = 5\n'
+         'latency_ms = 3\n', ["latency_ms = 3: not a parameter of a cpu_hog fault"]),
+        (MINIMAL + '[topology]\nmax_stalls = 0\n', ["topology.max_stalls", "0"]),
+        (MINIMAL + '[topology]\nheartbeat = "fiber"\n', ["topology.heartbeat", "'fiber'"]),
+        (MINIMAL + '[load]\npoison_fraction = 1.5\n', ["load.poison_fraction", "1.5"]),
+        (MINIMAL + '[load]\nengine = "locust"\npoison_fraction = 0.1\n',
+         ["poison_fraction is a builtin-engine setting"]),
     ],
 )
 def test_bad_values_are_named(tmp_path: Path, text: str, expected: list[str]):
