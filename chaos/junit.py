@@ -28,6 +28,8 @@ WHAT_IT_CHECKS = {
     "exclusive_lease": "no accepted extend/complete from anything but the live lease",
     "attempts_monotonic": "every claim of a job carries a higher attempt (fencing token) than "
                           "any earlier claim of it",
+    "stall_limit": "with max_stalls set, a job is recovered at most max_stalls times and "
+                   "dead-lettered only after exactly max_stalls",
 }
 
 

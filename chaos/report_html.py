@@ -114,13 +114,13 @@ def build_timeline(events: Iterable[Event], bound_ms: int = 0) -> Timeline:
             timeline.faults.append(span)
         elif kind == "heal" and event.extra.get("fault_id") in spans:
             spans[event.extra["fault_id"]].end_ts = ts
-        elif kind in ("enqueue", "claim", "complete", "reap"):
+        elif kind in ("enqueue", "claim", "complete", "reap", "dead"):
             if kind == "enqueue":
                 pending.add(job)
             elif kind == "claim":
                 pending.discard(job)
                 active.add(job)
-            elif kind == "complete":
+            elif kind in ("complete", "dead"):  # dead: past max_stalls, never pending again
                 active.discard(job)
             else:
                 active.discard(job)
@@ -336,7 +336,7 @@ def _job_leases(job_events: list[Event]) -> tuple[list[_LeaseBar], list[Event]]:
         elif event.type == "extend" and attempt in live:
             live[attempt].deadline = deadline
             live[attempt].extends.append(event.ts)
-        elif event.type in ("complete", "reap") and attempt in live:
+        elif event.type in ("complete", "reap", "dead") and attempt in live:
             bar = live.pop(attempt)
             bar.end, bar.outcome = event.ts, event.type
         elif event.type.endswith("_rejected") or event.type in ("complete", "extend"):
@@ -361,6 +361,7 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
     color = FAULT_COLORS.get(span.kind, "#7f7f7f")
     right = (bound["bound_ms"] / 1000) + 0.5
     left = -0.5
+    drawn: set[str] = set()  # event kinds drawn, for the legend
     for row, job in enumerate(jobs):
         bars, stray = _job_leases(by_job.get(job, []))
         for bar in bars:
@@ -371,6 +372,7 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
             left = min(left, x(bar.start) - 0.1)
             ax.barh(row, x(valid_until) - x(bar.start), left=x(bar.start), height=0.5,
                     color=HOLDER_COLOR if holder else OTHER_COLOR, alpha=0.9)
+            drawn.add("holder" if holder else "other")
             if not holder:
                 ax.annotate(bar.worker, (x(bar.start), row), xytext=(2, 0),
                             textcoords="offset points", fontsize=7, color="white",
@@ -378,13 +380,18 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
             for extend in bar.extends:
                 ax.plot([x(extend)] * 2, [row - 0.25, row + 0.25], color="white", linewidth=1)
             if bar.end is not None and bar.end > bar.deadline:  # lapsed: waiting for the reap
+                drawn.add("lapsed")
                 ax.plot([x(bar.deadline), x(bar.end)], [row, row], color=HOLDER_COLOR,
                         linestyle=":", linewidth=1.5)
+            if bar.outcome:
+                drawn.add(f"{bar.outcome}_ok")
             if bar.outcome == "reap":
                 ax.plot(x(bar.end or 0), row, marker="x", color="#cf222e", markersize=9,
                         markeredgewidth=2)
             elif bar.outcome == "complete":
                 ax.plot(x(bar.end or 0), row, marker="D", color="#1a7f37", markersize=5)
+            elif bar.outcome == "dead":
+                ax.plot(x(bar.end or 0), row, marker="s", color="#6e2b2b", markersize=7)
             right = max(right, x(bar.end if bar.end is not None else bar.deadline) + 0.2)
         for event in stray:
             marker, face, edge = STRAY_MARKERS[event.type]
@@ -392,7 +399,7 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
                     markersize=9 if event.type in ("complete", "extend") else 8,
                     markeredgewidth=1.5)
             right = max(right, x(event.ts) + 0.3)
-    drawn = {e.type for job in jobs for e in _job_leases(by_job.get(job, []))[1]}
+    drawn |= {e.type for job in jobs for e in _job_leases(by_job.get(job, []))[1]}
     healed = x(span.end_ts) if span.end_ts is not None else None
     if healed is not None:
         ax.axvspan(0, healed, color=color, alpha=0.14, linewidth=0)
@@ -406,14 +413,20 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
                   fontsize=9)
     _style(ax)
     ax.grid(True, axis="x", color="#e5e7eb", linewidth=0.8)
-    handles = [  # the legend names only what this chart draws
-        Patch(color=HOLDER_COLOR, label=f"lease held by {span.worker} (until its deadline)"),
-        Line2D([], [], color=HOLDER_COLOR, linestyle=":", label="lapsed, awaiting the reap"),
-        Line2D([], [], marker="x", color="#cf222e", linestyle="", markeredgewidth=2,
-               label="reaped"),
-        Patch(color=OTHER_COLOR, label="re-claimed by another worker"),
-        Line2D([], [], marker="D", color="#1a7f37", linestyle="", label="accepted complete"),
-    ]
+    legend = (  # the legend names only what this chart draws
+        ("holder", Patch(color=HOLDER_COLOR,
+                         label=f"lease held by {span.worker} (until its deadline)")),
+        ("lapsed", Line2D([], [], color=HOLDER_COLOR, linestyle=":",
+                          label="lapsed, awaiting the reap")),
+        ("reap_ok", Line2D([], [], marker="x", color="#cf222e", linestyle="",
+                           markeredgewidth=2, label="reaped")),
+        ("other", Patch(color=OTHER_COLOR, label="re-claimed by another worker")),
+        ("complete_ok", Line2D([], [], marker="D", color="#1a7f37", linestyle="",
+                               label="accepted complete")),
+        ("dead_ok", Line2D([], [], marker="s", color="#6e2b2b", linestyle="",
+                           label="dead-lettered (max_stalls)")),
+    )
+    handles = [handle for kind, handle in legend if kind in drawn]
     for kind, label in (("complete_rejected", "stale complete rejected"),
                         ("extend_rejected", "stale extend rejected"),
                         ("complete", "stale complete ACCEPTED (violation)"),
