@@ -178,8 +178,10 @@ def events_of_jobs(events: Iterable[Event], jobs: set[str]) -> dict[str, list[Ev
 
 
 # --- figures ------------------------------------------------------------------------------
-def _svg(figure: Any, salt: str) -> str:
-    """The figure as an inline <svg> element (text stays text; no metadata, no external refs)."""
+def figure_svg(figure: Any, salt: str, responsive: bool = True) -> str:
+    """A matplotlib figure as an inline ``<svg>`` element: text stays text, no metadata and no
+    external reference, ids salted per figure (several SVGs share one page's id space).
+    ``responsive``: drop the fixed size so the page scales the drawing to its column."""
     import matplotlib
 
     buffer = io.StringIO()
@@ -188,8 +190,9 @@ def _svg(figure: Any, salt: str) -> str:
                        metadata={"Creator": None, "Date": None, "Format": None, "Type": None})
     text = buffer.getvalue()
     text = text[text.index("<svg"):]
-    # matplotlib writes fixed pt sizes; the page scales the drawing to its column instead.
-    return re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1', text, count=1)
+    if responsive:
+        text = re.sub(r'<svg([^>]*?) width="[^"]*" height="[^"]*"', r'<svg\1', text, count=1)
+    return text
 
 
 def _figure(width: float, height: float) -> Any:
@@ -271,7 +274,7 @@ def timeline_svg(timeline: Timeline) -> str:
                           color=FAULT_COLORS.get(span.kind, "#555555"), va="top")
     rates_ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9, frameon=False)
     backlog_ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9, frameon=False)
-    return _svg(figure, "timeline")
+    return figure_svg(figure, "timeline")
 
 
 def recovery_svg(stranded: list[StrandedLease], bound: dict[str, Any]) -> str:
@@ -307,7 +310,7 @@ def recovery_svg(stranded: list[StrandedLease], bound: dict[str, Any]) -> str:
     ax.set_ylabel("fraction of stranded leases", fontsize=9)
     _style(ax)
     ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9, frameon=False)
-    return _svg(figure, "recovery")
+    return figure_svg(figure, "recovery")
 
 
 @dataclass
@@ -443,7 +446,7 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
     ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,
               frameon=False)
-    return _svg(figure, f"lease-{span.fault_id}")
+    return figure_svg(figure, f"lease-{span.fault_id}")
 
 
 def fault_jobs(span: FaultSpan, stranded: list[StrandedLease],

@@ -11,7 +11,6 @@ would build it, so an impossible combination (heartbeat >= lease, ...) is exit 2
 from __future__ import annotations
 
 import html
-import io
 import itertools
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any, TextIO
 from chaos.checker import LatencySummary
 from chaos.history import read_history
 from chaos.report import write_json_atomic, write_text_atomic
+from chaos.report_html import figure_svg
 from chaos.runner import (
     EXIT_ABORTED,
     EXIT_FAIL,
@@ -351,11 +351,9 @@ def _heatmap_svg(result: SweepResult, metric: str, title: str,
                                        "linewidth": 0})
     figure.colorbar(image, ax=axes, fraction=0.05)
     figure.tight_layout()
-    buffer = io.StringIO()
-    figure.savefig(buffer, format="svg")
+    svg = figure_svg(figure, f"sweep-{metric}-{heartbeat_set}", responsive=False)
     plt.close(figure)
-    svg = buffer.getvalue()
-    return svg[svg.index("<svg"):]  # drop the XML prolog: the SVG is inlined in HTML
+    return svg
 
 
 def render_html(result: SweepResult) -> str:
