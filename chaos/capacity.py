@@ -261,7 +261,7 @@ class CapacityRun:
         """Wait for an empty backlog (and restart workers a fault killed) before a step."""
         run, queue = self.run, self.run.queue
         assert queue is not None
-        for name, child in run.runtime.children.items():
+        for name, child in run.runtime.members().items():
             if name in self.scenario.topology.worker_names and not child.alive:
                 run.runtime.restart_worker(name)
                 run.progress.say(f"restarted {name}")

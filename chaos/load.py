@@ -35,7 +35,7 @@ from chaos.protocol import POISON, QueueClient, QueueKeys
 from chaos.scenario import Load
 
 if TYPE_CHECKING:
-    from chaos.runtime import Child, LocalRuntime
+    from chaos.runtime import Child, RuntimeBase
 
 OPERATIONS = ("enqueue", "claim", "complete", "extend")
 LOCUST_PREFIX = "locust"  # raw files: locust_stats.csv, locust.html, locust.json, ...
@@ -169,7 +169,7 @@ def locust_argv(load: Load, url: str, keys: QueueKeys, lease_ms: int, protocol: 
 class LocustLoad:
     """Locust as a child of the runtime (torn down with the others on every exit path)."""
 
-    def __init__(self, runtime: LocalRuntime, load: Load, keys: QueueKeys, lease_ms: int,
+    def __init__(self, runtime: RuntimeBase, load: Load, keys: QueueKeys, lease_ms: int,
                  protocol: str, run_dir: Path, name: str = "locust",
                  prefix: str = LOCUST_PREFIX, ready: QueueClient | None = None) -> None:
         self.runtime = runtime

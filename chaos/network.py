@@ -81,6 +81,19 @@ def wait_for_api(api_url: str, alive: Callable[[], bool], timeout: float = 15.0)
     raise NetworkError(f"Toxiproxy API {api_url} not answering after {timeout:.0f}s: {last_error}")
 
 
+def populate(api_url: str, proxies: list[dict[str, object]]) -> None:
+    """``POST /populate``: create the proxies, or update those that exist (idempotent by name)."""
+    request = urllib.request.Request(f"{api_url}/populate", data=json.dumps(proxies).encode(),
+                                     headers={"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=API_TIMEOUT_S) as response:
+            response.read()
+    except (OSError, urllib.error.URLError) as error:
+        detail = error.read().decode(errors="replace") if isinstance(
+            error, urllib.error.HTTPError) else str(error)
+        raise NetworkError(f"POST {api_url}/populate: {detail}") from None
+
+
 class Links:
     """The proxies of one run on one Toxiproxy server. ``close()`` deletes every one it made."""
 

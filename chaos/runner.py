@@ -43,7 +43,7 @@ from chaos.report import (
     write_rendered_reports,
     write_text_atomic,
 )
-from chaos.runtime import InfraError, LocalRuntime, split_password
+from chaos.runtime import InfraError, LocalRuntime, RuntimeBase, split_password
 from chaos.scenario import Scenario
 
 EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
@@ -105,6 +105,14 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
         raise RunDirError(f"{run_dir}: cannot create the run directory: {error}") from None
 
 
+def make_runtime(scenario: Scenario, run_dir: Path) -> RuntimeBase:
+    if scenario.runtime == "docker":
+        from chaos.docker_runtime import DockerRuntime  # the Docker SDK only when asked for
+
+        return DockerRuntime(scenario, run_dir)
+    return LocalRuntime(scenario, run_dir)
+
+
 class Run:
     def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress,
                  strict: bool = False) -> None:
@@ -115,7 +123,7 @@ class Run:
         self.run_dir = run_dir
         self.progress = progress
         self.history_path = run_dir / "history.jsonl"
-        self.runtime = LocalRuntime(scenario, run_dir)
+        self.runtime = make_runtime(scenario, run_dir)
         self.keys = QueueKeys(scenario.valkey.prefix, scenario.valkey.queue)
         self.queue: QueueClient | None = None
         self.exporter: HistoryExporter | None = None
@@ -191,11 +199,10 @@ class Run:
             if not missing:
                 return
             for name in missing:
-                child = self.runtime.children.get(name)
+                child = self.runtime.members().get(name)
                 if child is not None and not child.alive:
-                    log = (self.run_dir / "logs" / f"{name}.log").read_text(errors="replace")
                     raise InfraError(f"{name} exited during start-up; its log ends:\n"
-                                        f"{log[-1500:]}")
+                                     f"{self.runtime.log_tail(name)}")
             time.sleep(0.05)
         raise InfraError(f"not connected after {timeout:.0f}s: {', '.join(missing)}")
 
@@ -223,8 +230,8 @@ class Run:
         with ``topology.restart_crashed`` a crashed worker is started again under its name (the
         crash's heal, kind ``restart``, closes the fault window)."""
         assert self.queue is not None
-        for child in list(self.runtime.children.values()):
-            if child.name in self.runtime.servers:  # a store node: only a planned fault kills it
+        for child in list(self.runtime.members().values()):
+            if child.name in self.runtime.server_names():  # only a planned fault kills it
                 if not child.alive and not child.killed:
                     raise InfraError(f"{child.name} exited during the run "
                                      f"(see logs/{child.name}.log)")
@@ -234,14 +241,14 @@ class Run:
             if isinstance(self.producer, LocustLoad) and child is self.producer.child:
                 if not child.alive:
                     raise InfraError(f"locust exited during the run (code "
-                                     f"{child.process.returncode}; see logs/{child.name}.log)")
+                                     f"{child.exit_code}; see logs/{child.name}.log)")
                 continue
             if not child.alive and not child.killed:
                 child.killed = True
                 crashes = self.crashes[child.name] = self.crashes.get(child.name, 0) + 1
                 fault_id = f"crash-{child.name}" + (f"-{crashes}" if crashes > 1 else "")
                 self.progress.say(f"!! {child.name} exited unexpectedly "
-                                  f"(code {child.process.returncode}); recorded as a crash")
+                                  f"(code {child.exit_code}); recorded as a crash")
                 self.queue.record(type="fault", kind="crash", worker=child.name,
                                   fault_id=fault_id)
                 if (self.scenario.topology.restart_crashed
@@ -435,6 +442,7 @@ def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | No
             "drain_ms": run.drain_ms,
             "valkey_url": run.runtime.url.split("@")[-1],
             "protocol": scenario.protocol,
+            "runtime": run.runtime.describe(),
             "toxiproxy": ({**vars(run.runtime.toxiproxy), "links": run.runtime.link_urls}
                           if run.runtime.toxiproxy else None),
             "load": {

@@ -1,5 +1,10 @@
-"""The local runtime (DESIGN §5): Valkey, Toxiproxy, the reaper(s) and the workers as children.
+"""Runtimes (DESIGN §5): what starts, kills and freezes a run's processes.
 
+``RuntimeBase`` holds what every runtime shares (Valkey URL and password, Toxiproxy links, the
+worker and reaper command lines, clock offsets, the runner's own children); ``LocalRuntime``
+runs every process as a child here, ``chaos.docker_runtime.DockerRuntime`` as containers.
+
+The local runtime: Valkey, Toxiproxy, the reaper(s) and the workers as children.
 Everything binds 127.0.0.1. Each child runs in its own process group (so a terminal's Ctrl-C
 reaches only the runner, which then tears down in order) and dies with the runner if the runner
 itself is killed. ``close()`` is idempotent and runs on every exit path. Kill, pause and resume
@@ -19,9 +24,11 @@ import socket
 import subprocess
 import sys
 import time
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
 import valkey
@@ -81,6 +88,27 @@ def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
+
+
+def wait_for_valkey(url: str, password: str | None, alive: Callable[[], bool],
+                    timeout: float = 10.0) -> bool:
+    """Poll until Valkey answers PING; False if ``alive()`` says the server is gone, or timeout."""
+    client = valkey.Valkey.from_url(url, password=password, socket_timeout=1)
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            if not alive():
+                return False
+            try:
+                # LOADING (replaying the AOF) is an error reply: not ready yet.
+                if client.ping():
+                    return True
+            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError,
+                    valkey.exceptions.BusyLoadingError):
+                time.sleep(0.05)
+        return False
+    finally:
+        client.close()
 
 
 @dataclass(frozen=True)
@@ -216,27 +244,27 @@ class ValkeyServer:
         return valkey.Valkey.from_url(self.url, password=self.password, **kwargs)
 
     def _wait_ready(self, process: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:
-        client = self.client(socket_timeout=1)
-        deadline = time.monotonic() + timeout
-        try:
-            while time.monotonic() < deadline:
-                if process.poll() is not None:
-                    return False
-                try:
-                    # LOADING (replaying the AOF) is an error reply: not ready yet.
-                    if client.ping():
-                        return True
-                except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError,
-                        valkey.exceptions.BusyLoadingError):
-                    time.sleep(0.05)
-            return False
-        finally:
-            client.close()
+        return wait_for_valkey(self.url, self.password, lambda: process.poll() is None, timeout)
 
     def stop(self) -> None:
         self.kill()
         if self.log is not None:
             self.log.close()
+
+
+class Member(Protocol):
+    """One process of a run (a child process or a container), as the runner watches it."""
+
+    name: str
+    paused: bool
+    killed: bool  # by a fault, on purpose
+    expected_exit: bool  # asked to stop: no crash if it ends
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def exit_code(self) -> int | None: ...
 
 
 @dataclass
@@ -252,22 +280,34 @@ class Child:
     def alive(self) -> bool:
         return self.process.poll() is None
 
+    @property
+    def exit_code(self) -> int | None:
+        return self.process.returncode
+
 
 @dataclass
-class LocalRuntime:
+class RuntimeBase(ABC):
+    """What every runtime shares: the Valkey URL and password, the per-process Toxiproxy links,
+    the worker and reaper command lines, clock offsets. A runtime subclass says how a process
+    (Valkey, Toxiproxy, a worker) is started, killed, frozen and torn down."""
+
     scenario: Scenario
     run_dir: Path
     url: str = ""
     password: str | None = None
-    children: dict[str, Child] = field(default_factory=dict)
     toxiproxy: ToxiproxyServerInfo | None = None
     links: Links | None = None
     link_urls: dict[str, str] = field(default_factory=dict)  # process -> its Valkey URL via proxy
-    servers: dict[str, ValkeyServer] = field(default_factory=dict)  # valkey nodes and sentinel
-    _closed: bool = False
+    # Child processes of the runner: every process locally, host-side helpers (Locust) in Docker
+    children: dict[str, Child] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _LIVE_RUNTIMES.append(self)
+
+    def _retire(self) -> None:
+        """Closed: a forced exit (kill_all_now) has nothing left to kill here."""
+        with contextlib.suppress(ValueError):
+            _LIVE_RUNTIMES.remove(self)
 
     @property
     def logs(self) -> Path:
@@ -275,26 +315,258 @@ class LocalRuntime:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def child_env(self) -> dict[str, str]:
-        env = dict(os.environ)
-        if self.password:
-            env["ECHOMQ_VALKEY_PASSWORD"] = self.password  # never on a command line
-        return env
+    @property
+    def clocks(self) -> Path:
+        path = self.run_dir / "clocks"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def describe(self) -> dict[str, object]:
+        """For the report: which runtime ran the processes, and with what."""
+        return {"kind": self.scenario.runtime}
 
     # --- Valkey -------------------------------------------------------------------------
     def start_valkey(self) -> str:
         settings = self.scenario.valkey
         if settings.url:
             self.url, self.password = split_password(settings.url)
-            return self.url
+        else:
+            self.url, self.password = self._start_own_valkey()
+        return self.url
+
+    @abstractmethod
+    def _start_own_valkey(self) -> tuple[str, str]:
+        """Start a Valkey for this run; its (url, password)."""
+
+    def client(self, retrying: bool = True) -> valkey.Valkey:
+        """The runner's own client: it rides out a store restart or failover by retrying.
+        ``retrying=False`` for the producer, which counts a failed call as an error and moves
+        on (as workers and reaper do with their own loops)."""
+        if not retrying:
+            return connect(self.url, self.password)
+        return connect(self.url, self.password, retry_on_error=[
+            valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError],
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), STORE_RETRIES))
+
+    def server_names(self) -> set[str]:
+        """The store's processes (Valkey nodes, Sentinel): only a planned fault may stop one."""
+        return {"valkey"}
+
+    def restart_valkey(self, down_ms: int) -> StoreFault:
+        raise InfraError(f"valkey_restart is not supported by the {self.scenario.runtime} "
+                         "runtime")
+
+    def failover(self, mode: str, down_ms: int, timeout: float = 30.0) -> StoreFault:
+        raise InfraError(f"failover is not supported by the {self.scenario.runtime} runtime")
+
+    def wait_replicated(self, timeout: float = 30.0) -> None:
+        """After a failover: until the old primary serves as the new one's replica (if any)."""
+        return None  # one server: nothing replicates
+
+    def ack_ledger_path(self, name: str) -> Path:
+        """Where process ``name`` records the transitions it was told succeeded (chaos.ledger)."""
+        return self.run_dir / ACKS_DIR / f"{name}.jsonl"
+
+
+    # --- Toxiproxy ------------------------------------------------------------------------
+    def start_network(self) -> ToxiproxyServerInfo | None:
+        """Proxies for the processes the scenario routes through Toxiproxy (none: direct)."""
+        names = self.scenario.proxied_names
+        if not names:
+            return None
+        settings = self.scenario.toxiproxy
+        try:
+            if settings.url:
+                api_url = settings.url.rstrip("/")
+                version = wait_for_api(api_url, alive=lambda: True, timeout=5.0)
+                self.toxiproxy = ToxiproxyServerInfo("external", api_url, version)
+                # A shared server may hold other runs' proxies: keep ours apart by name.
+                prefix = f"emqc-{secrets.token_hex(3)}-"
+            else:
+                self.toxiproxy = self._start_own_toxiproxy()
+                prefix = ""
+            self.links = Links(self.toxiproxy.api_url, prefix)
+            valkey_address = urlsplit(self.url).netloc.rsplit("@", 1)[-1]
+            for name in names:
+                listen = self.links.create(name, valkey_address)
+                self.link_urls[name] = urlunsplit(urlsplit(self.url)._replace(netloc=listen))
+        except NetworkError as error:
+            raise InfraError(f"Toxiproxy: {error}") from None
+        return self.toxiproxy
+
+    @abstractmethod
+    def _start_own_toxiproxy(self) -> ToxiproxyServerInfo:
+        """Start a Toxiproxy server for this run and wait for its API."""
+
+    def _valkey_url_for(self, name: str) -> str:
+        return self.link_urls.get(name, self.url)
+
+    def _clock_file(self, name: str) -> Path:
+        return self.clocks / f"{name}.offset_ms"
+
+    # --- workers and reaper: what they run (the runtime decides where) ------------------
+    def reaper_args(self, name: str, clock_file: str) -> list[str]:
+        """``python`` arguments of a reaper."""
+        topo = self.scenario.topology
+        settings = self.scenario.valkey
+        return ["-m", "chaos.reaper", "--url", self._valkey_url_for(name),
+                "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
+                "--interval-ms", str(topo.reap_interval_ms), "--limit", str(topo.reap_limit),
+                "--protocol", self.scenario.protocol, "--clock-file", clock_file,
+                "--wait-replicas", str(self.scenario.wait_replicas),
+                "--max-stalls", str(topo.max_stalls or 0)]
+
+    def _control_file(self, name: str) -> Path:
+        path = self.run_dir / "control"
+        path.mkdir(parents=True, exist_ok=True)
+        return path / f"{name}.json"
+
+    def worker_args(self, name: str, index: int, clock_file: str, ack_ledger: str,
+                    control_file: str, incarnation: int = 0) -> list[str]:
+        """``python`` arguments of the ``index``-th worker; each incarnation (a restart after a
+        crash) draws other handler times."""
+        topo = self.scenario.topology
+        settings = self.scenario.valkey
+        return ["-m", "chaos.worker", "--url", self._valkey_url_for(name),
+                "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
+                "--lease-ms", str(topo.lease_ms),
+                "--heartbeat-ms", str(topo.effective_heartbeat_ms), "--heartbeat", topo.heartbeat,
+                "--concurrency", str(topo.concurrency), "--poll-ms", str(topo.poll_ms),
+                "--handler", json.dumps(topo.handler.model_dump()),
+                "--seed", str(self.scenario.seed * 7919 + index + 104_729 * incarnation),
+                "--protocol", self.scenario.protocol, "--clock-file", clock_file,
+                "--control-file", control_file,
+                "--ack-ledger", ack_ledger, "--wait-replicas", str(self.scenario.wait_replicas)]
+
+    # --- network and clock faults (the same whatever runs the processes) ------------------
+    def _network(self) -> Links:
+        if self.links is None:
+            raise InfraError("a network fault, but this run has no Toxiproxy proxies")
+        return self.links
+
+    def add_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
+        try:
+            self._network().add_toxics(link, toxics)
+        except NetworkError as error:
+            raise InfraError(str(error)) from None
+
+    def remove_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
+        try:
+            self._network().remove_toxics(link, toxics)
+        except NetworkError as error:
+            raise InfraError(str(error)) from None
+
+    def set_link_enabled(self, link: str, enabled: bool) -> None:
+        try:
+            self._network().set_enabled(link, enabled)
+        except NetworkError as error:
+            raise InfraError(str(error)) from None
+
+    def set_clock_offset(self, name: str, offset_ms: int) -> None:
+        write_offset(self._clock_file(name), offset_ms)
+
+    # --- child processes of the runner ------------------------------------------------------
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.password:
+            env["ECHOMQ_VALKEY_PASSWORD"] = self.password  # never on a command line
+        return env
+
+    def spawn(self, name: str, argv: list[str]) -> Child:
+        """Start a child logging to ``logs/<name>.log``, torn down with its process group by
+        ``close()`` whatever happens."""
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in close()
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=self.child_env(), start_new_session=True,
+            preexec_fn=die_with_parent,  # also for children that are not ours (toxiproxy-server)
+        )
+        child = Child(name, process, log)
+        self.children[name] = child
+        record_process(self.run_dir, name, process.pid)  # for `echomq-chaos clean`
+        return child
+
+    def _close_children(self) -> None:
+        """Kill every child (thawed first) with its process group, reap it, forget its pid."""
+        for child in self.children.values():
+            if child.paused:
+                signal_group(child.process, signal.SIGCONT)
+            if child.alive:
+                kill_group(child.process)
+        for child in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(timeout=10)
+            if not child.alive:
+                forget_process(self.run_dir, child.name)
+            child.log.close()
+
+    def _kill_children_now(self) -> None:
+        for child in self.children.values():
+            kill_group(child.process)
+
+    def log_tail(self, name: str, chars: int = 1500) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    # --- what each runtime does its own way ------------------------------------------------
+    @abstractmethod
+    def members(self) -> Mapping[str, Member]:
+        """Every process started so far (Valkey, Toxiproxy, reapers, workers), by name."""
+
+    @abstractmethod
+    def start_reapers(self) -> Sequence[Member]: ...
+
+    @abstractmethod
+    def start_workers(self) -> Sequence[Member]: ...
+
+    @abstractmethod
+    def restart_worker(self, name: str, incarnation: int = 0) -> Member:
+        """Start a worker again after it died (``capacity --fault`` between steps, or a crash
+        under ``topology.restart_crashed``)."""
+
+    @abstractmethod
+    def control(self, name: str, kind: str, duration_ms: int, fault_id: str) -> None:
+        """A fault the worker applies to itself: the order in its control file, then SIGUSR1."""
+
+    @abstractmethod
+    def kill(self, name: str) -> None: ...
+
+    @abstractmethod
+    def pause(self, name: str) -> None: ...
+
+    @abstractmethod
+    def resume(self, name: str) -> None: ...
+
+    @abstractmethod
+    def stop_workers(self, timeout: float = 15.0) -> None:
+        """Graceful stop of workers and reapers; Valkey and Toxiproxy stay up until close()."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Tear everything down; idempotent, and runs on every exit path."""
+
+    @abstractmethod
+    def kill_now(self) -> None:
+        """Kill everything at once, without waiting (a forced exit: the second Ctrl-C)."""
+
+
+@dataclass
+class LocalRuntime(RuntimeBase):
+    servers: dict[str, ValkeyServer] = field(default_factory=dict)  # valkey nodes and sentinel
+    _closed: bool = False
+
+    def members(self) -> Mapping[str, Child]:
+        return self.children
+
+    def _start_own_valkey(self) -> tuple[str, str]:
+        settings = self.scenario.valkey
         binary = valkey_server_binary(settings.server)
         persistence = Persistence(settings.appendonly, settings.appendfsync)
         if settings.replication == "none":
             server = self._start_node("valkey", ValkeyServer(
                 binary, self.run_dir / "valkey", self.logs / "valkey.log",
                 persistence=persistence))
-            self.url, self.password = server.url, server.password
-            return self.url
+            return server.url, server.password
         # primary + replica + Sentinel; clients ask Sentinel where the primary is
         primary = self._start_node("valkey-1", ValkeyServer(
             binary, self.run_dir / "valkey-1", self.logs / "valkey-1.log",
@@ -308,7 +580,7 @@ class LocalRuntime:
             password=self.password, sentinel_for=(SENTINEL_SERVICE, primary.port)))
         self.url = f"{SENTINEL_SCHEME}://127.0.0.1:{sentinel.port}/{SENTINEL_SERVICE}"
         self._wait_replicated(timeout=30.0)
-        return self.url
+        return self.url, self.password
 
     def _start_node(self, name: str, server: ValkeyServer) -> ValkeyServer:
         server.start()
@@ -317,16 +589,6 @@ class LocalRuntime:
         self.children[name] = Child(name, server.process, server.log)
         record_process(self.run_dir, name, server.process.pid)  # for `echomq-chaos clean`
         return server
-
-    def client(self, retrying: bool = True) -> valkey.Valkey:
-        """The runner's own client: it rides out a store restart or failover by retrying.
-        ``retrying=False`` for the producer, which counts a failed call as an error and moves
-        on (as workers and reaper do with their own loops)."""
-        if not retrying:
-            return connect(self.url, self.password)
-        return connect(self.url, self.password, retry_on_error=[
-            valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError],
-            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), STORE_RETRIES))
 
     # --- store faults -----------------------------------------------------------------------
     def restart_valkey(self, down_ms: int) -> StoreFault:
@@ -414,102 +676,32 @@ class LocalRuntime:
         if "sentinel" in self.servers:
             self._wait_replicated(timeout)
 
-    # --- Toxiproxy ------------------------------------------------------------------------
-    def start_network(self) -> ToxiproxyServerInfo | None:
-        """Proxies for the processes the scenario routes through Toxiproxy (none: direct)."""
-        names = self.scenario.proxied_names
-        if not names:
-            return None
-        settings = self.scenario.toxiproxy
-        try:
-            if settings.url:
-                api_url = settings.url.rstrip("/")
-                version = wait_for_api(api_url, alive=lambda: True, timeout=5.0)
-                self.toxiproxy = ToxiproxyServerInfo("external", api_url, version)
-                # A shared server may hold other runs' proxies: keep ours apart by name.
-                prefix = f"emqc-{secrets.token_hex(3)}-"
-            else:
-                port = free_port()
-                kind, argv = server_command(settings, port)
-                child = self.spawn("toxiproxy", argv)
-                api_url = f"http://127.0.0.1:{port}"
-                version = wait_for_api(api_url, alive=lambda: child.alive)
-                self.toxiproxy = ToxiproxyServerInfo(kind, api_url, version, argv)
-                prefix = ""
-            self.links = Links(api_url, prefix)
-            valkey_address = urlsplit(self.url).netloc.rsplit("@", 1)[-1]
-            for name in names:
-                listen = self.links.create(name, valkey_address)
-                self.link_urls[name] = urlunsplit(urlsplit(self.url)._replace(netloc=listen))
-        except NetworkError as error:
-            raise InfraError(f"Toxiproxy: {error}") from None
-        return self.toxiproxy
+    def server_names(self) -> set[str]:
+        return set(self.servers)
 
-    def _valkey_url_for(self, name: str) -> str:
-        return self.link_urls.get(name, self.url)
+    def _start_own_toxiproxy(self) -> ToxiproxyServerInfo:
+        port = free_port()
+        kind, argv = server_command(self.scenario.toxiproxy, port)
+        child = self.spawn("toxiproxy", argv)
+        api_url = f"http://127.0.0.1:{port}"
+        version = wait_for_api(api_url, alive=lambda: child.alive)
+        return ToxiproxyServerInfo(kind, api_url, version, argv)
 
-    def _clock_file(self, name: str) -> Path:
-        path = self.run_dir / "clocks"
-        path.mkdir(parents=True, exist_ok=True)
-        return path / f"{name}.offset_ms"
-
-    # --- workers and reaper -------------------------------------------------------------
-    def spawn(self, name: str, argv: list[str]) -> Child:
-        """Start a child logging to ``logs/<name>.log``, torn down with its process group by
-        ``close()`` whatever happens."""
-        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in close()
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.child_env(), start_new_session=True,
-            preexec_fn=die_with_parent,  # also for children that are not ours (toxiproxy-server)
-        )
-        child = Child(name, process, log)
-        self.children[name] = child
-        record_process(self.run_dir, name, process.pid)  # for `echomq-chaos clean`
-        return child
 
     def start_reapers(self) -> list[Child]:
         """The scenario's reapers; none for the ``no-reaper`` variant (nothing recovers)."""
-        topo = self.scenario.topology
-        settings = self.scenario.valkey
-        return [self.spawn(name, [
-            sys.executable, "-m", "chaos.reaper", "--url", self._valkey_url_for(name),
-            "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
-            "--interval-ms", str(topo.reap_interval_ms), "--limit", str(topo.reap_limit),
-            "--protocol", self.scenario.protocol,
-            "--clock-file", str(self._clock_file(name)),
-            "--wait-replicas", str(self.scenario.wait_replicas),
-            "--max-stalls", str(topo.max_stalls or 0),
-        ]) for name in self.scenario.reaper_names]
-
-    def _control_file(self, name: str) -> Path:
-        path = self.run_dir / "control"
-        path.mkdir(parents=True, exist_ok=True)
-        return path / f"{name}.json"
+        return [self.spawn(name, [sys.executable,
+                                   *self.reaper_args(name, str(self._clock_file(name)))])
+                for name in self.scenario.reaper_names]
 
     def start_workers(self) -> list[Child]:
         return [self._start_worker(name) for name in self.scenario.topology.worker_names]
 
     def _start_worker(self, name: str, incarnation: int = 0) -> Child:
-        """Start (or restart) one worker; each incarnation draws other handler times."""
-        topo = self.scenario.topology
-        settings = self.scenario.valkey
-        index = topo.worker_names.index(name)
-        return self.spawn(name, [
-            sys.executable, "-m", "chaos.worker", "--url", self._valkey_url_for(name),
-            "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
-            "--lease-ms", str(topo.lease_ms),
-            "--heartbeat-ms", str(topo.effective_heartbeat_ms),
-            "--heartbeat", topo.heartbeat,
-            "--concurrency", str(topo.concurrency), "--poll-ms", str(topo.poll_ms),
-            "--handler", json.dumps(topo.handler.model_dump()),
-            "--seed", str(self.scenario.seed * 7919 + index + 104_729 * incarnation),
-            "--protocol", self.scenario.protocol,
-            "--clock-file", str(self._clock_file(name)),
-            "--control-file", str(self._control_file(name)),
-            "--ack-ledger", str(self.ack_ledger_path(name)),
-            "--wait-replicas", str(self.scenario.wait_replicas),
-        ])
+        index = self.scenario.topology.worker_names.index(name)
+        return self.spawn(name, [sys.executable, *self.worker_args(
+            name, index, str(self._clock_file(name)), str(self.ack_ledger_path(name)),
+            str(self._control_file(name)), incarnation)])
 
     def restart_worker(self, name: str, incarnation: int = 0) -> Child:
         """Start a worker again after it died (``capacity --fault`` between steps, or a crash
@@ -519,10 +711,6 @@ class LocalRuntime:
             raise InfraError(f"{name} is still running")
         old.log.close()
         return self._start_worker(name, incarnation)
-
-    def ack_ledger_path(self, name: str) -> Path:
-        """Where process ``name`` records the transitions it was told succeeded (chaos.ledger)."""
-        return self.run_dir / ACKS_DIR / f"{name}.jsonl"
 
     # --- faults ---------------------------------------------------------------------------
     def kill(self, name: str) -> None:
@@ -542,36 +730,9 @@ class LocalRuntime:
         child.paused = False
 
     def control(self, name: str, kind: str, duration_ms: int, fault_id: str) -> None:
-        """A fault the worker applies to itself: the order in its control file, then SIGUSR1."""
         write_json_atomic(self._control_file(name),
                           {"kind": kind, "duration_ms": duration_ms, "fault_id": fault_id})
         _signal(self.children[name].process, signal.SIGUSR1)
-
-    def _network(self) -> Links:
-        if self.links is None:
-            raise InfraError("a network fault, but this run has no Toxiproxy proxies")
-        return self.links
-
-    def add_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
-        try:
-            self._network().add_toxics(link, toxics)
-        except NetworkError as error:
-            raise InfraError(str(error)) from None
-
-    def remove_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
-        try:
-            self._network().remove_toxics(link, toxics)
-        except NetworkError as error:
-            raise InfraError(str(error)) from None
-
-    def set_link_enabled(self, link: str, enabled: bool) -> None:
-        try:
-            self._network().set_enabled(link, enabled)
-        except NetworkError as error:
-            raise InfraError(str(error)) from None
-
-    def set_clock_offset(self, name: str, offset_ms: int) -> None:
-        write_offset(self._clock_file(name), offset_ms)
 
     # --- teardown -------------------------------------------------------------------------
     def stop_workers(self, timeout: float = 15.0) -> None:
@@ -597,29 +758,17 @@ class LocalRuntime:
         self._closed = True
         if self.links is not None:  # before the server goes: on a shared one nothing else will
             self.links.close()
-        for child in self.children.values():
-            if child.paused:
-                signal_group(child.process, signal.SIGCONT)
-            if child.alive:
-                kill_group(child.process)
-        for child in self.children.values():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.process.wait(timeout=10)
-            if not child.alive:
-                forget_process(self.run_dir, child.name)
-            child.log.close()
-        with contextlib.suppress(ValueError):
-            _LIVE_RUNTIMES.remove(self)
+        self._close_children()
+        self._retire()
 
     def kill_now(self) -> None:
         """SIGKILL every child and its process group at once, without waiting (a forced exit:
         the second Ctrl-C). Toxics need no removal: their server dies with the rest."""
-        for child in self.children.values():
-            kill_group(child.process)
+        self._kill_children_now()
 
 
 # Runtimes not yet closed, for kill_all_now() from a signal handler.
-_LIVE_RUNTIMES: list[LocalRuntime] = []
+_LIVE_RUNTIMES: list[RuntimeBase] = []
 
 
 def kill_all_now() -> None:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from chaos import __version__
 from chaos.checker import INVARIANTS
 from chaos.protocol import PROTOCOLS
 
@@ -329,6 +330,17 @@ class ToxiproxySettings(Strict):
         return self
 
 
+class DockerSettings(Strict):
+    """Images for ``runtime = "docker"`` (DESIGN §5). Each role uses its image if the engine
+    has it, else the offline stand-in (``echomq-chaos images build``) if present, else pulls it."""
+
+    valkey_image: str = "valkey/valkey:8.1"
+    toxiproxy_image: str = "ghcr.io/shopify/toxiproxy:2.12.0"
+    worker_image: str = f"echomq-chaos/worker:{__version__}"  # also runs the reaper
+    valkey_offline_image: str = "echomq-chaos/valkey-offline:latest"
+    toxiproxy_offline_image: str = "echomq-chaos/toxiproxy-offline:latest"
+
+
 class Scenario(Strict):
     name: Annotated[str, Field(min_length=1, max_length=100, pattern=r"^[A-Za-z0-9_.-]+$")]
     description: str = ""
@@ -347,6 +359,9 @@ class Scenario(Strict):
     check: Check = Check()
     valkey: ValkeySettings = ValkeySettings()
     toxiproxy: ToxiproxySettings = ToxiproxySettings()
+    # Where the processes run: child processes here, or containers (``docker`` settings).
+    runtime: Literal["local", "docker"] = "local"
+    docker: DockerSettings = DockerSettings()
 
     @field_validator("protocol")
     @classmethod
@@ -385,6 +400,28 @@ class Scenario(Strict):
             return []
         reapers = self.reaper_names if self.toxiproxy.proxy_reaper else []
         return self.topology.worker_names + reapers
+
+    @model_validator(mode="after")
+    def _runtime_fits(self) -> Scenario:
+        if self.runtime != "docker":
+            return self
+        if self.valkey.server:
+            raise ValueError(f"valkey.server = {self.valkey.server!r}: a host binary, but "
+                             "runtime = 'docker' runs Valkey from docker.valkey_image (or give "
+                             "valkey.url)")
+        if self.toxiproxy.server != "auto":
+            raise ValueError(f"toxiproxy.server = {self.toxiproxy.server!r}: a host server, but "
+                             "runtime = 'docker' runs Toxiproxy from docker.toxiproxy_image (or "
+                             "give toxiproxy.url)")
+        if self.valkey.replication != "none":
+            raise ValueError(f"valkey.replication = {self.valkey.replication!r}: the docker "
+                             "runtime runs one Valkey container; use runtime = 'local'")
+        for index, fault in enumerate(self.faults):
+            if fault.is_store:
+                raise ValueError(f"faults.{index}.kind = {fault.kind!r}: store faults need "
+                                 "runtime = 'local' (the docker runtime does not restart or "
+                                 "fail over its Valkey container)")
+        return self
 
     @model_validator(mode="after")
     def _faults_fit(self) -> Scenario:

@@ -1544,8 +1544,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m chaos.toxiproxy",
         description=f"A Toxiproxy {TOXIPROXY_VERSION}-compatible server (HTTP API and toxics).")
-    parser.add_argument("--host", default="127.0.0.1", help="API address (default 127.0.0.1)")
-    parser.add_argument("--port", type=tcp_port, default=DEFAULT_PORT,
+    # -host/-port too: toxiproxy-server's own flags, so this can stand in for its image
+    parser.add_argument("--host", "-host", default="127.0.0.1",
+                        help="API address (default 127.0.0.1)")
+    parser.add_argument("--port", "-port", type=tcp_port, default=DEFAULT_PORT,
                         help=f"API port (default {DEFAULT_PORT}; 0 picks a free one)")
     parser.add_argument("--seed", type=int, default=None,
                         help="seed for toxicity rolls, jitter and slicing")
