@@ -10,10 +10,13 @@ import sys
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent() -> None:
+def die_with_parent(parent: int | None = None) -> None:
     """Ask the kernel to SIGKILL this process when its parent dies (Linux only).
 
     Children of a run must not outlive it, even when the runner itself is SIGKILLed.
+    ``parent``: the pid the parent had when it started us, when the caller knows it; without
+    it a parent pid of 1 means the parent is gone (re-parented to init), which is wrong only
+    for the child of a container's PID 1 (a worker's heartbeat process under Docker).
     """
     if not sys.platform.startswith("linux"):
         return
@@ -22,5 +25,6 @@ def die_with_parent() -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         return
-    if os.getppid() == 1:  # the parent already died before prctl took effect
+    # the parent already died before prctl took effect
+    if os.getppid() != parent if parent is not None else os.getppid() == 1:
         os._exit(1)

@@ -250,7 +250,8 @@ class ProcessHeartbeat:
         # stops if it is frozen (a pause fault) when the worker dies.
         context = multiprocessing.get_context("fork")
         self.conn, child_conn = context.Pipe()
-        self.process = context.Process(target=heartbeat_process, args=(config, child_conn),
+        self.process = context.Process(target=heartbeat_process,
+                                       args=(config, child_conn, os.getpid()),
                                        name=f"{config.name}-heartbeat", daemon=True)
         self.child_conn = child_conn
         self.on_lost = on_lost
@@ -298,9 +299,9 @@ class ProcessHeartbeat:
         self.conn.close()
 
 
-def heartbeat_process(config: WorkerConfig, conn: Connection) -> None:
+def heartbeat_process(config: WorkerConfig, conn: Connection, worker_pid: int) -> None:
     """The heartbeat child: renew what the worker says it holds; report lost leases back."""
-    die_with_parent()
+    die_with_parent(worker_pid)  # may be 1: the worker is PID 1 of its container under Docker
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the worker stops it, after its slots
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,

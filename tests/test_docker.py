@@ -278,8 +278,8 @@ def test_compose_stack_runs_scaled_workers_behind_toxiproxy(engine: docker.Docke
         deadline = time.monotonic() + 60
         workers: set[str] = set()
         while time.monotonic() < deadline and len(workers) < 2:
-            workers = {c["name"] for c in client.client_list()
-                       if c["name"].startswith("worker-")}
+            workers = {c["name"] for c in client.client_list()  # not their heartbeats
+                       if c["name"].startswith("worker-") and "-heartbeat" not in c["name"]}
             time.sleep(0.2)
         assert len(workers) == 2, "the two scaled workers did not connect"
         api = f"http://127.0.0.1:{ports['ECHOMQ_TOXIPROXY_PORT']}"
