@@ -152,7 +152,7 @@ def test_partition_in_containers_goes_through_the_toxiproxy_container(
     assert containers_of(engine, out) == {}
 
 
-@pytest.mark.parametrize("moment", ["setup", "chaos"])
+@pytest.mark.parametrize("moment", ["setup", "chaos", "chaos-twice"])
 def test_sigint_leaves_no_labelled_container(engine: docker.DockerClient, tmp_path: Path,
                                              moment: str):
     out = tmp_path / "run"
@@ -175,6 +175,9 @@ def test_sigint_leaves_no_labelled_container(engine: docker.DockerClient, tmp_pa
         assert len(states) == 5  # valkey, reaper, three workers
     assert containers_of(engine, out), "the run should have containers up"
     runner.send_signal(signal.SIGINT)
+    if moment == "chaos-twice":  # mid-teardown: force-removes every container, exits at once
+        time.sleep(0.3)
+        runner.send_signal(signal.SIGINT)
     runner.communicate(timeout=60)
     assert runner.returncode == 130
     assert json.loads((out / "report.json").read_text())["verdict"] == "aborted"
