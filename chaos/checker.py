@@ -44,8 +44,20 @@ from typing import Any
 from chaos.history import Event, seq_key
 
 EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
-INVARIANTS = ("no_loss", "no_double_completion", "recovery_bound", "no_premature_reap",
-              "exclusive_lease", "attempts_monotonic", "stall_limit")
+# Every invariant, in report order, with the one line junit.xml and report.html show for it.
+WHAT_IT_CHECKS = {
+    "no_loss": "every enqueued job has an accepted complete after the drain",
+    "no_double_completion": "no job has more than one accepted complete",
+    "recovery_bound": "every stranded lease is reaped within lease_ms + reap_interval_ms "
+                      "+ tolerance_ms of its fault",
+    "no_premature_reap": "no lease is reaped before its deadline",
+    "exclusive_lease": "no accepted extend/complete from anything but the live lease",
+    "attempts_monotonic": "every claim of a job carries a higher attempt (fencing token) than "
+                          "any earlier claim of it",
+    "stall_limit": "with max_stalls set, a job is recovered at most max_stalls times and "
+                   "dead-lettered only after exactly max_stalls",
+}
+INVARIANTS = tuple(WHAT_IT_CHECKS)
 # Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).
 DURATION_BUCKETS = ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0),
                     (3.0, math.inf))

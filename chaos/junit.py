@@ -15,22 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos.checker import INVARIANTS
+from chaos.checker import INVARIANTS, WHAT_IT_CHECKS
 
 SUITE_PREFIX = "echomq-chaos"
-
-WHAT_IT_CHECKS = {
-    "no_loss": "every enqueued job has an accepted complete after the drain",
-    "no_double_completion": "no job has more than one accepted complete",
-    "recovery_bound": "every stranded lease is reaped within lease_ms + reap_interval_ms "
-                      "+ tolerance_ms of its fault",
-    "no_premature_reap": "no lease is reaped before its deadline",
-    "exclusive_lease": "no accepted extend/complete from anything but the live lease",
-    "attempts_monotonic": "every claim of a job carries a higher attempt (fencing token) than "
-                          "any earlier claim of it",
-    "stall_limit": "with max_stalls set, a job is recovered at most max_stalls times and "
-                   "dead-lettered only after exactly max_stalls",
-}
 
 
 def offending_jobs(result: dict[str, Any]) -> list[str]:

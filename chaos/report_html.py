@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chaos.checker import INVARIANTS, StrandedLease, Verdict
+from chaos.checker import INVARIANTS, WHAT_IT_CHECKS, StrandedLease, Verdict
 from chaos.history import Event, replay_history
-from chaos.junit import WHAT_IT_CHECKS, offending_jobs
+from chaos.junit import offending_jobs
 
 T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
