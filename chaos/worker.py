@@ -180,14 +180,16 @@ class LeaseRenewer:
         cfg = self.config
         period = cfg.heartbeat_ms / 1000
         next_beat = time.monotonic()
-        while not self.stop.is_set():
+        while True:
             next_beat += period
-            self.stop.wait(max(0.0, next_beat - time.monotonic()))
-            # A block_heartbeat fault: this thread does nothing until it ends, as a blocked
-            # event loop or a stuck timer would.
+            if self.stop.wait(max(0.0, next_beat - time.monotonic())):
+                return
+            # A block_heartbeat fault: this thread renews nothing until it ends, as a blocked
+            # event loop or a stuck timer would (but a stop still ends it at once).
             if self.blocked_until > time.monotonic():
                 while (left := self.blocked_until - time.monotonic()) > 0:
-                    time.sleep(min(left, 0.05))
+                    if self.stop.wait(left):
+                        return
                 next_beat = time.monotonic()  # one beat right after the block, not a burst
             next_beat = max(next_beat, time.monotonic() - period)
             with self.lock:

@@ -6,8 +6,11 @@ valkey-server, real worker processes (each with its heartbeat process), real SIG
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections import Counter
 from pathlib import Path
+from typing import cast
 
 import pytest
 import valkey
@@ -15,7 +18,9 @@ from test_scenarios_e2e import ROOT, run_cli, run_scenario
 
 from chaos.history import read_history
 from chaos.preflight import judge
+from chaos.protocol import QueueClient, QueueKeys
 from chaos.runtime import ValkeyServer, valkey_server_binary
+from chaos.worker import LeaseRenewer, WorkerConfig
 
 pytestmark = pytest.mark.integration
 
@@ -56,6 +61,21 @@ def test_cpu_hog_starves_a_heartbeat_thread(tmp_path: Path):
     assert any(e.type == "complete_rejected" and e.job_id == hog.job_id
                and e.attempt == hog.attempt for e in events)
     assert report["needless_by_fault"].get("cpu_hog", 0) >= 1
+
+
+def test_a_stop_ends_the_heartbeat_at_once_even_mid_block():
+    # No lease is held, so the renewer never touches its queue.
+    config = WorkerConfig(url="", name="w", keys=QueueKeys("emq:", "jobs"), lease_ms=3000,
+                          heartbeat_ms=1000)
+    renewer = LeaseRenewer(cast(QueueClient, None), config, on_lost=lambda *_: None)
+    thread = threading.Thread(target=renewer.run, daemon=True)
+    thread.start()
+    renewer.block(60_000)
+    time.sleep(1.2)  # past the first beat: the renewer now sits in the block
+    started = time.monotonic()
+    renewer.stop.set()
+    thread.join(timeout=5)
+    assert not thread.is_alive() and time.monotonic() - started < 0.5
 
 
 def test_poison_pill_is_dead_lettered_after_exactly_max_stalls_recoveries(tmp_path: Path):
