@@ -9,7 +9,15 @@ import tomllib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from chaos import __version__
 from chaos.checker import INVARIANTS
@@ -17,6 +25,17 @@ from chaos.protocol import PROTOCOLS
 
 PositiveMs = Annotated[int, Field(gt=0, le=86_400_000)]
 NonNegativeMs = Annotated[int, Field(ge=0, le=86_400_000)]
+
+
+def _known_invariants(value: list[str]) -> list[str]:
+    for name in value:
+        if name not in INVARIANTS:
+            raise ValueError(f"{name!r} is not an invariant; expected any of "
+                             f"{', '.join(INVARIANTS)}")
+    return value
+
+
+InvariantNames = Annotated[list[str], AfterValidator(_known_invariants)]
 HOLDING_OLDEST_LEASE = "holding_oldest_lease"
 MAX_PLANNED_FAULTS = 10_000
 
@@ -274,16 +293,7 @@ class Check(Strict):
     # Invariants judged and reported but not deciding the verdict: for a store set up to lose
     # acknowledged writes (appendfsync everysec, failover without WAIT), where the loss is the
     # figure being measured, not a bug of the queue.
-    report_only: list[str] = []
-
-    @field_validator("report_only")
-    @classmethod
-    def _known(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if name not in INVARIANTS:
-                raise ValueError(f"{name!r} is not an invariant; expected any of "
-                                 f"{', '.join(INVARIANTS)}")
-        return value
+    report_only: InvariantNames = []
 
 
 class ValkeySettings(Strict):
@@ -351,7 +361,7 @@ class Scenario(Strict):
     # as done (acknowledged) only once they have it. Needs replicas (valkey.replication).
     wait_replicas: Annotated[int, Field(ge=0, le=16)] = 0
     # Invariants this scenario is expected to break (mutant scenarios; see `selftest`).
-    expect_fail: list[str] = []
+    expect_fail: InvariantNames = []
     topology: Topology = Topology()
     load: Load = Load()
     faults: list[Fault] = []
@@ -368,15 +378,6 @@ class Scenario(Strict):
     def _known_protocol(cls, value: str) -> str:
         if value not in PROTOCOLS:
             raise ValueError(f"unknown protocol; expected one of {', '.join(PROTOCOLS)}")
-        return value
-
-    @field_validator("expect_fail")
-    @classmethod
-    def _known_invariants(cls, value: list[str]) -> list[str]:
-        for name in value:
-            if name not in INVARIANTS:
-                raise ValueError(f"{name!r} is not an invariant; expected any of "
-                                 f"{', '.join(INVARIANTS)}")
         return value
 
     @property
