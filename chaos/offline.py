@@ -23,6 +23,7 @@ from chaos.runner import exit_code_for
 # report.json keys the checker decides; the rest (run, load, error, ...) is what the run saw.
 VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "stranded_leases",
                 "faults", "rejected", "events", "throughput_per_s", "report_only", "store_faults",
+                "outcomes", "dead_letter", "needless_by_fault", "needless_by_duration",
                 "ack_ledger")
 
 
@@ -89,7 +90,8 @@ def check_config(history: Path) -> CheckConfig:
             return CheckConfig(int(scenario["topology"]["lease_ms"]),
                                int(scenario["topology"]["reap_interval_ms"]),
                                int(scenario["check"]["tolerance_ms"]),
-                               tuple(scenario["check"].get("report_only", ())))
+                               tuple(scenario["check"].get("report_only", ())),
+                               int(scenario["topology"].get("max_stalls") or 0))
         except (KeyError, TypeError, ValueError) as error:
             raise SavedRunError(f"{resolved}: lacks topology.lease_ms, "
                                 f"topology.reap_interval_ms or check.tolerance_ms ({error})"

@@ -191,6 +191,10 @@ def saved_run(tmp_path: Path, h: History, name: str = "saved") -> Path:
     return run_dir
 
 
+def test_a_recheck_compares_every_key_the_checker_decides():
+    assert set(check(paused_worker_history().events()).as_dict()) <= set(VERDICT_KEYS)
+
+
 @pytest.mark.parametrize(("broken", "code"), [(False, 0), (True, 1)], ids=["pass", "fail"])
 def test_check_and_report_reproduce_a_saved_verdict(tmp_path: Path, broken: bool, code: int,
                                                     capsys):

@@ -4,6 +4,7 @@ variants) on a real valkey-server."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -51,6 +52,22 @@ def test_a_job_dead_lettered_after_exactly_max_stalls_recoveries_is_not_lost():
     # Every recovery was needed (each holder crashed) and each was a reap event.
     assert verdict.redeliveries.needed == 3 and verdict.redeliveries.needless == 0
     assert verdict.invariants["stall_limit"].figures == {"max_stalls": 3, "dead_lettered": 1}
+
+
+def test_a_recheck_without_a_run_event_takes_max_stalls_from_scenario_json(tmp_path):
+    from chaos.offline import recheck
+
+    h = History(L, R, TOL, run=False)
+    h.enqueue("poison", ts=0, kind="poison")
+    end = stalled_to_death(h, "poison", max_stalls=2)
+    h.phase("end", ts=end + 10, drained=1, aborted=0)
+    h.write_jsonl(tmp_path / "history.jsonl")
+    (tmp_path / "scenario.json").write_text(json.dumps(
+        {"topology": {"lease_ms": L, "reap_interval_ms": R, "max_stalls": 2},
+         "check": {"tolerance_ms": TOL}}))
+    saved = recheck(tmp_path)
+    assert saved.verdict.config.max_stalls == 2
+    assert saved.word == "pass", saved.verdict.failed_invariants()
 
 
 def test_a_dead_letter_without_a_stall_limit_is_a_loss_and_breaks_the_limit():
