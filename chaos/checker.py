@@ -543,10 +543,11 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
     for job_id, count in sorted(double.items()):
         no_double.flag({"job": job_id, "accepted_completes": count},
                        second_complete_ts[job_id])
-    unexpected = sorted(set(completes) - enqueued)
+    completed = set(completes)  # jobs with at least one accepted complete
+    unexpected = sorted(completed - enqueued)
     # Dead-lettered jobs are accounted for only when a stall limit is on; otherwise lost.
-    dead_lettered = sorted((set(dead) & enqueued) - set(completes)) if config.max_stalls else []
-    lost = sorted(enqueued - set(completes) - set(dead_lettered))
+    dead_lettered = sorted((set(dead) & enqueued) - completed) if config.max_stalls else []
+    lost = sorted(enqueued - completed - set(dead_lettered))
     if final:
         for job_id in lost:
             lease = leases.get(job_id)
@@ -555,7 +556,8 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
             no_loss.flag({"job": job_id, "state": state,
                           "attempt": lease.attempt if lease else None}, last_ts)
     _judge_stall_limit(stall_limit, config.max_stalls, reap_times, dead)
-    no_loss.figures = {"enqueued": len(enqueued), "completed": len(set(completes) & enqueued),
+    completed_enqueued = len(completed & enqueued)
+    no_loss.figures = {"enqueued": len(enqueued), "completed": completed_enqueued,
                        "lost": len(lost) if final else 0, "judged": final}
 
     reap_latency = []
@@ -601,7 +603,7 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
     no_double.figures = {"double_completed": len(double)}
     jobs = JobCounts(
         enqueued=len(enqueued),
-        completed=len(set(completes) & enqueued),
+        completed=completed_enqueued,
         lost=len(lost) if final else 0,
         double_completed=len(double),
         unexpected=len(unexpected),

@@ -73,6 +73,11 @@ def _identity(op: str, job_id: str, attempt: int | None, worker: str | None,
     return (op, job_id, attempt, worker)
 
 
+def _event_identity(event: Event) -> tuple[Any, ...]:
+    """What an acknowledgement of this event would carry (see ``_identity``)."""
+    return _identity(event.type, event.job_id or "", event.attempt, event.worker, event.deadline)
+
+
 class AckLedger:
     """Append-only, one write per acknowledgement; thread-safe (a worker's slots share one)."""
 
@@ -149,8 +154,7 @@ class AckComparison:
 def compare_acks(acks: Iterable[Ack], surviving: Iterable[Event]) -> AckComparison:
     """Acknowledged transitions with no matching event in the surviving history."""
     present: Counter[tuple[Any, ...]] = Counter(
-        _identity(e.type, e.job_id or "", e.attempt, e.worker, e.deadline)
-        for e in surviving if e.type in ACK_OPS)
+        _event_identity(e) for e in surviving if e.type in ACK_OPS)
     result = AckComparison(acknowledged=dict.fromkeys(ACK_OPS, 0), lost=dict.fromkeys(ACK_OPS, 0))
     jobs: set[str] = set()
     for ack in acks:
@@ -190,15 +194,12 @@ def judged_history(history: list[Event], surviving: list[Event],
     no one (e.g. a write on a stale primary whose WAIT failed), so it is not judged."""
     # The acknowledgements the surviving events do not already account for.
     acked = Counter(ack.identity() for ack in acks)
-    acked.subtract(_identity(e.type, e.job_id or "", e.attempt, e.worker, e.deadline)
-                   for e in surviving if e.type in ACK_OPS)
+    acked.subtract(_event_identity(e) for e in surviving if e.type in ACK_OPS)
     kept = list(surviving)
     for event in events_not_surviving(history, surviving):
-        key = _identity(event.type, event.job_id or "", event.attempt, event.worker,
-                        event.deadline)
         if event.type in RUNNER_EVENTS:
             kept.append(event)
-        elif event.type in ACK_OPS and acked[key] > 0:
+        elif event.type in ACK_OPS and acked[key := _event_identity(event)] > 0:
             acked[key] -= 1
             kept.append(event)
     return sorted(kept, key=lambda event: seq_key(event.seq))

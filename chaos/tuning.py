@@ -89,7 +89,7 @@ def measure_history(events: list[Event]) -> HistoryMeasurements:
             # lease was already over, so none of these is a renewal gap.
             continue
         holder[1].append(event.ts)
-        if event.type.startswith("complete") and key not in finished:
+        if event.type.startswith("complete"):
             finished[key] = event.ts - holder[1][0]
     for key, (worker, times) in attempts.items():
         if key not in finished:
