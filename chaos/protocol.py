@@ -244,10 +244,9 @@ class QueueClient:
     def enqueue(self, job_id: str, payload: str = "", kind: str = "") -> bool:
         """``kind`` (e.g. ``poison``) is stored on the job and named in its enqueue event."""
         k = self.keys
-        # ARGV[4] is the record flag, so a kind (ARGV[5]) needs one, recording by default
-        extra = (*(self._no_event or ("1",)), kind) if kind else self._no_event
+        record = "0" if self._no_event else "1"  # ARGV[4], the record flag; ARGV[5] the kind
         return bool(self._call("enqueue", [k.pending, k.events],
-                               [k.job_prefix, job_id, payload, *extra]))
+                               [k.job_prefix, job_id, payload, record, kind]))
 
     def enqueue_batch(self, jobs: Sequence[tuple[str, str]]) -> list[str]:
         """Enqueue (id, payload) pairs in one pipelined round trip (one script call each); the

@@ -189,6 +189,16 @@ def test_without_events_the_transitions_hold_and_the_history_stays_empty(queue: 
     assert queue.client.hget(queue.keys.job("a"), "state") == "completed"
 
 
+def test_a_job_kind_is_stored_and_named_in_its_event_even_without_events(queue: QueueClient):
+    assert queue.enqueue("p", "poison", kind="poison") and queue.enqueue("a", "payload")
+    quiet = QueueClient(queue.client, queue.keys, record_events=False)
+    assert quiet.enqueue("q", "poison", kind="poison")
+    history = list(iter_stream(queue.client, queue.keys.events))
+    assert [(e.job_id, e.extra.get("kind")) for e in history] == [("p", "poison"), ("a", None)]
+    assert [queue.client.hget(queue.keys.job(i), "kind") for i in "paq"] == [
+        "poison", None, "poison"]
+
+
 def test_only_the_sound_protocol_can_skip_events(queue: QueueClient):
     with pytest.raises(ValueError, match="sound protocol only"):
         QueueClient(queue.client, queue.keys, protocol="unfenced-complete", record_events=False)
