@@ -32,33 +32,31 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
     strict: bool = False
 
-    @property
-    def evicts(self) -> bool:
-        return self.settings.get("maxmemory-policy", "noeviction") != "noeviction"
-
-    @property
-    def persists(self) -> bool:
-        return bool(self.settings.get("save", "").strip()) or \
-            self.settings.get("appendonly", "no") == "yes"
-
     def as_dict(self) -> dict[str, object]:
+        readable = self.readable
         return {"settings": self.settings, "own_server": self.own_server,
-                "readable": self.readable, "evicts": self.evicts if self.readable else None,
-                "persists": self.persists if self.readable else None,
+                "readable": readable, "evicts": evicts(self.settings) if readable else None,
+                "persists": persists(self.settings) if readable else None,
                 "warnings": self.warnings, "strict": self.strict}
+
+
+def evicts(settings: dict[str, str]) -> bool:
+    return settings.get("maxmemory-policy", "noeviction") != "noeviction"
+
+
+def persists(settings: dict[str, str]) -> bool:
+    return bool(settings.get("save", "").strip()) or settings.get("appendonly") == "yes"
 
 
 def judge(settings: dict[str, str], own_server: bool) -> list[str]:
     """The warnings a server's settings earn (pure: unit-testable without a server)."""
     warnings = []
-    policy = settings.get("maxmemory-policy", "noeviction")
-    if policy != "noeviction":
-        limit = settings.get("maxmemory", "0")
+    if evicts(settings):
         warnings.append(
-            f"maxmemory-policy is {policy!r} (maxmemory {limit}): the server may evict a lease "
+            f"maxmemory-policy is {settings['maxmemory-policy']!r} (maxmemory "
+            f"{settings.get('maxmemory', '0')}): the server may evict a lease "
             "or a job hash under memory pressure, losing the job silently; use noeviction")
-    persisted = bool(settings.get("save", "").strip()) or settings.get("appendonly") == "yes"
-    if not persisted and not own_server:
+    if not persists(settings) and not own_server:
         warnings.append(
             "nothing is persisted (save \"\" and appendonly no): a restart empties the queue")
     return warnings
