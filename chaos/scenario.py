@@ -36,6 +36,7 @@ def _known_invariants(value: list[str]) -> list[str]:
 
 
 InvariantNames = Annotated[list[str], AfterValidator(_known_invariants)]
+
 HOLDING_OLDEST_LEASE = "holding_oldest_lease"
 MAX_PLANNED_FAULTS = 10_000
 
@@ -126,6 +127,11 @@ class Load(Strict):
     rate: Annotated[float, Field(gt=0, le=1_000_000)] = 50.0
     max_jobs: Annotated[int, Field(ge=0)] | None = None  # builtin: stop after this many
     payload_bytes: Annotated[int, Field(ge=0, le=1_000_000)] = 16
+    # Builtin only. Poison jobs crash whichever worker claims them. Job i (from 1) is poison when
+    # floor(i * poison_fraction) > floor((i - 1) * poison_fraction): evenly spread, e.g. 0.02
+    # makes jobs 50, 100, ... poison; poison_jobs caps how many (default: no cap).
+    poison_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
+    poison_jobs: Annotated[int, Field(ge=1)] | None = None
     # Locust only:
     users: Annotated[int, Field(ge=1, le=10_000)] = 2
     spawn_rate: Annotated[float, Field(gt=0, le=100_000)] = 100.0  # users started per second
@@ -160,11 +166,6 @@ class Load(Strict):
             raise ValueError("poison_fraction is a builtin-engine setting: Locust's producers "
                              "enqueue no poison jobs (set engine = 'builtin')")
         return self
-    # Poison jobs crash whichever worker claims them. Job i (from 1) is poison when
-    # floor(i * poison_fraction) > floor((i - 1) * poison_fraction): evenly spread, e.g. 0.02
-    # makes jobs 50, 100, ... poison; poison_jobs caps how many (default: no cap).
-    poison_fraction: Annotated[float, Field(ge=0, le=1)] = 0.0
-    poison_jobs: Annotated[int, Field(ge=1)] | None = None
 
     def is_poison(self, number: int, poisoned_so_far: int) -> bool:
         if self.poison_jobs is not None and poisoned_so_far >= self.poison_jobs:
