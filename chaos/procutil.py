@@ -25,6 +25,7 @@ def die_with_parent(parent: int | None = None) -> None:
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
     except OSError:
         return
-    # the parent already died before prctl took effect
-    if os.getppid() != parent if parent is not None else os.getppid() == 1:
+    # The parent already died before prctl took effect: we were re-parented.
+    orphaned = os.getppid() != parent if parent is not None else os.getppid() == 1
+    if orphaned:
         os._exit(1)
