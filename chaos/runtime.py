@@ -47,8 +47,6 @@ from chaos.scenario import Scenario
 
 SENTINEL_SERVICE = "echomq"  # the name Sentinel knows the primary by
 SENTINEL_DOWN_AFTER_MS = 1000  # how long the primary must be unreachable before a failover
-
-
 STORE_RETRIES = 40  # the runner's client retries ~15 s: longer than a restart or a failover
 
 
@@ -366,7 +364,6 @@ class RuntimeBase(ABC):
     def ack_ledger_path(self, name: str) -> Path:
         """Where process ``name`` records the transitions it was told succeeded (chaos.ledger)."""
         return self.run_dir / ACKS_DIR / f"{name}.jsonl"
-
 
     # --- Toxiproxy ------------------------------------------------------------------------
     def start_network(self) -> ToxiproxyServerInfo | None:
@@ -686,7 +683,6 @@ class LocalRuntime(RuntimeBase):
         api_url = f"http://127.0.0.1:{port}"
         version = wait_for_api(api_url, alive=lambda: child.alive)
         return ToxiproxyServerInfo(kind, api_url, version, argv)
-
 
     def start_reapers(self) -> list[Child]:
         """The scenario's reapers; none for the ``no-reaper`` variant (nothing recovers)."""
