@@ -30,8 +30,9 @@ from typing import Any, TextIO
 
 from chaos.load import LocustLoad
 from chaos.nemesis import Nemesis
+from chaos.progress import Progress
 from chaos.report import write_json_atomic
-from chaos.runner import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, Progress, Run
+from chaos.runner import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, Run, try_teardown
 from chaos.runtime import InfraError
 from chaos.scenario import LoadMix, Scenario, ScenarioError
 
@@ -219,29 +220,22 @@ class CapacityRun:
         except KeyboardInterrupt:
             self.result.stopped_by, self.result.error = "aborted", "interrupted"
             self.progress.say("!! interrupted: tearing down")
-            self._quietly(lambda: self.run.wind_down(aborted=True))
+            try_teardown(lambda: self.run.wind_down(aborted=True))
         except InfraError as failure:
             self.result.stopped_by, self.result.error = "error", str(failure)
             self.progress.say(f"!! infrastructure error: {failure}")
-            self._quietly(lambda: self.run.wind_down(aborted=True))
+            try_teardown(lambda: self.run.wind_down(aborted=True))
         except Exception as failure:  # a bug: keep what was measured, say where
             self.result.stopped_by = "error"
             self.result.error = f"{type(failure).__name__}: {failure}"
             (self.out / "capacity-error.txt").write_text(traceback.format_exc())
             self.progress.say(f"!! internal error: {self.result.error} "
                               "(traceback in capacity-error.txt)")
-            self._quietly(lambda: self.run.wind_down(aborted=True))
+            try_teardown(lambda: self.run.wind_down(aborted=True))
         finally:
             self.run.close()
         write_json_atomic(self.out / "capacity.json", self.result.as_dict())
         return self.result
-
-    @staticmethod
-    def _quietly(action: Any) -> None:
-        try:
-            action()
-        except Exception as failure:  # teardown goes on; capacity.json says what happened
-            print(f"   (teardown step failed: {failure})", file=sys.stderr)
 
     def _search(self) -> None:
         result = self.result
@@ -301,8 +295,7 @@ class CapacityRun:
         step.backlog_end = queue.backlog()[0]
         step.backlog_growth_per_s = round(backlog_slope(samples), 2)
         entries = queue.client.xrange(run.keys.events, min=f"{start_ts}-0")
-        waits, step.unclaimed_at_end = claim_waits(
-            [(entry_id, fields) for entry_id, fields in entries], end_ts)
+        waits, step.unclaimed_at_end = claim_waits(entries, end_ts)
         enqueue_ts = [int(fields["ts"]) for _, fields in entries
                       if fields.get("type") == "enqueue"]
         step.enqueued = len(enqueue_ts)

@@ -366,16 +366,16 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
     except KeyboardInterrupt:
         verdict_word, error = "aborted", "interrupted (SIGINT or SIGTERM)"
         progress.say("!! interrupted: tearing down (interrupt again to exit at once)")
-        _try(lambda: run.wind_down(aborted=True, cause="interrupt"))
+        try_teardown(lambda: run.wind_down(aborted=True, cause="interrupt"))
     except InfraError as failure:
         error = str(failure)
         progress.say(f"!! infrastructure error: {failure}")
-        _try(lambda: run.wind_down(aborted=True, cause="infra"))
+        try_teardown(lambda: run.wind_down(aborted=True, cause="infra"))
     except Exception as failure:  # an unexpected bug: keep the evidence, say where
         error = f"{type(failure).__name__}: {failure}"
         write_text_atomic(run_dir / "runner-error.txt", traceback.format_exc())
         progress.say(f"!! internal error: {error} (traceback in runner-error.txt)")
-        _try(lambda: run.wind_down(aborted=True, cause="internal"))
+        try_teardown(lambda: run.wind_down(aborted=True, cause="internal"))
     finally:
         try:
             run.close()
@@ -407,10 +407,12 @@ def _load_summary(run: Run) -> dict[str, Any] | None:
         return None
 
 
-def _try(action: Any) -> None:
+def try_teardown(action: Any) -> None:
+    """One teardown step: a failure is printed, and teardown goes on (the report, or
+    capacity.json, says what happened)."""
     try:
         action()
-    except Exception as failure:  # teardown must go on; the report says what happened
+    except Exception as failure:
         print(f"   (teardown step failed: {failure})", file=sys.stderr)
 
 
