@@ -276,7 +276,7 @@ class _FaultWindow:
     kind: str = ""
 
 
-def _deadline(event: Event) -> int:
+def lease_deadline(event: Event) -> int:
     """The lease deadline on the server clock: renewal time + lease length."""
     if event.lease_ms is not None:
         return event.ts + event.lease_ms
@@ -419,7 +419,7 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
             else:
                 monotonic.flag({"job": job_id, "attempt": attempt, "worker": worker,
                                 "seq": event.seq, "earlier_attempt": highest}, event.ts)
-            leases[job_id] = _Lease(attempt, worker, _deadline(event), event.seq, event.ts)
+            leases[job_id] = _Lease(attempt, worker, lease_deadline(event), event.seq, event.ts)
             holding = held_by.get(worker)
             if holding is None:
                 held_by[worker] = {job_id}
@@ -442,7 +442,7 @@ def _check(events: Iterable[Event], config: CheckConfig | None, final: bool | No
             if kind == "extend":
                 if live:
                     assert lease is not None
-                    lease.deadline = _deadline(event)
+                    lease.deadline = lease_deadline(event)
                     lease.renewed = event.seq
             else:
                 count = completes.get(job_id, 0) + 1

@@ -90,9 +90,10 @@ def summary_text(report: dict[str, Any]) -> str:
     if report.get("needless_by_fault"):
         lines.append("  needless  by the fault the holder was under: " + "  ".join(
             f"{kind} {count}" for kind, count in report["needless_by_fault"].items()))
-    rows = [row for row in report.get("needless_by_duration", []) if row["attempts"]]
-    if any(row["needless"] for row in rows) or any(
-            row["bucket"] not in ("0-0.5x",) for row in rows):
+    buckets = report.get("needless_by_duration", [])
+    rows = [row for row in buckets if row["attempts"]]
+    # Worth a line once a lease was redelivered needlessly or a handler ran past the first bucket.
+    if any(row["needless"] for row in rows) or any(row["attempts"] for row in buckets[1:]):
         lines.append("  needless  by handler duration (x lease): " + "  ".join(
             f"{row['bucket']} {row['needless']}/{row['attempts']}" for row in rows))
     outcomes = report.get("outcomes")

@@ -22,7 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chaos.checker import INVARIANTS, WHAT_IT_CHECKS, StrandedLease, Verdict
+from chaos.checker import INVARIANTS, WHAT_IT_CHECKS, StrandedLease, Verdict, lease_deadline
 from chaos.history import Event, replay_history
 from chaos.junit import offending_jobs
 
@@ -330,14 +330,12 @@ def _job_leases(job_events: list[Event]) -> tuple[list[_LeaseBar], list[Event]]:
     stray: list[Event] = []
     for event in job_events:
         attempt = event.attempt or 0
-        deadline = (event.ts + event.lease_ms if event.lease_ms is not None
-                    else event.deadline or event.ts)
         if event.type == "claim":
-            bar = _LeaseBar(event.worker or "?", event.ts, deadline)
+            bar = _LeaseBar(event.worker or "?", event.ts, lease_deadline(event))
             bars.append(bar)
             live[attempt] = bar
         elif event.type == "extend" and attempt in live:
-            live[attempt].deadline = deadline
+            live[attempt].deadline = lease_deadline(event)
             live[attempt].extends.append(event.ts)
         elif event.type in ("complete", "reap", "dead") and attempt in live:
             bar = live.pop(attempt)
@@ -397,12 +395,12 @@ def lease_chart_svg(span: FaultSpan, jobs: list[str], by_job: dict[str, list[Eve
                 ax.plot(x(bar.end or 0), row, marker="s", color="#6e2b2b", markersize=7)
             right = max(right, x(bar.end if bar.end is not None else bar.deadline) + 0.2)
         for event in stray:
+            drawn.add(event.type)
             marker, face, edge = STRAY_MARKERS[event.type]
             ax.plot(x(event.ts), row, marker=marker, markerfacecolor=face, markeredgecolor=edge,
                     markersize=9 if event.type in ("complete", "extend") else 8,
                     markeredgewidth=1.5)
             right = max(right, x(event.ts) + 0.3)
-    drawn |= {e.type for job in jobs for e in _job_leases(by_job.get(job, []))[1]}
     healed = x(span.end_ts) if span.end_ts is not None else None
     if healed is not None:
         ax.axvspan(0, healed, color=color, alpha=0.14, linewidth=0)
@@ -774,5 +772,4 @@ def external_urls(page: str) -> list[str]:
                       flags=re.IGNORECASE)
 
 
-__all__ = ["render_html", "write_html", "build_timeline", "load_table",
-                          "external_urls"]
+__all__ = ["render_html", "write_html", "build_timeline", "load_table", "external_urls"]

@@ -25,7 +25,7 @@ from chaos.cli import main
 from chaos.junit import junit_document
 from chaos.offline import VERDICT_KEYS
 from chaos.progress import Progress, Status
-from chaos.report import build_report, write_rendered_reports
+from chaos.report import build_report, summary_text, write_rendered_reports
 from chaos.report_html import external_urls, render_html
 from chaos.scenario import scenario_from_dict
 
@@ -189,6 +189,20 @@ def saved_run(tmp_path: Path, h: History, name: str = "saved") -> Path:
     h.write_jsonl(run_dir / "history.jsonl")
     (run_dir / "report.json").write_text(json.dumps(judged(h)))
     return run_dir
+
+
+def test_the_summary_names_handler_durations_only_when_they_say_something():
+    report = judged(paused_worker_history())
+    rows = report["needless_by_duration"]
+    for row in rows:
+        row.update(attempts=0, needless=0)
+    rows[0].update(attempts=5)  # every handler well inside its lease, none redelivered
+    assert "by handler duration" not in summary_text(report)
+    rows[2].update(attempts=1)  # a handler that ran past the lease, redelivered or not
+    assert "by handler duration (x lease): 0-0.5x 0/" in summary_text(report)
+    rows[2].update(attempts=0)
+    rows[0].update(needless=1)
+    assert "by handler duration" in summary_text(report)
 
 
 def test_a_recheck_compares_every_key_the_checker_decides():
