@@ -7,8 +7,9 @@ Sections (README "Benchmarks" says what each row means):
   checker  a synthetic history (1M jobs in the full run): events/s checked, peak RSS
   startup  `echomq-chaos run` -> first claim with 8 workers vs a bare valkey-server start
   proxy    the built-in Toxiproxy server's overhead (benchmarks/proxy_overhead.py)
-  locust   Locust's ceiling (benchmarks/locust_ceiling.py, when present)
-  scale    64 workers x 8 slots, 200k jobs, a quarter killed (only with --scale: minutes)
+  locust   Locust's ceiling (benchmarks/locust_ceiling.py)
+  scale    64 workers x 8 slots, 200k jobs, a quarter killed (only with --scale or
+           --only scale: minutes)
 
 Exit codes: 0 every target met, 1 a target missed, 2 bad usage, 3 a section could not run,
 130 interrupted (bench.json is still written with what was measured).
@@ -17,9 +18,7 @@ Exit codes: 0 every target met, 1 a target missed, 2 bad usage, 3 a section coul
 from __future__ import annotations
 
 import argparse
-import importlib
 import os
-import shutil
 import sys
 import time
 import traceback
@@ -29,8 +28,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from benchmarks import checker_speed, proxy_overhead, queue_path, scale, startup
-from benchmarks.common import Row
+from benchmarks import (
+    checker_speed,
+    locust_ceiling,
+    proxy_overhead,
+    queue_path,
+    scale,
+    startup,
+)
+from benchmarks.common import Row, redis_benchmark_path
 from chaos.report import write_json_atomic
 from chaos.scenario import ScenarioError, load_scenario
 
@@ -72,26 +78,13 @@ def proxy_section(preset: Preset) -> dict[str, Any]:
 
 
 def locust_section(mode: str) -> dict[str, Any]:
-    """The hook for issue 4's Locust ceiling: ``benchmarks/locust_ceiling.py`` with
-    ``run(quick: bool) -> dict``. Rows come from its ``rows`` (dicts with Row's fields), else
-    its scalar figures are shown in one row."""
+    """``benchmarks/locust_ceiling.py``; its ``rows`` are dicts with Row's fields."""
     if mode == "smoke":  # Locust's own tests cover it; its runs would outlast a smoke test
         return {"skipped": "not at smoke size"}
-    try:
-        module = importlib.import_module("benchmarks.locust_ceiling")
-    except ModuleNotFoundError as error:
-        if error.name != "benchmarks.locust_ceiling":
-            raise
-        return {"skipped": "benchmarks/locust_ceiling.py is not in this tree yet (issue 4)"}
-    result: dict[str, Any] = module.run(quick=mode != "full")
+    result: dict[str, Any] = locust_ceiling.run(quick=mode != "full")
     if "skipped" in result:
         return {"skipped": str(result["skipped"])}
-    if isinstance(result.get("rows"), list):
-        rows = [Row(**{"section": "locust", **row}) for row in result["rows"]]
-    else:
-        scalars = {k: v for k, v in result.items() if isinstance(v, int | float | str)}
-        rows = [Row("locust", "Locust ceiling (figures in bench.json)", None, "",
-                    note=", ".join(f"{k} {v}" for k, v in scalars.items()))]
+    rows = [Row(**{"section": "locust", **row}) for row in result["rows"]]
     return {"rows": rows, "raw": result}
 
 
@@ -198,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "mode": mode,
         "started_utc": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cpus": os.cpu_count(), "load_average_start": list(os.getloadavg())},
-        "redis_benchmark": shutil.which("redis-benchmark"),
+        "redis_benchmark": redis_benchmark_path(),
         "sections": {},
     }
     sections: dict[str, dict[str, Any]] = {}

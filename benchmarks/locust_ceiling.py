@@ -30,9 +30,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Row, valkey_server
-from benchmarks.proxy_overhead import fill
-from benchmarks.queue_path import redis_benchmark, redis_benchmark_path
+from benchmarks.common import Row, fill, redis_benchmark, redis_benchmark_path, valkey_server
 from chaos.load import locustfile
 from chaos.protocol import QueueKeys, connect, load_script_source
 from chaos.runtime import ValkeyServer

@@ -12,18 +12,16 @@ ways, direct to Valkey and through the proxy, in alternating rounds so machine n
 Targets (DESIGN §3, a proxy must not be what a chaos run measures): proxy p50 at most 2x direct,
 proxy throughput at least 50% of direct.
 
-    .venv/bin/python benchmarks/proxy_overhead.py [--jobs 1000] [--rounds 5] [--threads 4]
-                                                   [--json out.json]
+    .venv/bin/python -m benchmarks.proxy_overhead [--jobs 1000] [--rounds 5] [--threads 4]
+                                                  [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.request
@@ -31,8 +29,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.protocol import QueueClient, QueueKeys, connect, load_script_source
-from chaos.runtime import ValkeyServer, valkey_server_binary
+from benchmarks.common import address, fill, median, valkey_server
+from chaos.capacity import percentile
+from chaos.protocol import QueueClient, QueueKeys, connect
 
 LEASE_MS = 60_000
 MODES = ("direct", "proxy")
@@ -42,11 +41,6 @@ MODES = ("direct", "proxy")
 class ModeResults:
     samples_s: list[float] = field(default_factory=list)  # claim + complete round trips
     throughputs: list[float] = field(default_factory=list)  # jobs/s, one per round
-
-
-def percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def start_proxy_server() -> tuple[subprocess.Popen[str], str]:
@@ -67,17 +61,6 @@ def create_proxy(api_url: str, upstream: str) -> str:
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=5) as response:
         return str(json.loads(response.read())["listen"])
-
-
-def fill(url: str, password: str, keys: QueueKeys, jobs: int) -> None:
-    """Enqueue ``jobs`` jobs with the protocol's enqueue script, pipelined: setup, not measured."""
-    client = connect(url, password)
-    sha = client.script_load(load_script_source("enqueue"))
-    pipe = client.pipeline(transaction=False)
-    for number in range(jobs):
-        pipe.evalsha(sha, 2, keys.pending, keys.events, keys.job_prefix, f"j{number}", "")
-    pipe.execute()
-    client.close()
 
 
 def measure_latency(urls: dict[str, str], password: str, keys: dict[str, QueueKeys],
@@ -128,14 +111,11 @@ def measure_throughput(url: str, password: str, keys: QueueKeys, jobs: int,
 
 
 def run(jobs: int, rounds: int, threads: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="proxy-overhead-") as tmp:
-        valkey = ValkeyServer(valkey_server_binary(None), Path(tmp) / "data",
-                              Path(tmp) / "valkey.log")
-        valkey.start()
+    with valkey_server("proxy") as valkey:
         proxy_process, api_url = start_proxy_server()
         try:
-            upstream = valkey.url.split("//", 1)[1].split("/", 1)[0]
-            listen = create_proxy(api_url, upstream)
+            host, port = address(valkey)
+            listen = create_proxy(api_url, f"{host}:{port}")
             urls = {"direct": valkey.url, "proxy": f"valkey://{listen}/0"}
             results = {mode: ModeResults() for mode in MODES}
             for round_number in range(rounds):
@@ -156,13 +136,12 @@ def run(jobs: int, rounds: int, threads: int) -> dict[str, Any]:
         finally:
             proxy_process.terminate()
             proxy_process.wait(timeout=10)
-            valkey.stop()
     summary: dict[str, Any] = {"jobs": jobs, "rounds": rounds, "threads": threads, "modes": {}}
     for mode, result in results.items():
         summary["modes"][mode] = {
             "p50_ms": percentile(result.samples_s, 0.50) * 1000,
             "p99_ms": percentile(result.samples_s, 0.99) * 1000,
-            "throughput_jobs_per_s": statistics.median(result.throughputs),
+            "throughput_jobs_per_s": median(result.throughputs),
             "throughput_per_round": result.throughputs,
         }
     direct, proxy = summary["modes"]["direct"], summary["modes"]["proxy"]

@@ -20,11 +20,8 @@ call per round trip, no pipelining. The Python figures use exactly that; the bas
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,8 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Row, address, median, valkey_server
-from benchmarks.proxy_overhead import fill
+from benchmarks.common import (
+    Row,
+    fill,
+    median,
+    redis_benchmark,
+    redis_benchmark_path,
+    valkey_server,
+)
 from chaos.history import EXPORT_POLL_S, HistoryExporter
 from chaos.protocol import QueueClient, QueueKeys, connect, load_script_source
 from chaos.runtime import ValkeyServer
@@ -51,31 +54,6 @@ class Sizes:
     claims: int  # jobs claimed per Python / redis-benchmark measurement
     jobs: int  # jobs per full-job round
     rounds: int
-
-
-def redis_benchmark_path() -> str | None:
-    return shutil.which("redis-benchmark")
-
-
-def redis_benchmark(server: ValkeyServer, command: list[str], requests: int, clients: int,
-                    pipeline: int, random_range: int | None = None) -> float:
-    """Requests/s of one command, from redis-benchmark's CSV line."""
-    if server.socket_path is not None:  # a private socket, no password (ValkeyServer)
-        target = ["-s", str(server.socket_path)]
-    else:
-        host, port = address(server)
-        # The password is a throwaway one of this benchmark's own server (redis-benchmark has
-        # no other way to take it).
-        target = ["-h", host, "-p", str(port), "-a", server.password]
-    argv = [str(redis_benchmark_path()), *target, "-n", str(requests), "-c", str(clients),
-            "-P", str(pipeline), "--csv",
-            *(["-r", str(random_range)] if random_range else []), *command]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=300, check=False)
-    rows = list(csv.reader(io.StringIO(result.stdout)))
-    if result.returncode != 0 or len(rows) < 2:
-        raise RuntimeError(f"redis-benchmark failed ({result.returncode}): "
-                           f"{(result.stderr or result.stdout)[-500:]}")
-    return float(rows[1][1])
 
 
 @dataclass
