@@ -135,12 +135,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
         return EXIT_PASS
     if len(scenarios) == 1:
-        run_dirs = [Path(args.out) if args.out else default_run_dir(scenarios[0].name)]
+        run_dirs = [_output_dir(args, scenarios[0].name)]
         suite_dir = None
     else:  # one directory for the suite, one run directory per scenario inside it
-        suite_dir = Path(args.out) if args.out else default_run_dir("suite")
+        suite_dir = _output_dir(args, "suite")
         run_dirs = _suite_run_dirs(suite_dir, [scenario.name for scenario in scenarios])
-    prepare_run_dir(suite_dir or run_dirs[0], args.force)
     results: list[RunResult] = []
     for index, (scenario, run_dir) in enumerate(zip(scenarios, run_dirs, strict=True)):
         if suite_dir is not None:
@@ -160,6 +159,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.junit:
         write_junit(Path(args.junit), junit_runs)
     return worst_exit_code([result.exit_code for result in results])
+
+
+def _output_dir(args: argparse.Namespace, name: str) -> Path:
+    """``--out`` or ``runs/<utc-time>-<name>/``, made ready (a non-empty one only with
+    ``--force``)."""
+    out = Path(args.out) if args.out else default_run_dir(name)
+    prepare_run_dir(out, args.force)
+    return out
 
 
 def _suite_run_dirs(suite_dir: Path, names: list[str]) -> list[Path]:
@@ -284,8 +291,7 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     if args.repeat < 1:
         raise ScenarioError(f"--repeat {args.repeat}: must be at least 1")
     mutants = selftest.load_mutants(selftest.find_mutants(Path(args.scenarios)), args.only)
-    out = Path(args.out) if args.out else default_run_dir("selftest")
-    prepare_run_dir(out, args.force)
+    out = _output_dir(args, "selftest")
     print(f"selftest: {len(mutants)} mutants x {args.repeat} seed(s), each also run with the "
           f"sound protocol; run directories under {out}", file=sys.stderr)
     with InterruptsTearDown("selftest", out):
@@ -342,8 +348,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         target, source = args.target_recovery_ms, "--target-recovery-ms"
     name = plans[0].scenario.name
-    out = Path(args.out) if args.out else default_run_dir(f"sweep-{name}")
-    prepare_run_dir(out, args.force)
+    out = _output_dir(args, f"sweep-{name}")
     planned_s = sum(p.scenario.phases.warmup_ms + p.scenario.phases.chaos_ms
                     + p.scenario.phases.heal_ms for p in plans) * args.repeat / 1000
     print(f"sweep {name}: {len(plans)} cells x {args.repeat} run(s), one after another "
@@ -369,8 +374,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         max_steps=args.steps, step_ms=args.step_ms, p99_ms=args.p99_ms,
         backlog_growth=args.backlog_growth, fault=args.fault)
     search.validate(scenario)  # exit 2 before anything starts
-    out = Path(args.out) if args.out else default_run_dir(f"capacity-{scenario.name}")
-    prepare_run_dir(out, args.force)
+    out = _output_dir(args, f"capacity-{scenario.name}")
     rates = search.rates()
     print(f"capacity {scenario.name}: {scenario.topology.workers} workers x "
           f"{scenario.topology.concurrency} slots; enqueue rate {rates[0]:g} .. {rates[-1]:g} "
@@ -631,10 +635,7 @@ def main(argv: list[str] | None = None) -> int:
     except (ScenarioError, RunDirError, SavedRunError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
-    except InfraError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return EXIT_INFRA
-    except OSError as error:
+    except (InfraError, OSError) as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_INFRA
     except KeyboardInterrupt:  # outside a run's own handling (start-up, the final report)
