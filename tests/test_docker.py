@@ -65,13 +65,18 @@ def run_cli(*args: str, timeout: float = 120,
                           timeout=timeout, cwd=ROOT, env=env)
 
 
-def run_in_docker(name: str, out: Path) -> dict:
+def run_in_docker(engine: docker.DockerClient, name: str, out: Path) -> dict:
+    """Run a fault scenario in containers: it passes, its recovery bound held for at least one
+    stranded lease, and no container of it is left."""
     result = run_cli("run", str(ROOT / "scenarios" / f"{name}.toml"), "--runtime", "docker",
                      "--out", str(out))
     report = json.loads((out / "report.json").read_text())
     assert result.returncode == 0, result.stderr[-3000:]
     assert report["verdict"] == "pass"
     assert report["run"]["runtime"]["kind"] == "docker"
+    bound = report["invariants"]["recovery_bound"]
+    assert bound["ok"] and bound["count"] >= 1 and bound["max_ms"] <= bound["bound_ms"]
+    assert containers_of(engine, out) == {}
     return report
 
 
@@ -82,16 +87,10 @@ def containers_of(client: docker.DockerClient, out: Path) -> dict[str, str]:
     return {entry["Labels"][LABEL_ROLE]: entry["State"] for entry in listed}
 
 
-def assert_bound_held(report: dict) -> None:
-    bound = report["invariants"]["recovery_bound"]
-    assert bound["ok"] and bound["count"] >= 1 and bound["max_ms"] <= bound["bound_ms"]
-
-
 def test_kill_worker_in_containers_sigkills_and_recovers_within_the_bound(
         engine: docker.DockerClient, tmp_path: Path):
     out = tmp_path / "run"
-    report = run_in_docker("kill-worker", out)
-    assert_bound_held(report)
+    report = run_in_docker(engine, "kill-worker", out)
     assert report["faults"] == 2 and report["redeliveries"]["needed"] >= 1
     assert report["jobs"]["lost"] == 0 and report["jobs"]["double_completed"] == 0
     runtime = report["run"]["runtime"]
@@ -106,14 +105,12 @@ def test_kill_worker_in_containers_sigkills_and_recovers_within_the_bound(
     for name in {"reaper", "worker-1", "worker-2", "worker-3", "worker-4"} - killed:
         assert containers[name]["exit_code"] == 0, containers[name]  # stopped by SIGTERM
     assert (out / "logs" / "valkey.log").read_text().count("Ready to accept connections") == 1
-    assert containers_of(engine, out) == {}
 
 
 def test_pause_worker_in_containers_freezes_it_and_its_stale_completes_are_rejected(
         engine: docker.DockerClient, tmp_path: Path):
     out = tmp_path / "run"
-    report = run_in_docker("pause-worker", out)
-    assert_bound_held(report)
+    report = run_in_docker(engine, "pause-worker", out)
     assert report["redeliveries"]["needed"] >= 1 and report["jobs"]["double_completed"] == 0
     assert report["rejected"].get("complete_rejected", 0) >= 1
     events = read_history(out / "history.jsonl")
@@ -135,21 +132,18 @@ def test_pause_worker_in_containers_freezes_it_and_its_stale_completes_are_rejec
         assert event.worker == fault.worker and event.ts >= heal.ts
         assert (event.job_id, event.attempt) in reaped
     assert report["run"]["runtime"]["containers"][fault.worker]["exit_code"] == 0
-    assert containers_of(engine, out) == {}
 
 
 def test_partition_in_containers_goes_through_the_toxiproxy_container(
         engine: docker.DockerClient, tmp_path: Path):
     out = tmp_path / "run"
-    report = run_in_docker("partition-worker", out)
-    assert_bound_held(report)
+    report = run_in_docker(engine, "partition-worker", out)
     assert report["redeliveries"]["needless"] == 0 and report["jobs"]["lost"] == 0
     toxiproxy = report["run"]["toxiproxy"]
     assert toxiproxy["kind"] == "docker" and toxiproxy["version"]
     assert toxiproxy["command"][0] == report["run"]["runtime"]["images"]["toxiproxy"]["name"]
     assert sorted(toxiproxy["links"]) == ["worker-1", "worker-2", "worker-3"]
     assert "toxiproxy" in report["run"]["runtime"]["containers"]
-    assert containers_of(engine, out) == {}
 
 
 @pytest.mark.parametrize("moment", ["setup", "chaos", "chaos-twice"])
@@ -178,8 +172,10 @@ def test_sigint_leaves_no_labelled_container(engine: docker.DockerClient, tmp_pa
     if moment == "chaos-twice":  # mid-teardown: force-removes every container, exits at once
         time.sleep(0.3)
         runner.send_signal(signal.SIGINT)
-    runner.communicate(timeout=60)
+    output, _ = runner.communicate(timeout=60)
     assert runner.returncode == 130
+    # The second one really cut the orderly teardown short (not ignored, not too late).
+    assert ("interrupted again" in output) == (moment == "chaos-twice"), output[-2000:]
     assert json.loads((out / "report.json").read_text())["verdict"] == "aborted"
     assert containers_of(engine, out) == {}
 
@@ -214,11 +210,16 @@ def test_clean_removes_containers_whose_runner_is_gone(engine: docker.DockerClie
                 container.remove(force=True)
 
 
-def test_compose_file_validates(tmp_path: Path):
+def docker_compose() -> str:
     compose = shutil.which("docker-compose")
     if compose is None:
         unavailable("docker-compose is not installed (apt-get install docker-compose)")
     assert compose is not None
+    return compose
+
+
+def test_compose_file_validates(tmp_path: Path):
+    compose = docker_compose()
     command = [compose, "-f", str(ROOT / "compose" / "docker-compose.yml"), "config"]
     env = {k: v for k, v in os.environ.items() if k != "ECHOMQ_VALKEY_PASSWORD"}
     refused = subprocess.run(command, capture_output=True, text=True, timeout=60, env=env)
@@ -257,10 +258,7 @@ def test_compose_stack_runs_scaled_workers_behind_toxiproxy(engine: docker.Docke
     from chaos.runtime import free_port
     from chaos.scenario import DockerSettings
 
-    compose = shutil.which("docker-compose")
-    if compose is None:
-        unavailable("docker-compose is not installed (apt-get install docker-compose)")
-    assert compose is not None
+    compose = docker_compose()
     settings = DockerSettings()
     ports = {name: str(free_port()) for name in
              ("ECHOMQ_VALKEY_PORT", "ECHOMQ_TOXIPROXY_PORT", "ECHOMQ_PROXY_PORT")}
