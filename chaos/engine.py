@@ -15,6 +15,7 @@ from typing import Any
 import docker
 import docker.errors
 from docker.models.containers import Container
+from docker.models.images import Image
 
 from chaos.cleanup import boot_id, start_ticks
 from chaos.runtime import InfraError
@@ -115,21 +116,22 @@ def clean_containers(everything: bool = False) -> list[str]:
     return [f"container {name}: removed" for name in removed]
 
 
-def has_image(client: docker.DockerClient, name: str) -> bool:
+def find_image(client: docker.DockerClient, name: str) -> Image | None:
+    """The engine's image ``name``, None if it has none (one inspect)."""
     try:
-        client.images.get(name)
-    except docker.errors.ImageNotFound:
-        return False
-    except docker.errors.DockerException as error:
-        raise InfraError(f"inspecting image {name}: {_first_line(error)}") from None
-    return True
-
-
-def image_label(client: docker.DockerClient, name: str, label: str) -> str | None:
-    try:
-        labels: dict[str, str] = client.images.get(name).labels or {}
+        return client.images.get(name)
     except docker.errors.ImageNotFound:
         return None
+    except docker.errors.DockerException as error:
+        raise InfraError(f"inspecting image {name}: {_first_line(error)}") from None
+
+
+def has_image(client: docker.DockerClient, name: str) -> bool:
+    return find_image(client, name) is not None
+
+
+def image_label(image: Image | None, label: str) -> str | None:
+    labels: dict[str, str] = (image.labels or {}) if image is not None else {}
     return labels.get(label)
 
 
@@ -149,8 +151,9 @@ def resolve_image(client: docker.DockerClient, role: str, official: str,
     """The image for ``role``: ``official`` if present, else the offline stand-in if present,
     else ``official`` pulled. Machines without a registry build the stand-ins beforehand."""
     for name, source in ((official, "local"), (offline, "offline stand-in")):
-        if name and has_image(client, name):
-            return ResolvedImage(role, name, source, client.images.get(name).short_id)
+        found = find_image(client, name) if name else None
+        if name and found is not None:
+            return ResolvedImage(role, name, source, found.short_id)
     try:
         image = client.images.pull(official)
     except docker.errors.DockerException as error:

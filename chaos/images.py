@@ -31,7 +31,14 @@ from pathlib import Path
 import docker
 import docker.errors
 
-from chaos.engine import LABEL_SOURCE, LABEL_TOOL, connect_engine, has_image, image_label
+from chaos.engine import (
+    LABEL_SOURCE,
+    LABEL_TOOL,
+    connect_engine,
+    find_image,
+    has_image,
+    image_label,
+)
 from chaos.runtime import InfraError, valkey_server_binary
 from chaos.scenario import DockerSettings
 
@@ -107,9 +114,13 @@ def debian_mirror(codename: str = CODENAME, sources: Path = Path("/etc/apt")) ->
                      "give one with --mirror URL")
 
 
+def base_tarball_path() -> Path:
+    return cache_dir() / f"base-{CODENAME}-minbase-python3.tar"
+
+
 def base_tarball(mirror: str | None, say: Callable[[str], None]) -> tuple[Path, str]:
     """The cached debootstrap tarball, made if absent. Returns (path, how it was obtained)."""
-    tarball = cache_dir() / f"base-{CODENAME}-minbase-python3.tar"
+    tarball = base_tarball_path()
     if tarball.exists():
         return tarball, "imported from cache"
     if os.geteuid() != 0:
@@ -182,25 +193,20 @@ def _missing_in_image(client: docker.DockerClient, image: str, wheels: Path) -> 
 def docker_build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str,
                  buildargs: dict[str, str], labels: dict[str, str]) -> None:
     """Build ``tag``; the image it replaces is removed when nothing else uses it."""
-    previous = client.images.get(tag).id if has_image(client, tag) else None
-    _build(client, context, dockerfile, tag, buildargs, labels)
-    if previous and previous != client.images.get(tag).id:
-        with contextlib.suppress(docker.errors.APIError):  # in use: a container, a child image
-            client.images.remove(previous)
-
-
-def _build(client: docker.DockerClient, context: Path, dockerfile: str, tag: str,
-           buildargs: dict[str, str], labels: dict[str, str]) -> None:
+    previous = find_image(client, tag)
     try:
-        client.images.build(path=str(context), dockerfile=dockerfile, tag=tag,
-                            buildargs=buildargs, labels=labels, rm=True, forcerm=True,
-                            pull=False, network_mode="host")
+        built, _log = client.images.build(path=str(context), dockerfile=dockerfile, tag=tag,
+                                          buildargs=buildargs, labels=labels, rm=True,
+                                          forcerm=True, pull=False, network_mode="host")
     except docker.errors.BuildError as error:
         log = "".join(str(entry.get("stream") or entry.get("error") or "")
                       for entry in error.build_log)
         raise InfraError(f"building {tag} failed: {error.msg}\n{log[-2000:]}") from None
     except docker.errors.APIError as error:
         raise InfraError(f"building {tag} failed: {error}") from None
+    if previous is not None and previous.id != built.id:
+        with contextlib.suppress(docker.errors.APIError):  # in use: a container, a child image
+            client.images.remove(previous.id)
 
 
 def build_images(settings: DockerSettings | None = None, base: str | None = None,
@@ -224,7 +230,7 @@ def build_images(settings: DockerSettings | None = None, base: str | None = None
         steps.append(Step(BASE_IMAGE, "reused", time.monotonic() - started))
     else:
         if rebuild:
-            (cache_dir() / f"base-{CODENAME}-minbase-python3.tar").unlink(missing_ok=True)
+            base_tarball_path().unlink(missing_ok=True)
         tarball, how = base_tarball(mirror, say)
         repository, tag = BASE_IMAGE.rsplit(":", 1)
         say(f"docker import {tarball} {BASE_IMAGE}")
@@ -235,7 +241,8 @@ def build_images(settings: DockerSettings | None = None, base: str | None = None
     worker_hash = source_hash(root) + ("" if base is None else "-" + base)
     started = time.monotonic()
     worker_built = False
-    if image_label(client, settings.worker_image, LABEL_SOURCE) == worker_hash and not rebuild:
+    if (image_label(find_image(client, settings.worker_image), LABEL_SOURCE) == worker_hash
+            and not rebuild):
         steps.append(Step(settings.worker_image, "reused", time.monotonic() - started))
     else:
         with tempfile.TemporaryDirectory(prefix="emqc-worker-") as context:
@@ -248,7 +255,8 @@ def build_images(settings: DockerSettings | None = None, base: str | None = None
         steps.append(Step(settings.worker_image, "built", time.monotonic() - started))
 
     started = time.monotonic()
-    toxiproxy_label = image_label(client, settings.toxiproxy_offline_image, LABEL_SOURCE)
+    toxiproxy_label = image_label(find_image(client, settings.toxiproxy_offline_image),
+                                  LABEL_SOURCE)
     if toxiproxy_label == worker_hash and not (rebuild or worker_built):
         steps.append(Step(settings.toxiproxy_offline_image, "reused",
                           time.monotonic() - started))
@@ -293,10 +301,10 @@ def image_states(settings: DockerSettings | None = None) -> list[ImageState]:
                        ("valkey", settings.valkey_offline_image),
                        ("toxiproxy", settings.toxiproxy_image),
                        ("toxiproxy", settings.toxiproxy_offline_image)):
-        present = has_image(client, name)
-        label = image_label(client, name, LABEL_SOURCE) if present else None
+        image = find_image(client, name)
+        label = image_label(image, LABEL_SOURCE)
         note = ""
         if label and fresh and not label.startswith(fresh):
             note = "built from other sources: run `echomq-chaos images build`"
-        states.append(ImageState(role, name, present, note))
+        states.append(ImageState(role, name, image is not None, note))
     return states
