@@ -465,20 +465,22 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(handler=cmd_run)
 
     validate = commands.add_parser("validate", help="validate a scenario and print its plan")
-    validate.add_argument("scenario")
-    validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
-    validate.add_argument("--runtime", choices=["local", "docker"])
+    validate.add_argument("scenario", help="scenario file (TOML)")
+    validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                          help="override a field, as for run (repeatable)")
+    validate.add_argument("--runtime", choices=["local", "docker"],
+                          help="validate for this runtime, as for run")
     validate.set_defaults(handler=cmd_validate)
 
     check_cmd = commands.add_parser(
         "check", help="re-check a saved run's history offline (same verdict, same exit code)")
-    check_cmd.add_argument("run_dir")
+    check_cmd.add_argument("run_dir", help="a run directory (its history.jsonl)")
     check_cmd.add_argument("--json", action="store_true", help="print the report as JSON")
     check_cmd.set_defaults(handler=cmd_check)
 
     report_cmd = commands.add_parser(
         "report", help="re-render report.html and junit.xml of a saved run (offline)")
-    report_cmd.add_argument("run_dir")
+    report_cmd.add_argument("run_dir", help="a run directory (its history.jsonl)")
     report_cmd.set_defaults(handler=cmd_report)
 
     selftest_cmd = commands.add_parser(
@@ -580,7 +582,7 @@ def build_parser() -> argparse.ArgumentParser:
     toxiproxy_commands = toxiproxy.add_subparsers(dest="toxiproxy_command", required=True)
     serve = toxiproxy_commands.add_parser(
         "serve", help="serve the Toxiproxy 2.x HTTP API (for runs using toxiproxy.url)")
-    serve.add_argument("--host", default="127.0.0.1")
+    serve.add_argument("--host", default="127.0.0.1", help="API address (default 127.0.0.1)")
     serve.add_argument("--port", type=tcp_port, default=8474,
                        help="API port (default 8474; 0 picks a free one)")
     serve.set_defaults(handler=cmd_toxiproxy_serve)
