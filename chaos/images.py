@@ -224,7 +224,11 @@ def build_images(settings: DockerSettings | None = None, base: str | None = None
     if base is not None:
         if not has_image(client, base):
             say(f"pulling {base}")
-            client.images.pull(base)
+            try:
+                client.images.pull(base)
+            except docker.errors.DockerException as error:
+                raise InfraError(f"--base {base}: not present, and pulling it failed "
+                                 f"({str(error).strip()[:300]})") from None
         steps.append(Step(base, "given", time.monotonic() - started))
     elif has_image(client, BASE_IMAGE) and not rebuild:
         steps.append(Step(BASE_IMAGE, "reused", time.monotonic() - started))
