@@ -37,8 +37,8 @@ from benchmarks import (
     startup,
 )
 from benchmarks.common import Row, redis_benchmark_path
-from chaos.report import write_json_atomic
-from chaos.scenario import ScenarioError, load_scenario
+from chaos.files import write_json_atomic
+from chaos.scenario.model import ScenarioError, load_scenario
 
 SCHEMA = 1
 SECTIONS = ("queue", "checker", "startup", "proxy", "locust", "scale")

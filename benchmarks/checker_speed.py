@@ -23,8 +23,8 @@ BUDGET_RSS_MB = 1024.0
 _CHECK = """
 import json, resource, sys, time
 import orjson
-from chaos.checker import check
-from chaos.history import replay_history
+from chaos.check.checker import check
+from chaos.history.events import replay_history
 started = time.perf_counter()  # the imports are the interpreter's start, not the check
 cpu_started = resource.getrusage(resource.RUSAGE_SELF)
 if sys.argv[2] == "check":
@@ -33,7 +33,7 @@ if sys.argv[2] == "check":
               "jobs": verdict.jobs.completed, "stranded": verdict.stranded,
               "needed": verdict.redeliveries.needed, "rejected": verdict.rejected}
 elif sys.argv[2] == "read":
-    from chaos.history import iter_history
+    from chaos.history.events import iter_history
     result = {"events": sum(1 for event in iter_history(sys.argv[1]))}
 else:
     with open(sys.argv[1], "rb") as handle:

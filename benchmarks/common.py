@@ -15,8 +15,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from chaos.protocol import QueueKeys, connect, load_script_source
-from chaos.runtime import ValkeyServer, valkey_server_binary
+from chaos.protocol.client import QueueKeys, connect, load_script_source
+from chaos.runtime.local import ValkeyServer, valkey_server_binary
 
 
 @dataclass

@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Row, fill, redis_benchmark, redis_benchmark_path, valkey_server
-from chaos.load import locustfile
-from chaos.protocol import QueueKeys, connect, load_script_source
-from chaos.runtime import ValkeyServer
+from chaos.load.sources import locustfile
+from chaos.protocol.client import QueueKeys, connect, load_script_source
+from chaos.runtime.local import ValkeyServer
 
 TARGET_ENQUEUE_RATIO = 0.5
 BENCH_CLIENTS = 50

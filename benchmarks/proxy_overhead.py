@@ -1,7 +1,8 @@
 """What the built-in Toxiproxy-compatible server costs a queue client when no toxic is on.
 
-Starts a valkey-server and ``python -m chaos.toxiproxy`` (its own process, as a run starts it),
-makes one proxy to Valkey, and measures the queue protocol (``chaos.protocol.QueueClient``) two
+Starts a valkey-server and ``python -m chaos.network.server`` (its own process, as a run starts it),
+makes one proxy to Valkey, and measures the queue protocol
+(``chaos.protocol.client.QueueClient``) two
 ways, direct to Valkey and through the proxy, in alternating rounds so machine noise hits both:
 
 * latency: ``--jobs`` jobs enqueued for each mode, then claim + complete timed one job at a
@@ -30,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import address, fill, median, valkey_server
-from chaos.capacity import percentile
-from chaos.protocol import QueueClient, QueueKeys, connect
+from chaos.protocol.client import QueueClient, QueueKeys, connect
+from chaos.tools.capacity import percentile
 
 LEASE_MS = 60_000
 MODES = ("direct", "proxy")
@@ -44,7 +45,7 @@ class ModeResults:
 
 
 def start_proxy_server() -> tuple[subprocess.Popen[str], str]:
-    process = subprocess.Popen([sys.executable, "-m", "chaos.toxiproxy", "--port", "0"],
+    process = subprocess.Popen([sys.executable, "-m", "chaos.network.server", "--port", "0"],
                                stderr=subprocess.PIPE, text=True)
     assert process.stderr is not None
     line = process.stderr.readline().strip()

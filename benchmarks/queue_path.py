@@ -1,7 +1,8 @@
 """The queue path: claims/s and jobs/s against the server's own ceiling, what the events stream
 costs, and whether the history exporter keeps up. All on one throwaway valkey-server.
 
-How the reference worker talks to Valkey (``chaos.worker``): one process, ``concurrency`` slot
+How the reference worker talks to Valkey (``chaos.reference.worker``): one process,
+``concurrency`` slot
 threads sharing one client (so one pooled connection per slot, plus the heartbeat's), one script
 call per round trip, no pipelining. The Python figures use exactly that; the baselines are
 ``redis-benchmark`` (C, on the same server) sending the same EVALSHA calls:
@@ -10,7 +11,8 @@ call per round trip, no pipelining. The Python figures use exactly that; the bas
   EVALSHA claim with the same connection count and no pipelining (what the Python client costs),
   and vs redis-benchmark's best (many connections, pipelined: the server's ceiling);
 * full job: enqueue -> claim -> complete jobs/s (a producer thread enqueuing one job per round
-  trip, as ``chaos.load`` does, and a real ``python -m chaos.worker`` process with a 0 ms handler)
+  trip, as ``chaos.load.sources`` does, and a real ``python -m chaos.reference.worker``
+  process with a 0 ms handler)
   vs redis-benchmark running the same three scripts (1 / the sum of their per-call times);
 * evidence: the same full-job workload with the events stream on (and the exporter copying it to
   a file, as in a run) vs off (the benchmarks-only protocol flag); rounds interleaved;
@@ -39,10 +41,10 @@ from benchmarks.common import (
     redis_benchmark_path,
     valkey_server,
 )
-from chaos.history import EXPORT_POLL_S, HistoryExporter
-from chaos.protocol import QueueClient, QueueKeys, connect, load_script_source
-from chaos.runtime import ValkeyServer
-from chaos.scenario import Topology
+from chaos.history.events import EXPORT_POLL_S, HistoryExporter
+from chaos.protocol.client import QueueClient, QueueKeys, connect, load_script_source
+from chaos.runtime.local import ValkeyServer
+from chaos.scenario.model import Topology
 
 LEASE_MS = 60_000  # no lease lapses during a measurement: no reaps, no extends
 SLOTS = Topology().concurrency  # slots per worker a scenario gets by default
@@ -127,7 +129,7 @@ class FullJobRound:
 def start_worker(server: ValkeyServer, keys: QueueKeys, slots: int, record_events: bool,
                  log: Path) -> subprocess.Popen[bytes]:
     name = f"bench-worker-{keys.queue}"  # a new name each round: the last one may still be listed
-    argv = [sys.executable, "-m", "chaos.worker", "--url", server.url, "--name", name,
+    argv = [sys.executable, "-m", "chaos.reference.worker", "--url", server.url, "--name", name,
             "--prefix", keys.prefix, "--queue", keys.queue, "--lease-ms", str(LEASE_MS),
             "--concurrency", str(slots),
             "--handler", json.dumps({"distribution": "fixed", "fixed_ms": 0})]

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import Row, median, valkey_server
-from chaos.history import iter_history
+from chaos.history.events import iter_history
 
 SCENARIO = Path(__file__).parent / "scenarios" / "startup-8.toml"
 
@@ -33,7 +33,7 @@ def run_to_first_claim_ms(out: Path) -> float:
 def worker_import_ms() -> float:
     """One Python process importing the worker (what each of the 8 pays before connecting)."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "chaos.worker", "--help"], capture_output=True,
+    subprocess.run([sys.executable, "-m", "chaos.reference.worker", "--help"], capture_output=True,
                    timeout=120, check=True)
     return (time.perf_counter() - started) * 1000
 

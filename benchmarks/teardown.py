@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaos.cleanup import PID_DIR, PidRecord, is_alive, read_record
+from chaos.runtime.pids import PID_DIR, PidRecord, is_alive, read_record
 
 ROOT = Path(__file__).resolve().parent.parent
 ORPHAN_WAIT_S = 10.0

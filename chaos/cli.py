@@ -16,27 +16,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chaos import __version__, selftest
-from chaos.cleanup import clean_processes
-from chaos.junit import write_junit
-from chaos.nemesis import fault_parameters, plan
-from chaos.offline import SavedRunError, recheck
-from chaos.report import build_report, summary_text, write_json_atomic, write_rendered_reports
-from chaos.runner import (
-    EXIT_ABORTED,
-    EXIT_FAIL,
-    EXIT_INFRA,
-    EXIT_PASS,
-    EXIT_USAGE,
-    RunDirError,
-    RunResult,
-    default_run_dir,
-    prepare_run_dir,
-    run_scenario,
-)
-from chaos.runtime import InfraError
-from chaos.scenario import STORE_KINDS, Scenario, ScenarioError, load_scenario
-from chaos.toxiproxy import serve, tcp_port
+from chaos import __version__
+from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE, InfraError
+from chaos.faults.nemesis import fault_parameters, plan
+from chaos.files import write_json_atomic
+from chaos.network.server import serve, tcp_port
+from chaos.report.junit import write_junit
+from chaos.report.summary import build_report, summary_text, write_rendered_reports
+from chaos.run.offline import SavedRunError, recheck, write_missing_report
+from chaos.run.runner import RunDirError, RunResult, default_run_dir, prepare_run_dir, run_scenario
+from chaos.runtime.pids import clean_processes
+from chaos.scenario.model import STORE_KINDS, Scenario, ScenarioError, load_scenario
+from chaos.tools import selftest
 
 
 def describe_plan(scenario: Scenario) -> str:
@@ -243,7 +234,9 @@ class InterruptsTearDown:
 
 
 def force_exit(name: str, run_dir: Path) -> None:
-    from chaos.runtime import kill_all_now  # the runtime is loaded by then; keep the CLI light
+    from chaos.runtime.local import (
+        kill_all_now,  # the runtime is loaded by then; keep the CLI light
+    )
 
     kill_all_now()
     report = run_dir / "report.json"
@@ -312,7 +305,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
         print(f"{root}: not a directory", file=sys.stderr)
         return EXIT_USAGE
     if root.exists():
-        done = clean_processes(root)
+        done = clean_processes(root, write_report=write_missing_report)
         for line in done:
             print(line)
         if not done:
@@ -320,7 +313,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
     else:
         print(f"{root}: no such directory; no processes to clean")
     if not args.no_containers:
-        from chaos.engine import clean_containers  # the Docker SDK only when it is used
+        from chaos.runtime.engine import clean_containers  # the Docker SDK only when it is used
 
         for line in clean_containers(everything=args.all):
             print(line)
@@ -328,7 +321,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from chaos import sweep  # matplotlib is only needed here
+    from chaos.tools import sweep  # matplotlib is only needed here
 
     if args.repeat < 1:
         raise ScenarioError(f"--repeat {args.repeat}: must be at least 1")
@@ -365,7 +358,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    from chaos import capacity
+    from chaos.tools import capacity
 
     scenario = load_scenario(args.scenario, args.set)
     start = args.start_rate if args.start_rate is not None else scenario.load.rate / 2
@@ -396,7 +389,7 @@ def cmd_toxiproxy_serve(args: argparse.Namespace) -> int:
 
 
 def cmd_toxiproxy_proxy(args: argparse.Namespace) -> int:
-    from chaos.network import NetworkError, populate, wait_for_api
+    from chaos.network.client import NetworkError, populate, wait_for_api
 
     api_url = args.api.rstrip("/")
     try:
@@ -411,7 +404,9 @@ def cmd_toxiproxy_proxy(args: argparse.Namespace) -> int:
 
 
 def cmd_images_build(args: argparse.Namespace) -> int:
-    from chaos.images import build_images  # the Docker SDK only for the commands that use it
+    from chaos.runtime.images import (
+        build_images,  # the Docker SDK only for the commands that use it
+    )
 
     started = time.monotonic()
     steps = build_images(base=args.base, rebuild=args.rebuild, mirror=args.mirror,
@@ -423,7 +418,7 @@ def cmd_images_build(args: argparse.Namespace) -> int:
 
 
 def cmd_images_status(args: argparse.Namespace) -> int:
-    from chaos.images import image_states
+    from chaos.runtime.images import image_states
 
     states = image_states()
     for state in states:

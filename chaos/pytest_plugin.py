@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import pytest
 
 if TYPE_CHECKING:  # the plugin loads in every pytest session: keep its import cheap
-    from chaos.checker import Verdict
-    from chaos.runner import Run, RunResult
-    from chaos.scenario import Scenario
+    from chaos.check.checker import Verdict
+    from chaos.run.runner import Run, RunResult
+    from chaos.scenario.model import Scenario
 
 RUNS = pytest.StashKey[list["RunResult"]]()
 DEFAULT_CLUSTER = {"name": "pytest-cluster",
@@ -47,7 +47,7 @@ def overrides_as_set(overrides: dict[str, Any]) -> list[str]:
 
 
 def _load(path: str | Path, overrides: dict[str, Any], rootpath: Path) -> Scenario:
-    from chaos.scenario import load_scenario
+    from chaos.scenario.model import load_scenario
 
     candidate = Path(path)
     if not candidate.is_absolute() and not candidate.exists() and (rootpath / candidate).exists():
@@ -65,7 +65,7 @@ class ChaosRunner:
 
     def __call__(self, path: str | Path, out: str | Path | None = None,
                  **overrides: Any) -> RunResult:
-        from chaos.runner import run_scenario
+        from chaos.run.runner import run_scenario
 
         scenario = _load(path, overrides, self.rootpath)
         run_dir = Path(out) if out is not None else \
@@ -99,12 +99,12 @@ class ChaosCluster:
 
     @property
     def queue(self) -> Any:
-        """A ``chaos.protocol.QueueClient`` on the cluster's queue."""
+        """A ``chaos.protocol.client.QueueClient`` on the cluster's queue."""
         return self.run.queue
 
     @property
     def runtime(self) -> Any:
-        """The ``chaos.runtime.LocalRuntime``: ``kill(name)``, ``pause(name)``, ``resume(name)``."""
+        """The run's runtime: ``kill(name)``, ``pause(name)``, ``resume(name)``."""
         return self.run.runtime
 
     @property
@@ -114,8 +114,8 @@ class ChaosCluster:
     def check(self) -> Verdict:
         """Stop the workers, export the last events and judge the history."""
         if self._verdict is None:
-            from chaos.checker import check
-            from chaos.history import replay_history
+            from chaos.check.checker import check
+            from chaos.history.events import replay_history
 
             self.run.producer = None  # the test is the producer here; the runner's never ran
             self.run.wind_down()
@@ -125,9 +125,9 @@ class ChaosCluster:
 
 @pytest.fixture
 def chaos_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChaosCluster]:
-    from chaos.progress import Progress
-    from chaos.runner import Run
-    from chaos.scenario import scenario_from_dict
+    from chaos.run.progress import Progress
+    from chaos.run.runner import Run
+    from chaos.scenario.model import scenario_from_dict
 
     marker = request.node.get_closest_marker("chaos_scenario")
     if marker is not None:
@@ -155,7 +155,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     results = item.stash.get(RUNS, None)
     if report.when != "call" or not report.failed or not results:
         return
-    from chaos.report import summary_text
+    from chaos.report.summary import summary_text
 
     for result in results:
         report.sections.append(

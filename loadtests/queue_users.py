@@ -1,6 +1,7 @@
 """Locust users for a lease queue on Valkey, and the client that reports every script call.
 
-Each script call (EVALSHA through ``chaos.protocol.QueueClient``, the same scripts the workers
+Each script call (EVALSHA through ``chaos.protocol.client.QueueClient``, the same scripts the
+workers
 use) fires Locust's ``events.request`` with request_type ``EVALSHA`` and name ``enqueue``,
 ``claim``, ``extend`` or ``complete`` (``claim_empty``: a claim that found the queue empty), so
 Locust's statistics, CSV, HTML report and ``--exit-code-on-error`` work unchanged. A batched
@@ -25,16 +26,17 @@ import gevent
 from locust import User, events, task
 from locust.env import Environment
 
-from chaos.ledger import AckLedger
-from chaos.procutil import die_with_parent
-from chaos.protocol import PROTOCOLS, QueueClient, QueueKeys, connect
+from chaos.lifeline import die_with_parent
+from chaos.names import PROTOCOLS
+from chaos.protocol.acks import AckLedger
+from chaos.protocol.client import QueueClient, QueueKeys, connect
 
 T = TypeVar("T")
 
 REQUEST_TYPE = "EVALSHA"
 
 
-# What this process's users were told succeeded (chaos.ledger), when --ack-ledger-dir is set.
+# What this process's users were told succeeded (chaos.check.ledger), when --ack-ledger-dir is set.
 LEDGER = AckLedger(None)
 
 
@@ -74,7 +76,7 @@ def _queue_options(parser: Any) -> None:
                        help="WAIT for this many replicas after each call (a batch: one WAIT)")
     group.add_argument("--ack-ledger-dir", default="",
                        help="append every acknowledged enqueue, claim and accepted complete to "
-                            "DIR/locust-<pid>.jsonl (chaos.ledger; the runner sets it)")
+                            "DIR/locust-<pid>.jsonl (chaos.check.ledger; the runner sets it)")
 
 
 @events.init.add_listener
@@ -125,7 +127,7 @@ class ValkeyQueueLocustClient:
     def __init__(self, environment: Environment, url: str, keys: QueueKeys,
                  protocol: str = "sound", wait_replicas: int = 0) -> None:
         self.environment = environment
-        # The password: in the URL or in ECHOMQ_VALKEY_PASSWORD (chaos.protocol.connect).
+        # The password: in the URL or in ECHOMQ_VALKEY_PASSWORD (chaos.protocol.client.connect).
         self.queue = QueueClient(connect(url), keys, protocol=protocol,
                                  wait_replicas=wait_replicas)
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import valkey
 
-from chaos.protocol import QueueClient, QueueKeys
-from chaos.runtime import ValkeyServer, valkey_server_binary
+from chaos.protocol.client import QueueClient, QueueKeys
+from chaos.runtime.local import ValkeyServer, valkey_server_binary
 
 _queue_names = itertools.count(1)
 

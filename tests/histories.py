@@ -19,7 +19,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chaos.history import Event
+from chaos.history.events import Event
 
 
 def _seq_ids(records: list[dict[str, Any]]) -> list[str]:

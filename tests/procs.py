@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from chaos.cleanup import PID_DIR, PidRecord, is_alive, read_record
+from chaos.runtime.pids import PID_DIR, PidRecord, is_alive, read_record
 
 
 def processes_mentioning(text: str) -> list[int]:

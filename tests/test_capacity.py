@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from chaos.capacity import CapacitySearch, Step, backlog_slope, claim_waits, judge
+from chaos.tools.capacity import CapacitySearch, Step, backlog_slope, claim_waits, judge
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_WORKER = str(ROOT / "scenarios" / "kill-worker.toml")

@@ -16,8 +16,7 @@ from histories import History, resequence, to_events
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaos.checker import (
-    INVARIANTS,
+from chaos.check.checker import (
     WHAT_IT_CHECKS,
     CheckConfig,
     JobCounts,
@@ -29,7 +28,8 @@ from chaos.checker import (
     run_completed,
     store_fault_recovery,
 )
-from chaos.history import read_history
+from chaos.history.events import read_history
+from chaos.names import INVARIANTS
 
 L, R, TOL = 1000, 250, 100
 BOUND = L + R + TOL  # 1350

@@ -23,10 +23,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from chaos.docker_runtime import LABEL_RUN_DIR
-from chaos.engine import LABEL_ROLE, LABEL_RUNNER, LABEL_TOOL, connect_engine, runner_label
-from chaos.history import read_history
-from chaos.runtime import InfraError
+from chaos.errors import InfraError
+from chaos.history.events import read_history
+from chaos.runtime.docker import LABEL_RUN_DIR
+from chaos.runtime.engine import LABEL_ROLE, LABEL_RUNNER, LABEL_TOOL, connect_engine, runner_label
 
 ROOT = Path(__file__).resolve().parent.parent
 REQUIRED = os.environ.get("ECHOMQ_CHAOS_REQUIRE_DOCKER") == "1"
@@ -48,8 +48,8 @@ def engine() -> Iterator[docker.DockerClient]:
         client = connect_engine()
     except InfraError as error:
         unavailable(str(error))
-    from chaos.engine import has_image
-    from chaos.images import BASE_IMAGE, build_images
+    from chaos.runtime.engine import has_image
+    from chaos.runtime.images import BASE_IMAGE, build_images
 
     if not has_image(client, BASE_IMAGE):
         unavailable(f"no base image {BASE_IMAGE}")
@@ -182,7 +182,7 @@ def test_sigint_leaves_no_labelled_container(engine: docker.DockerClient, tmp_pa
 
 def test_clean_removes_containers_whose_runner_is_gone(engine: docker.DockerClient,
                                                        tmp_path: Path):
-    from chaos.scenario import DockerSettings
+    from chaos.scenario.model import DockerSettings
 
     image = DockerSettings().worker_image
     dead_runner = f"{2**22 + 17}:1"  # above pid_max: no such process
@@ -254,9 +254,9 @@ def test_compose_stack_runs_scaled_workers_behind_toxiproxy(engine: docker.Docke
                                                             tmp_path: Path):
     """The reference stack really comes up (offline stand-ins, free ports): two workers reach
     Valkey through the Toxiproxy proxy, and jobs enqueued there get completed."""
-    from chaos.protocol import QueueClient, QueueKeys, connect
-    from chaos.runtime import free_port
-    from chaos.scenario import DockerSettings
+    from chaos.protocol.client import QueueClient, QueueKeys, connect
+    from chaos.runtime.local import free_port
+    from chaos.scenario.model import DockerSettings
 
     compose = docker_compose()
     settings = DockerSettings()

@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.cli import describe_plan, main
-from chaos.nemesis import plan
-from chaos.scenario import Scenario, ScenarioError, load_scenario, scenario_from_dict
+from chaos.faults.nemesis import plan
+from chaos.scenario.model import Scenario, ScenarioError, load_scenario, scenario_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(ROOT.joinpath("scenarios").rglob("*.toml"))
@@ -212,7 +212,7 @@ def test_command_lines_exit_with_a_code_never_a_traceback(argv: list[str]):
 
 
 def test_out_of_range_ports_are_usage_errors_not_tracebacks():
-    from chaos.toxiproxy import main as toxiproxy_main
+    from chaos.network.server import main as toxiproxy_main
 
     for port in ("99999", "-1", "http", "1e3"):
         err = io.StringIO()
@@ -225,7 +225,7 @@ def test_out_of_range_ports_are_usage_errors_not_tracebacks():
             except SystemExit as exit_:
                 assert exit_.code == 2
             else:
-                raise AssertionError("python -m chaos.toxiproxy accepted port " + port)
+                raise AssertionError("python -m chaos.network.server accepted port " + port)
 
 
 HISTORY_RECORDS = st.one_of(

@@ -15,9 +15,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from test_checker import PROPERTY, ProtocolModel, protocol_runs
 
-import chaos.history as history_module
-from chaos.checker import check, run_completed
-from chaos.history import HistoryOrderError, iter_history, read_history, replay_history
+import chaos.history.events as history_module
+from chaos.check.checker import check, run_completed
+from chaos.history.events import HistoryOrderError, iter_history, read_history, replay_history
 
 
 def write(path: Path, records: list[dict[str, str]]) -> Path:

@@ -13,16 +13,16 @@ from pathlib import Path
 import pytest
 from histories import History, to_events
 
-from chaos.checker import check
-from chaos.ledger import (
+from chaos.check.checker import check
+from chaos.check.ledger import (
     Ack,
-    AckLedger,
     check_with_ledger,
     compare_acks,
     events_not_surviving,
     judged_history,
     read_acks,
 )
+from chaos.protocol.acks import AckLedger
 
 
 def acked_run() -> tuple[History, list[Ack]]:
@@ -115,7 +115,7 @@ def test_a_bad_ledger_line_is_an_error_naming_the_file(tmp_path: Path, line: str
 def test_a_sigkilled_writer_loses_nothing_it_recorded(tmp_path: Path):
     """Each ack is one write(2): once record() returned, SIGKILL cannot take it back."""
     path = tmp_path / "w.jsonl"
-    code = ("import os,sys; from chaos.ledger import AckLedger; l=AckLedger(sys.argv[1]); "
+    code = ("import os,sys; from chaos.protocol.acks import AckLedger; l=AckLedger(sys.argv[1]); "
             "[l.record('enqueue', f'job-{i}') for i in range(500)]; "
             "print('done', flush=True); os.kill(os.getpid(), 9)")
     result = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True,

@@ -11,8 +11,8 @@ import valkey
 from procs import listening_addresses, pid_records
 from test_teardown import start_run, wait_for_line
 
-from chaos.cleanup import PID_DIR
-from chaos.runtime import ValkeyServer
+from chaos.runtime.local import ValkeyServer
+from chaos.runtime.pids import PID_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -114,9 +114,10 @@ def test_a_run_is_locked_down(tmp_path: Path):
 def test_user_given_programs_are_argv0_never_a_shell_line(tmp_path: Path):
     """A path a user sets (valkey.server, toxiproxy.server) is looked up as one program; shell
     syntax in it is never run."""
-    from chaos.network import NetworkError, server_command
-    from chaos.runtime import InfraError, valkey_server_binary
-    from chaos.scenario import ToxiproxySettings
+    from chaos.errors import InfraError
+    from chaos.network.client import NetworkError, server_command
+    from chaos.runtime.local import valkey_server_binary
+    from chaos.scenario.model import ToxiproxySettings
 
     marker = tmp_path / "ran"
     hostile = f"valkey-server; touch {marker}"
@@ -125,6 +126,6 @@ def test_user_given_programs_are_argv0_never_a_shell_line(tmp_path: Path):
     with pytest.raises(NetworkError, match="not an executable file"):
         server_command(ToxiproxySettings(server=f"toxiproxy-server && touch {marker}"), 1)
     kind, argv = server_command(ToxiproxySettings(server="builtin"), 8474)
-    assert kind == "builtin" and argv[1:] == ["-m", "chaos.toxiproxy", "--host", "127.0.0.1",
+    assert kind == "builtin" and argv[1:] == ["-m", "chaos.network.server", "--host", "127.0.0.1",
                                               "--port", "8474"]
     assert not marker.exists()

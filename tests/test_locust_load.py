@@ -16,15 +16,15 @@ from pathlib import Path
 import pytest
 import valkey
 
-from chaos.load import (
+from chaos.load.sources import (
     fold_locust_csv,
     fold_locust_json,
     locust_summary,
     locustfile,
     percentile_of_histogram,
 )
-from chaos.protocol import QueueKeys
-from chaos.runtime import ValkeyServer
+from chaos.protocol.client import QueueKeys
+from chaos.runtime.local import ValkeyServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -150,8 +150,8 @@ def test_folding_keeps_the_four_operations_and_the_contract_shape(tmp_path: Path
 def test_socket_only_server_has_no_port_and_a_private_socket(tmp_path: Path):
     """The benchmark's server (redis-benchmark takes a password only on its command line):
     no TCP listener, no password, a socket only this user can reach."""
-    from chaos.protocol import connect
-    from chaos.runtime import valkey_server_binary
+    from chaos.protocol.client import connect
+    from chaos.runtime.local import valkey_server_binary
 
     server = ValkeyServer(valkey_server_binary(None), tmp_path / "s", tmp_path / "s.log",
                           socket_only=True)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from chaos.history import read_history
-from chaos.protocol import PROTOCOLS
-from chaos.runner import run_scenario
-from chaos.scenario import Scenario, load_scenario
+from chaos.history.events import read_history
+from chaos.names import PROTOCOLS
+from chaos.run.runner import run_scenario
+from chaos.scenario.model import Scenario, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = sorted((ROOT / "scenarios" / "mutants").glob("*.toml"))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from chaos.nemesis import Nemesis, ToxicSpec
-from chaos.scenario import Scenario, load_scenario
+from chaos.faults.nemesis import Nemesis
+from chaos.network.client import ToxicSpec
+from chaos.scenario.model import Scenario, load_scenario
 
 
 class Recorder:

@@ -92,7 +92,7 @@ def test_a_toxiproxy_server_on_path_is_preferred_over_the_built_in_one(tmp_path:
     shim_dir.mkdir()
     shim = shim_dir / "toxiproxy-server"
     shim.write_text(f'#!/bin/sh\n[ "$1" = -host ] && [ "$3" = -port ] || exit 64\n'
-                    f'exec {sys.executable} -m chaos.toxiproxy --host "$2" --port "$4"\n')
+                    f'exec {sys.executable} -m chaos.network.server --host "$2" --port "$4"\n')
     shim.chmod(0o755)
     env = {**os.environ, "PATH": f"{shim_dir}:{os.environ['PATH']}"}
     report = run_steady_state(tmp_path / "run", env=env)

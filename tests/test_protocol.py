@@ -8,9 +8,9 @@ import pytest
 import valkey
 from valkey.exceptions import ConnectionError as ValkeyConnectionError
 
-from chaos.history import iter_stream
-from chaos.protocol import NotReplicated, QueueClient
-from chaos.reaper import sweep
+from chaos.history.events import iter_stream
+from chaos.protocol.client import NotReplicated, QueueClient
+from chaos.reference.reaper import sweep
 
 
 def events_of(queue: QueueClient) -> list[tuple[str, str | None, int | None]]:

@@ -20,14 +20,15 @@ from pathlib import Path
 import pytest
 from histories import History, to_events
 
-from chaos.checker import INVARIANTS, CheckConfig, check
+from chaos.check.checker import CheckConfig, check
 from chaos.cli import main
-from chaos.junit import junit_document
-from chaos.offline import VERDICT_KEYS
-from chaos.progress import Progress, Status
-from chaos.report import build_report, summary_text, write_rendered_reports
-from chaos.report_html import external_urls, render_html
-from chaos.scenario import scenario_from_dict
+from chaos.names import INVARIANTS
+from chaos.report.html import external_urls, render_html
+from chaos.report.junit import junit_document
+from chaos.report.summary import build_report, summary_text, write_rendered_reports
+from chaos.run.offline import VERDICT_KEYS
+from chaos.run.progress import Progress, Status
+from chaos.scenario.model import scenario_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]  # runs a user's test file that uses the chaos_run fixture

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.nemesis import plan
-from chaos.scenario import ScenarioError, load_scenario
+from chaos.faults.nemesis import plan
+from chaos.scenario.model import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(ROOT.joinpath("scenarios").glob("*.toml"))

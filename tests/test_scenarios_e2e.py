@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from procs import children_of, pid_records, processes_mentioning, wait_until_gone
 
-from chaos.cleanup import PID_DIR
-from chaos.history import read_history
+from chaos.history.events import read_history
+from chaos.runtime.pids import PID_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.integration
@@ -71,7 +71,7 @@ def test_kill_worker_recovers_within_the_bound(tmp_path: Path):
     enqueued = report["jobs"]["enqueued"]
     assert enqueued - IN_FLIGHT_AT_STOP <= enqueue["requests"] <= enqueued, (enqueue, enqueued)
     assert enqueue["failures"] == 0
-    # Locust keeps the same client-side evidence as the built-in producer (chaos.ledger).
+    # Locust keeps the same client-side evidence as the built-in producer (chaos.check.ledger).
     assert enqueued - IN_FLIGHT_AT_STOP <= report["ack_ledger"]["acknowledged"]["enqueue"] \
         <= enqueued
     assert report["ack_ledger"]["lost"] == 0
@@ -260,7 +260,7 @@ def test_existing_server_by_url_keeps_the_password_off_command_lines(tmp_path: P
 
 
 def test_explicit_valkey_server_binary(tmp_path: Path):
-    from chaos.runtime import valkey_server_binary
+    from chaos.runtime.local import valkey_server_binary
 
     binary = valkey_server_binary(None)
     report = run_scenario("steady-state", tmp_path / "run", "--set", f'valkey.server="{binary}"',
@@ -286,7 +286,7 @@ def test_a_run_whose_reaper_dies_fails_with_the_stranded_jobs_named(tmp_path: Pa
         if "phase warmup" in line:
             break
     reaper = [pid for pid in children_of(runner.pid)
-              if b"chaos.reaper" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+              if b"chaos.reference.reaper" in Path(f"/proc/{pid}/cmdline").read_bytes()]
     assert len(reaper) == 1
     os.kill(reaper[0], signal.SIGKILL)
     output, _ = runner.communicate(timeout=120)

@@ -10,9 +10,9 @@ import time
 import pytest
 from histories import History
 
-from chaos.checker import Outcomes, check
-from chaos.history import iter_stream
-from chaos.protocol import QueueClient
+from chaos.check.checker import Outcomes, check
+from chaos.history.events import iter_stream
+from chaos.protocol.client import QueueClient
 
 L, R, TOL = 1000, 250, 100
 
@@ -55,7 +55,7 @@ def test_a_job_dead_lettered_after_exactly_max_stalls_recoveries_is_not_lost():
 
 
 def test_a_recheck_without_a_run_event_takes_max_stalls_from_scenario_json(tmp_path):
-    from chaos.offline import recheck
+    from chaos.run.offline import recheck
 
     h = History(L, R, TOL, run=False)
     h.enqueue("poison", ts=0, kind="poison")

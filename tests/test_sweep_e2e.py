@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from chaos.cli import main
-from chaos.history import read_history
+from chaos.history.events import read_history
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_WORKER = str(ROOT / "scenarios" / "kill-worker.toml")

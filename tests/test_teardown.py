@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from procs import children_of, pid_records, report, wait_until_gone
 
-from chaos.cleanup import PID_DIR, clean_processes, is_alive, record_process, start_ticks
-from chaos.history import read_history
+from chaos.history.events import read_history
+from chaos.runtime.pids import PID_DIR, clean_processes, is_alive, record_process, start_ticks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -167,7 +167,7 @@ def wait_until_gone_pids(pids: list[int], timeout: float = 5) -> bool:
 
 
 def test_a_report_is_replaced_whole_or_not_at_all(tmp_path: Path):
-    from chaos.report import write_json_atomic
+    from chaos.files import write_json_atomic
 
     path = tmp_path / "report.json"
     write_json_atomic(path, {"verdict": "pass"})

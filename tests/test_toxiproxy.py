@@ -1,4 +1,4 @@
-"""Conformance suite for the Toxiproxy-compatible server (``chaos.toxiproxy``), DESIGN §3.
+"""Conformance suite for the Toxiproxy-compatible server (``chaos.network.server``), DESIGN §3.
 
 Written against Toxiproxy 2.x's published API and behaviour (README, api.go, toxics/*.go), over
 real TCP on 127.0.0.1: raw HTTP for exact status codes and bodies, ``toxiproxy-python`` the way
@@ -31,8 +31,8 @@ import valkey
 from toxiproxy import Toxiproxy
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
-from chaos.runtime import ValkeyServer, free_port
-from chaos.toxiproxy import TOXIPROXY_VERSION, ToxiproxyServer
+from chaos.network.server import TOXIPROXY_VERSION, ToxiproxyServer
+from chaos.runtime.local import ValkeyServer, free_port
 
 IO_TIMEOUT = 5.0  # the most any single socket read in this file may wait
 QUIET_WAIT = 0.5  # how long "no bytes arrive" is watched for
@@ -833,7 +833,7 @@ def test_valkey_through_the_proxy(api: Api, valkey_server: ValkeyServer):
 
 
 def test_module_entry_point_announces_itself_and_stops_on_sigterm():
-    process = subprocess.Popen([sys.executable, "-m", "chaos.toxiproxy", "--port", "0"],
+    process = subprocess.Popen([sys.executable, "-m", "chaos.network.server", "--port", "0"],
                                stderr=subprocess.PIPE, text=True)
     try:
         assert process.stderr is not None

@@ -1,12 +1,12 @@
-"""chaos.tuning on hand-written data: measurements from histories, the analytic model, and the
+"""chaos.check.tuning on hand-written data: measurements from histories, the analytic model, and the
 recommendation (never a failed cell; the widest margin; which constraint binds)."""
 
 from __future__ import annotations
 
 from histories import History
 
-from chaos.checker import LatencySummary
-from chaos.tuning import (
+from chaos.check.checker import LatencySummary
+from chaos.check.tuning import (
     CellResult,
     Evidence,
     HistoryMeasurements,

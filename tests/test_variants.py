@@ -22,13 +22,14 @@ from typing import Any
 import pytest
 import valkey
 
-import chaos.clock
-from chaos.clock import LocalClock, read_offset, write_offset
-from chaos.history import Event, iter_stream
-from chaos.protocol import PROTOCOLS, SCRIPT_NAMES, QueueClient, QueueKeys
-from chaos.reaper import sweep
-from chaos.runtime import ValkeyServer
-from chaos.worker import parse_args
+import chaos.protocol.clock
+from chaos.history.events import Event, iter_stream
+from chaos.names import PROTOCOLS
+from chaos.protocol.client import SCRIPT_NAMES, QueueClient, QueueKeys
+from chaos.protocol.clock import LocalClock, read_offset, write_offset
+from chaos.reference.reaper import sweep
+from chaos.reference.worker import parse_args
+from chaos.runtime.local import ValkeyServer
 
 _names = itertools.count(1)
 LAPSE_S = 0.07  # sleep past a 20-40 ms lease
@@ -355,7 +356,7 @@ def test_nonatomic_claim_worker_killed_in_the_gap_loses_the_job(
     queue = on("sound")
     queue.enqueue("a")
     worker = subprocess.Popen(
-        [sys.executable, "-m", "chaos.worker", "--url", valkey_server.url, "--name", "wk",
+        [sys.executable, "-m", "chaos.reference.worker", "--url", valkey_server.url, "--name", "wk",
          "--prefix", queue.keys.prefix, "--queue", queue.keys.queue, "--lease-ms", "5000",
          "--concurrency", "1", "--poll-ms", "10",
          "--protocol", "nonatomic-claim", "--claim-gap-ms", "60000"],
@@ -505,8 +506,9 @@ def test_local_clock_follows_rewrites_of_its_offset_file(tmp_path):
 def test_local_clock_rereads_only_when_the_file_changes(tmp_path, monkeypatch):
     path = skew_file(tmp_path, 250)
     reads = []
-    real_read = chaos.clock.read_offset
-    monkeypatch.setattr(chaos.clock, "read_offset", lambda p: reads.append(p) or real_read(p))
+    real_read = chaos.protocol.clock.read_offset
+    monkeypatch.setattr(chaos.protocol.clock, "read_offset",
+                        lambda p: reads.append(p) or real_read(p))
     clock = LocalClock(path)
     assert [clock.offset_ms() for _ in range(5)] == [250] * 5
     assert len(reads) == 1
@@ -536,7 +538,7 @@ def test_a_garbled_offset_file_is_an_error_naming_the_file(tmp_path):
 
 def test_reaper_refuses_to_run_under_no_reaper():
     result = subprocess.run(
-        [sys.executable, "-m", "chaos.reaper", "--url", "valkey://127.0.0.1:1",
+        [sys.executable, "-m", "chaos.reference.reaper", "--url", "valkey://127.0.0.1:1",
          "--protocol", "no-reaper"],
         capture_output=True, text=True, timeout=60,
     )
@@ -560,7 +562,7 @@ def reaper_process(valkey_server: ValkeyServer) -> Iterator[Callable[..., subpro
 
     def start(keys: QueueKeys, *flags: str) -> subprocess.Popen:
         process = subprocess.Popen(
-            [sys.executable, "-m", "chaos.reaper", "--url", valkey_server.url,
+            [sys.executable, "-m", "chaos.reference.reaper", "--url", valkey_server.url,
              "--prefix", keys.prefix, "--queue", keys.queue, "--interval-ms", "50", *flags],
             env=child_env(valkey_server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )

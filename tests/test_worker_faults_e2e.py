@@ -16,11 +16,11 @@ import pytest
 import valkey
 from test_scenarios_e2e import ROOT, run_cli, run_scenario
 
-from chaos.history import read_history
-from chaos.preflight import judge
-from chaos.protocol import QueueClient, QueueKeys
-from chaos.runtime import ValkeyServer, valkey_server_binary
-from chaos.worker import LeaseRenewer, WorkerConfig
+from chaos.history.events import read_history
+from chaos.protocol.client import QueueClient, QueueKeys
+from chaos.reference.worker import LeaseRenewer, WorkerConfig
+from chaos.run.preflight import judge
+from chaos.runtime.local import ValkeyServer, valkey_server_binary
 
 pytestmark = pytest.mark.integration
 

@@ -1,0 +1,212 @@
+"""The client-side acknowledgement ledger: what each client was told succeeded, kept outside Valkey.
+
+The history stream lives in the store under test, so a store crash or a failover can erase the
+evidence together with the data. Every process that performs transitions (the runner's producer,
+each worker) therefore appends one JSON line per *acknowledged* transition to its own file,
+``acks/<name>.jsonl`` in the run directory:
+
+    {"op": "enqueue", "id": "job-0000001", "t": 1767000000123}
+    {"op": "claim", "id": "job-0000001", "attempt": 1, "worker": "worker-2", "deadline": 176...}
+    {"op": "complete", "id": "job-0000001", "attempt": 1, "worker": "worker-2", "t": ...}
+
+Recorded: producer enqueues, worker claims and accepted completes (extends and rejections are
+not: a lost renewal loses no job, a rejection changes nothing). Each line is one ``write(2)`` to an
+``O_APPEND`` file, issued after the server's reply and before the client acts on it. A SIGKILL of
+the writer therefore loses nothing already acknowledged to it (the bytes are in the kernel); only an
+OS crash could drop the unsynced tail. A line torn by such a crash is skipped when reading, so the
+ledger can only under-count acknowledgements: the lost figure is never inflated.
+
+When the store rolled back events the exporter had already copied (``history-surviving.jsonl``
+then holds what the store kept), the checker judges ``judged_history``: the surviving events, the
+rolled-back ones a client was acknowledged for, and the runner's own notes.
+
+``compare_acks`` is pure: ledger + surviving history in, the acknowledged transitions the store no
+longer shows out. An acknowledged transition matches a surviving event of the same op with the same
+identity (enqueue: id; claim: id, attempt, worker, deadline; complete: id, attempt, worker), counted
+as multisets, so a rolled-back claim re-issued with the same attempt still counts as one loss.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from chaos.check.checker import Verdict, store_fault_recovery
+from chaos.history.events import Event, read_history, replay_history, seq_key
+from chaos.protocol.acks import ACK_OPS, ACKS_DIR
+
+# The store's own events stream as read back at the end of a run, written only when it differs
+# from history.jsonl (the exporter copied events out that the store later lost).
+SURVIVING_HISTORY = "history-surviving.jsonl"
+EXAMPLES = 10
+
+
+@dataclass(frozen=True)
+class Ack:
+    """One transition a client was told succeeded."""
+
+    op: str
+    job_id: str
+    attempt: int | None = None
+    worker: str | None = None
+    deadline: int | None = None
+    source: str = ""  # the ledger file (client) it came from
+
+    def identity(self) -> tuple[Any, ...]:
+        return _identity(self.op, self.job_id, self.attempt, self.worker, self.deadline)
+
+
+def _identity(op: str, job_id: str, attempt: int | None, worker: str | None,
+              deadline: int | None) -> tuple[Any, ...]:
+    if op == "enqueue":
+        return (op, job_id)
+    if op == "claim":
+        return (op, job_id, attempt, worker, deadline)
+    return (op, job_id, attempt, worker)
+
+
+def _event_identity(event: Event) -> tuple[Any, ...]:
+    """What an acknowledgement of this event would carry (see ``_identity``)."""
+    return _identity(event.type, event.job_id or "", event.attempt, event.worker, event.deadline)
+
+
+def read_acks(directory: str | os.PathLike[str]) -> list[Ack]:
+    """Every ``*.jsonl`` ledger in ``directory``; a torn last line is skipped, nothing else is."""
+    acks: list[Ack] = []
+    for path in sorted(Path(directory).glob("*.jsonl")):
+        text = path.read_text(encoding="utf-8")
+        lines = text.split("\n")
+        for number, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                if number == len(lines):  # no newline after it: torn by a crash mid-write
+                    break
+                raise ValueError(f"{path}:{number}: not a JSON object") from None
+            if record.get("op") not in ACK_OPS or "id" not in record:
+                raise ValueError(f"{path}:{number}: expected op in {ACK_OPS} and an id, "
+                                 f"got {line[:80]!r}")
+            acks.append(Ack(
+                op=record["op"], job_id=str(record["id"]),
+                attempt=_int(record.get("attempt")), worker=record.get("worker"),
+                deadline=_int(record.get("deadline")), source=path.stem,
+            ))
+    return acks
+
+
+def _int(value: Any) -> int | None:
+    return None if value in (None, "") else int(value)
+
+
+@dataclass
+class AckComparison:
+    acknowledged: dict[str, int] = field(default_factory=dict)  # per op
+    lost: dict[str, int] = field(default_factory=dict)  # per op: acknowledged, not surviving
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    jobs_affected: int = 0  # distinct jobs with at least one lost acknowledged transition
+
+    @property
+    def lost_total(self) -> int:
+        return sum(self.lost.values())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"acknowledged": self.acknowledged, "lost": self.lost_total,
+                "lost_by_op": self.lost, "jobs_affected": self.jobs_affected,
+                "examples": self.examples}
+
+
+def compare_acks(acks: Iterable[Ack], surviving: Iterable[Event]) -> AckComparison:
+    """Acknowledged transitions with no matching event in the surviving history."""
+    present: Counter[tuple[Any, ...]] = Counter(
+        _event_identity(e) for e in surviving if e.type in ACK_OPS)
+    result = AckComparison(acknowledged=dict.fromkeys(ACK_OPS, 0), lost=dict.fromkeys(ACK_OPS, 0))
+    jobs: set[str] = set()
+    for ack in acks:
+        result.acknowledged[ack.op] += 1
+        key = ack.identity()
+        if present[key] > 0:
+            present[key] -= 1
+            continue
+        result.lost[ack.op] += 1
+        jobs.add(ack.job_id)
+        if len(result.examples) < EXAMPLES:
+            example: dict[str, Any] = {"op": ack.op, "job": ack.job_id, "client": ack.source}
+            example.update({name: value for name, value in (
+                ("attempt", ack.attempt), ("worker", ack.worker), ("deadline", ack.deadline))
+                if value is not None})
+            result.examples.append(example)
+    result.jobs_affected = len(jobs)
+    return result
+
+
+def events_not_surviving(history: Iterable[Event], surviving: Iterable[Event]) -> list[Event]:
+    """Events the exporter copied out of the store that the store no longer holds (rolled back)."""
+    kept = {event.seq for event in surviving}
+    return [event for event in history if event.seq not in kept]
+
+
+# Events the runner writes about the run (not queue transitions): kept from the exporter's copy
+# even if the store lost them, since they describe what was done to the store.
+RUNNER_EVENTS = ("run", "phase", "fault", "heal", "fault_skipped")
+
+
+def judged_history(history: list[Event], surviving: list[Event],
+                   acks: Iterable[Ack]) -> list[Event]:
+    """The history as clients experienced it, once a store rolled events back: what the store
+    kept, plus every rolled-back transition a client was told succeeded (it acted on those), plus
+    the runner's own notes. A rolled-back transition nobody was acknowledged for took effect for
+    no one (e.g. a write on a stale primary whose WAIT failed), so it is not judged."""
+    # The acknowledgements the surviving events do not already account for.
+    acked = Counter(ack.identity() for ack in acks)
+    acked.subtract(_event_identity(e) for e in surviving if e.type in ACK_OPS)
+    kept = list(surviving)
+    for event in events_not_surviving(history, surviving):
+        if event.type in RUNNER_EVENTS:
+            kept.append(event)
+        elif event.type in ACK_OPS and acked[key := _event_identity(event)] > 0:
+            acked[key] -= 1
+            kept.append(event)
+    return sorted(kept, key=lambda event: seq_key(event.seq))
+
+
+def check_with_ledger(run_dir: Path, history_path: Path,
+                      judge: Callable[[Iterable[Event]], Verdict],
+                      ) -> tuple[Verdict, dict[str, Any] | None]:
+    """Judge a run directory's evidence: ``judge`` (the checker) gets history.jsonl streamed, or,
+    when the store rolled events back (``history-surviving.jsonl`` exists), ``judged_history``;
+    store faults get their clients' recovery (a second pass); and ``report.json["ack_ledger"]``
+    (None without a ledger, ``acks/``)."""
+    surviving_path = run_dir / SURVIVING_HISTORY
+    directory = run_dir / ACKS_DIR
+    acks = read_acks(directory) if directory.is_dir() else None
+    if not surviving_path.exists():  # the store kept everything: stream, memory stays flat
+        verdict = replay_history(history_path, judge)
+        if verdict.store_faults:
+            verdict.store_faults = replay_history(
+                history_path, lambda events: store_fault_recovery(events, verdict.store_faults))
+        if acks is None:
+            return verdict, None
+        comparison = replay_history(history_path, lambda events: compare_acks(acks, events))
+        rolled_back: list[Event] = []
+    else:
+        history, surviving = read_history(history_path), read_history(surviving_path)
+        judged = judged_history(history, surviving, acks or [])
+        verdict = judge(judged)
+        verdict.store_faults = store_fault_recovery(judged, verdict.store_faults)
+        if acks is None:
+            return verdict, None
+        comparison = compare_acks(acks, surviving)
+        rolled_back = events_not_surviving(history, surviving)
+    return verdict, {
+        **comparison.as_dict(),
+        "history_events_lost": len(rolled_back),
+        "history_events_lost_by_type": dict(Counter(e.type for e in rolled_back)),
+        "compared_with": SURVIVING_HISTORY if surviving_path.exists() else "history.jsonl",
+    }

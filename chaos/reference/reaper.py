@@ -1,0 +1,118 @@
+"""The reaper: a fixed-rate sweep that returns lapsed leases to pending.
+
+Ticks fall on a deadline grid (start + k * interval), not "sleep after work", so the period really
+is the reap interval. Within a tick it sweeps again while a sweep returns a full batch, so a mass
+failure with more stranded leases than ``limit`` is still cleared in one tick.
+
+Run as ``python -m chaos.reference.reaper --url valkey://127.0.0.1:PORT --interval-ms 250``.
+
+Optional flags (the defaults run the sound protocol):
+  --name NAME            client name (default ``reaper``); two racing reapers get two names
+  --protocol NAME        one of chaos.protocol.client.PROTOCOLS (default sound). Under
+                         single-batch-reaper a tick sweeps one batch, full or not. Under
+                         no-reaper the reaper refuses to run (exit code 2): that variant is a
+                         runtime that starts no reaper at all
+  --clock-file PATH      this process's clock offset file (protocol.clock: one integer, ms; absent
+                         or empty = 0); only the client-clock variant reaps by it
+  --race-window-ms MS    nonatomic-reap: the wait between the scan and the moves
+                         (default 100 under nonatomic-reap; other protocols have no window)
+  --wait-replicas N      WAIT for N replicas after each reap script (a failed WAIT is retried
+                         on the next tick)
+  --max-stalls N         stall limit: a job reaped N times is dead-lettered at its next stall
+                         (a `dead` event, the dead set) instead of going back to pending;
+                         0 (default): no limit
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import time
+
+from valkey.exceptions import ConnectionError as ValkeyConnectionError
+from valkey.exceptions import TimeoutError as ValkeyTimeoutError
+
+from chaos.lifeline import die_with_parent
+from chaos.names import PROTOCOLS
+from chaos.protocol.client import QueueClient, QueueKeys, connect
+from chaos.protocol.clock import LocalClock
+
+log = logging.getLogger("chaos.reference.reaper")
+
+
+def sweep(queue: QueueClient, limit: int, max_stalls: int = 0) -> int:
+    """One tick: reap until a batch comes back short of the limit."""
+    if queue.protocol == "single-batch-reaper":
+        # MUTANT single-batch-reaper: one batch per tick, even a full one; the rest of a mass
+        # failure waits for later ticks, past the recovery bound.
+        return queue.reap(limit, max_stalls)
+    total = 0
+    while True:
+        moved = queue.reap(limit, max_stalls)
+        total += moved
+        if moved < limit:
+            return total
+
+
+def run(queue: QueueClient, interval_ms: int, limit: int, stop: threading.Event,
+        max_stalls: int = 0) -> None:
+    interval = interval_ms / 1000
+    next_tick = time.monotonic()
+    while not stop.is_set():
+        try:
+            moved = sweep(queue, limit, max_stalls)
+            if moved:
+                log.info("reaped %d", moved)
+        except (ValkeyConnectionError, ValkeyTimeoutError, OSError) as error:
+            log.warning("sweep failed: %s", error)
+        next_tick += interval
+        now = time.monotonic()
+        if next_tick < now:  # fell behind (stalled): skip missed ticks rather than burst
+            next_tick = now + interval - (now - next_tick) % interval
+        stop.wait(next_tick - now)
+
+
+def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    parser = argparse.ArgumentParser(prog="python -m chaos.reference.reaper", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--prefix", default="emq:")
+    parser.add_argument("--queue", default="jobs")
+    parser.add_argument("--interval-ms", type=int, default=1000)
+    parser.add_argument("--limit", type=int, default=100)
+    parser.add_argument("--name", default="reaper", help="client name (default reaper)")
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="sound")
+    parser.add_argument("--clock-file", default=None, help="clock offset file (ms)")
+    parser.add_argument("--race-window-ms", type=int, default=None,
+                        help="nonatomic-reap scan-to-move window (default 100 there, else 0)")
+    parser.add_argument("--wait-replicas", type=int, default=0,
+                        help="WAIT for N replicas after each script call (default 0: no WAIT)")
+    parser.add_argument("--max-stalls", type=int, default=0,
+                        help="dead-letter a job at its stall past N (default 0: no limit)")
+    args = parser.parse_args(argv)
+    if args.protocol == "no-reaper":
+        parser.exit(2, "chaos.reference.reaper: error: protocol 'no-reaper' means no reaper "
+                       "runs at all; "
+                       "the runtime must not start a reaper for this variant\n")
+    queue = QueueClient(
+        connect(args.url, client_name=args.name), QueueKeys(args.prefix, args.queue),
+        protocol=args.protocol, clock=LocalClock(args.clock_file),
+        race_window_ms=args.race_window_ms, wait_replicas=args.wait_replicas,
+    )
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    log.info("%s up: every %d ms, batch %d, protocol %s, max stalls %d", args.name,
+             args.interval_ms, args.limit, args.protocol, args.max_stalls)
+    run(queue, args.interval_ms, args.limit, stop, args.max_stalls)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

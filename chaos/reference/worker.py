@@ -1,0 +1,539 @@
+"""The reference worker: ``concurrency`` slots that claim, work and complete, plus a heartbeat.
+
+Run as ``python -m chaos.reference.worker --url valkey://127.0.0.1:PORT --name worker-1 ...``.
+The password,
+if any, comes from ``ECHOMQ_VALKEY_PASSWORD``. SIGTERM stops claiming and finishes held jobs.
+
+The heartbeat extends every held lease each ``heartbeat_ms``; a rejected extend means the lease
+is gone (reaped and maybe re-claimed), so the heartbeat stops renewing it and the worker cancels
+the handler working on it. The slot still sends its fenced complete, once: the server, not the
+worker, decides whether it counts, and a rejected stale complete is exactly what the history must
+show.
+
+Where the heartbeat runs (--heartbeat; --heartbeat-ms 0 turns it off: leases are never renewed,
+a handler longer than the lease loses its lease, a needless redelivery):
+  process  (default) a child process of its own, fed the held leases over a pipe: it keeps
+           renewing while a handler holds the CPU and the GIL (the BullMQ "Missing lock" case:
+           a CPU-bound handler starves the renewal timer). It ignores SIGTERM (it stops when
+           the worker closes the pipe) and dies with the worker (PR_SET_PDEATHSIG); kill/pause
+           faults signal the worker's whole process group, so it dies and freezes with it
+  thread   a thread of the worker: a GIL-holding handler starves it and its leases lapse
+
+Poison jobs: a job whose payload starts with ``poison`` crashes the worker that claims it
+(SIGKILL to itself, as a segfaulting native library would), every time.
+
+Benchmarks only:
+  --no-events          claim, extend and complete write no event to the history (the cost of
+                       the evidence, ``python -m benchmarks``); nothing can be checked after it,
+                       so the runtime never passes it
+
+Store faults:
+  --ack-ledger PATH    append every acknowledged claim and accepted complete to PATH (one JSON
+                       line each, chaos.check.ledger), so a store that loses them can be caught out
+  --wait-replicas N    after each script call, WAIT until N replicas have it; fewer within the
+                       timeout counts as a failed call (the transition is not acknowledged)
+
+Fault control (--control-file): on SIGUSR1 the worker reads that JSON file,
+``{"kind": "cpu_hog" | "block_heartbeat", "duration_ms": N, "fault_id": "f1"}``:
+  cpu_hog          the next handler to start is CPU-bound for N ms and holds the GIL throughout
+                   (``hold_gil``); it records a ``handler_hog`` event naming the job
+  block_heartbeat  the heartbeat renews nothing for N ms (its thread or process is blocked)
+
+Protocol variants (all optional; the defaults run the sound protocol):
+  --protocol NAME      one of chaos.names.PROTOCOLS (default sound); the worker's claim, extend
+                       and complete follow that variant (see the table in chaos.protocol.client)
+  --clock-file PATH    this process's clock offset file (protocol.clock: one integer, ms; absent or
+                       empty = 0), re-read when it changes, so a clock_skew fault can shift it.
+                       Every worker has a clock; only the client-clock variant leases by it
+  --claim-gap-ms MS    nonatomic-claim: the gap between popping a job and leasing it
+                       (default 100 under nonatomic-claim; other protocols have no gap)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import multiprocessing
+import os
+import random
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any, Protocol
+
+from valkey.exceptions import ConnectionError as ValkeyConnectionError
+from valkey.exceptions import TimeoutError as ValkeyTimeoutError
+
+from chaos.lifeline import die_with_parent
+from chaos.names import PROTOCOLS
+from chaos.protocol.acks import AckLedger
+from chaos.protocol.client import POISON, QueueClient, QueueKeys, connect
+from chaos.protocol.clock import LocalClock
+
+log = logging.getLogger("chaos.reference.worker")
+TRANSIENT = (ValkeyConnectionError, ValkeyTimeoutError, OSError)
+HEARTBEAT_MODES = ("process", "thread")
+CONTROL_KINDS = ("cpu_hog", "block_heartbeat")
+
+
+@dataclass(frozen=True)
+class HandlerDistribution:
+    distribution: str = "uniform"
+    fixed_ms: int = 100
+    min_ms: int = 50
+    max_ms: int = 200
+    median_ms: int = 100
+    sigma: float = 0.5
+
+    def draw_ms(self, rng: random.Random) -> float:
+        if self.distribution == "fixed":
+            return float(self.fixed_ms)
+        if self.distribution == "uniform":
+            return rng.uniform(self.min_ms, self.max_ms)
+        return rng.lognormvariate(math.log(self.median_ms), self.sigma)
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    url: str
+    name: str
+    keys: QueueKeys
+    lease_ms: int
+    heartbeat_ms: int
+    concurrency: int = 4
+    poll_ms: int = 20
+    handler: HandlerDistribution = HandlerDistribution()
+    seed: int = 1
+    protocol: str = "sound"
+    clock_file: str | None = None
+    claim_gap_ms: int | None = None  # None: the protocol's default
+    heartbeat: str = "process"  # HEARTBEAT_MODES
+    control_file: str | None = None
+    record_events: bool = True  # False: benchmarks only (--no-events)
+    ack_ledger: str | None = None  # acks file of this worker's acknowledged transitions
+    wait_replicas: int = 0  # WAIT for this many replicas after each script call
+
+
+def queue_client(config: WorkerConfig, client_name: str) -> QueueClient:
+    return QueueClient(
+        connect(config.url, client_name=client_name), config.keys,
+        protocol=config.protocol, clock=LocalClock(config.clock_file),
+        claim_gap_ms=config.claim_gap_ms, record_events=config.record_events,
+        wait_replicas=config.wait_replicas,
+    )
+
+
+# --- CPU-bound work -----------------------------------------------------------------------
+
+def hold_gil(duration_ms: float) -> None:
+    """Busy for ``duration_ms`` without ever letting another thread of this process run: C calls
+    (a builtin ``sum`` over a ``range``, a few ms each, during which no bytecode runs) under a
+    switch interval longer than the hog, so no waiting thread is handed the GIL in between (a
+    plain Python loop yields it every switch interval, 5 ms by default). What a handler stuck in
+    a native library or a tight CPU-bound loop does to everything else in its process."""
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(duration_ms / 1000 + 1)
+    try:
+        end = time.perf_counter() + duration_ms / 1000
+        while time.perf_counter() < end:
+            sum(range(50_000))
+    finally:
+        sys.setswitchinterval(previous)
+
+
+# --- the heartbeat ------------------------------------------------------------------------
+
+
+class LeaseRenewer:
+    """Extends every held lease each ``heartbeat_ms`` until stopped; a rejected extend drops the
+    lease and reports it to ``on_lost``. ``block`` makes it renew nothing for a while."""
+
+    def __init__(self, queue: QueueClient, config: WorkerConfig,
+                 on_lost: Callable[[str, int], None]) -> None:
+        self.queue = queue
+        self.config = config
+        self.on_lost = on_lost
+        self.held: dict[str, int] = {}  # job id -> attempt
+        self.lock = threading.Lock()
+        self.blocked_until = 0.0  # monotonic
+        self.stop = threading.Event()
+
+    def hold(self, job_id: str, attempt: int) -> None:
+        with self.lock:
+            self.held[job_id] = attempt
+
+    def drop(self, job_id: str, attempt: int) -> None:
+        with self.lock:
+            if self.held.get(job_id) == attempt:
+                del self.held[job_id]
+
+    def block(self, duration_ms: int) -> None:
+        self.blocked_until = time.monotonic() + duration_ms / 1000
+        log.info("heartbeat blocked for %d ms", duration_ms)
+
+    def run(self) -> None:
+        cfg = self.config
+        period = cfg.heartbeat_ms / 1000
+        next_beat = time.monotonic()
+        while True:
+            next_beat += period
+            if self.stop.wait(max(0.0, next_beat - time.monotonic())):
+                return
+            # A block_heartbeat fault: this thread renews nothing until it ends, as a blocked
+            # event loop or a stuck timer would (but a stop still ends it at once).
+            if self.blocked_until > time.monotonic():
+                while (left := self.blocked_until - time.monotonic()) > 0:
+                    if self.stop.wait(left):
+                        return
+                next_beat = time.monotonic()  # one beat right after the block, not a burst
+            next_beat = max(next_beat, time.monotonic() - period)
+            with self.lock:
+                leases = list(self.held.items())
+            for job_id, attempt in leases:
+                try:
+                    renewed = self.queue.extend(job_id, attempt, cfg.lease_ms, cfg.name)
+                except TRANSIENT as error:
+                    log.warning("extend %s failed: %s", job_id, error)
+                    continue
+                if renewed is None:
+                    self.drop(job_id, attempt)
+                    log.info("lease on %s attempt %d lost; no longer renewing", job_id, attempt)
+                    self.on_lost(job_id, attempt)
+
+
+class Heartbeat(Protocol):
+    def start(self) -> None: ...
+    def hold(self, job_id: str, attempt: int) -> None: ...
+    def drop(self, job_id: str, attempt: int) -> None: ...
+    def block(self, duration_ms: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class NoHeartbeat:
+    """``--heartbeat-ms 0``: leases are never renewed."""
+
+    def start(self) -> None: ...
+    def hold(self, job_id: str, attempt: int) -> None: ...
+    def drop(self, job_id: str, attempt: int) -> None: ...
+    def block(self, duration_ms: int) -> None: ...
+    def close(self) -> None: ...
+
+
+class ThreadHeartbeat:
+    """``--heartbeat thread``: the renewer in a thread of the worker (shares its GIL)."""
+
+    def __init__(self, queue: QueueClient, config: WorkerConfig,
+                 on_lost: Callable[[str, int], None]) -> None:
+        self.renewer = LeaseRenewer(queue, config, on_lost)
+        self.thread = threading.Thread(target=self.renewer.run, name="heartbeat", daemon=True)
+        self.hold, self.drop, self.block = (self.renewer.hold, self.renewer.drop,
+                                            self.renewer.block)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def close(self) -> None:
+        self.renewer.stop.set()
+        self.thread.join(timeout=5)
+
+
+class ProcessHeartbeat:
+    """``--heartbeat process``: the renewer in a child process with its own connection; the
+    worker tells it what it holds over a pipe and hears back which leases were lost."""
+
+    def __init__(self, config: WorkerConfig, on_lost: Callable[[str, int], None]) -> None:
+        # fork, while the worker has no thread yet (built first thing in Worker.__init__).
+        # Not spawn: that also starts multiprocessing's resource tracker, a process nothing
+        # stops if it is frozen (a pause fault) when the worker dies.
+        context = multiprocessing.get_context("fork")
+        self.conn, child_conn = context.Pipe()
+        self.process = context.Process(target=heartbeat_process,
+                                       args=(config, child_conn, os.getpid()),
+                                       name=f"{config.name}-heartbeat", daemon=True)
+        self.child_conn = child_conn
+        self.on_lost = on_lost
+        self.send_lock = threading.Lock()
+        self.reader = threading.Thread(target=self._read, name="heartbeat-reader", daemon=True)
+
+    def start(self) -> None:
+        assert threading.active_count() == 1, "fork the heartbeat before starting threads"
+        self.process.start()
+        self.child_conn.close()
+        if not self.conn.poll(60) or self.conn.recv() != ("ready",):
+            raise RuntimeError("the heartbeat process did not come up")
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                return
+            if message[0] == "lost":
+                self.on_lost(message[1], message[2])
+
+    def _send(self, *message: Any) -> None:
+        with self.send_lock:
+            try:
+                self.conn.send(message)
+            except (BrokenPipeError, OSError) as error:
+                log.warning("heartbeat process unreachable: %s", error)
+
+    def hold(self, job_id: str, attempt: int) -> None:
+        self._send("hold", job_id, attempt)
+
+    def drop(self, job_id: str, attempt: int) -> None:
+        self._send("drop", job_id, attempt)
+
+    def block(self, duration_ms: int) -> None:
+        self._send("block", duration_ms)
+
+    def close(self) -> None:
+        self._send("stop")
+        self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+        self.conn.close()
+
+
+def heartbeat_process(config: WorkerConfig, conn: Connection, worker_pid: int) -> None:
+    """The heartbeat child: renew what the worker says it holds; report lost leases back."""
+    die_with_parent(worker_pid)  # may be 1: the worker is PID 1 of its container under Docker
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the worker stops it, after its slots
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr, force=True,
+                        format="%(asctime)s chaos.heartbeat %(levelname)s %(message)s")
+    send_lock = threading.Lock()
+
+    def lost(job_id: str, attempt: int) -> None:
+        with send_lock:
+            conn.send(("lost", job_id, attempt))
+
+    renewer = LeaseRenewer(queue_client(config, f"{config.name}-heartbeat"), config, lost)
+    thread = threading.Thread(target=renewer.run, name="heartbeat", daemon=True)
+    thread.start()
+    with send_lock:
+        conn.send(("ready",))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            break
+        if message[0] == "hold":
+            renewer.hold(message[1], message[2])
+        elif message[0] == "drop":
+            renewer.drop(message[1], message[2])
+        elif message[0] == "block":
+            renewer.block(message[1])
+        elif message[0] == "stop":
+            break
+    renewer.stop.set()
+    thread.join(timeout=5)
+
+
+# --- the worker -----------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, config: WorkerConfig) -> None:
+        self.config = config
+        self.stop = threading.Event()
+        self.completed = 0
+        self.rejected = 0
+        self.cancelled = 0
+        # (job id, attempt) -> set when the lease is lost: the handler stops working on it
+        self.cancels: dict[tuple[str, int], threading.Event] = {}
+        self.cancels_lock = threading.Lock()
+        self.hog_ms = 0  # the next handler holds the GIL this long (a cpu_hog fault)
+        self.heartbeat: Heartbeat
+        if config.heartbeat_ms > 0 and config.heartbeat == "process":
+            self.heartbeat = ProcessHeartbeat(config, self.lease_lost)
+            # Up before the worker's own named connection: the runner counts a worker as
+            # started once that connection shows, so nothing is claimed before renewals work.
+            self.heartbeat.start()
+        self.queue = queue_client(config, config.name)
+        self.ledger = AckLedger(config.ack_ledger)
+        if config.heartbeat_ms <= 0:  # 0: no heartbeat, a lease is never renewed
+            self.heartbeat = NoHeartbeat()
+        elif config.heartbeat == "thread":
+            self.heartbeat = ThreadHeartbeat(self.queue, config, self.lease_lost)
+
+    def lease_lost(self, job_id: str, attempt: int) -> None:
+        with self.cancels_lock:
+            cancel = self.cancels.get((job_id, attempt))
+        if cancel is not None:
+            cancel.set()
+
+    def control(self, *_: object) -> None:
+        """SIGUSR1: apply the fault written in the control file."""
+        if not self.config.control_file:
+            return
+        try:
+            order = json.loads(Path(self.config.control_file).read_text())
+        except (OSError, ValueError) as error:
+            log.warning("control file unreadable: %s", error)
+            return
+        kind, duration_ms = order.get("kind"), int(order.get("duration_ms", 0))
+        log.info("control: %s for %d ms (fault %s)", kind, duration_ms, order.get("fault_id"))
+        if kind == "cpu_hog":
+            self.hog_ms = duration_ms
+        elif kind == "block_heartbeat":
+            self.heartbeat.block(duration_ms)
+
+    def _slot(self, index: int) -> None:
+        cfg = self.config
+        rng = random.Random(cfg.seed * 1_000_003 + index)
+        while not self.stop.is_set():
+            try:
+                job = self.queue.claim(cfg.lease_ms, cfg.name)
+            except TRANSIENT as error:
+                log.warning("claim failed: %s", error)
+                self.stop.wait(0.1)
+                continue
+            if job is None:
+                self.stop.wait(cfg.poll_ms / 1000)
+                continue
+            self.ledger.record("claim", job.job_id, attempt=job.attempt, worker=cfg.name,
+                               deadline=job.deadline_ms)
+            if job.payload.startswith(POISON):
+                # A poison pill: this handler brings the whole worker down, every time.
+                log.error("poison job %s attempt %d: crashing", job.job_id, job.attempt)
+                os.kill(os.getpid(), signal.SIGKILL)
+            key = (job.job_id, job.attempt)
+            cancel = threading.Event()
+            with self.cancels_lock:
+                self.cancels[key] = cancel
+            self.heartbeat.hold(*key)
+            duration_ms = cfg.handler.draw_ms(rng)
+            hog_ms, self.hog_ms = self.hog_ms, 0
+            if hog_ms:
+                self._record_hog(job.job_id, job.attempt, hog_ms)
+                hold_gil(hog_ms)  # the work is CPU-bound this time: nothing else in here runs
+            else:
+                cancel.wait(duration_ms / 1000)
+            if cancel.is_set():
+                self.cancelled += 1
+                log.info("lease on %s attempt %d lost: handler cancelled", *key)
+            self._complete(job.job_id, job.attempt)
+            with self.cancels_lock:
+                self.cancels.pop(key, None)
+
+    def _record_hog(self, job_id: str, attempt: int, hog_ms: int) -> None:
+        try:
+            self.queue.record(type="handler_hog", id=job_id, attempt=attempt,
+                              worker=self.config.name, duration_ms=hog_ms)
+        except TRANSIENT as error:
+            log.warning("could not record the hog: %s", error)
+
+    def _complete(self, job_id: str, attempt: int) -> None:
+        for _ in range(50):  # a blip must not strand a finished job; the lease covers retries
+            try:
+                accepted = self.queue.complete(job_id, attempt, self.config.name)
+                break
+            except TRANSIENT as error:
+                log.warning("complete %s failed: %s", job_id, error)
+                time.sleep(0.1)
+        else:
+            accepted = False
+        self.heartbeat.drop(job_id, attempt)
+        if accepted:
+            self.ledger.record("complete", job_id, attempt=attempt, worker=self.config.name)
+            self.completed += 1
+        else:
+            self.rejected += 1
+            log.info("complete of %s attempt %d rejected: the lease was lost", job_id, attempt)
+
+    def run(self) -> int:
+        threads = [
+            threading.Thread(target=self._slot, args=(i,), name=f"slot-{i}", daemon=True)
+            for i in range(self.config.concurrency)
+        ]
+        if not isinstance(self.heartbeat, ProcessHeartbeat):  # (that one is up since __init__)
+            self.heartbeat.start()
+        for thread in threads:
+            thread.start()
+        log.info("%s up: %d slots, protocol %s, heartbeat %s", self.config.name,
+                 self.config.concurrency, self.queue.protocol, self.config.heartbeat)
+        while not self.stop.is_set():
+            self.stop.wait(0.5)
+        for thread in threads:
+            thread.join(timeout=30)
+        self.heartbeat.close()  # after the slots: held leases stay renewed until completed
+        self.ledger.close()
+        log.info("%s stopped: %d completed, %d rejected, %d cancelled", self.config.name,
+                 self.completed, self.rejected, self.cancelled)
+        return 0
+
+
+def parse_args(argv: list[str] | None = None) -> WorkerConfig:
+    parser = argparse.ArgumentParser(prog="python -m chaos.reference.worker", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True, help="valkey://127.0.0.1:PORT")
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--prefix", default="emq:")
+    parser.add_argument("--queue", default="jobs")
+    parser.add_argument("--lease-ms", type=int, default=30_000)
+    parser.add_argument("--heartbeat-ms", type=int, default=None,
+                        help="default lease/3; 0 = no heartbeat")
+    parser.add_argument("--concurrency", type=int, default=4)
+    parser.add_argument("--poll-ms", type=int, default=20)
+    parser.add_argument("--handler", default="{}", help="JSON, e.g. {\"distribution\":\"fixed\"}")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--protocol", choices=PROTOCOLS, default="sound")
+    parser.add_argument("--clock-file", default=None, help="clock offset file (ms)")
+    parser.add_argument("--claim-gap-ms", type=int, default=None,
+                        help="nonatomic-claim pop-to-lease gap (default 100 there, else 0)")
+    parser.add_argument("--heartbeat", choices=HEARTBEAT_MODES, default="process",
+                        help="where leases are renewed (default process)")
+    parser.add_argument("--control-file", default=None,
+                        help="fault control file, read on SIGUSR1")
+    parser.add_argument("--no-events", action="store_true",
+                        help="benchmarks only: write no history events (nothing to check)")
+    parser.add_argument("--ack-ledger", default=None,
+                        help="append each acknowledged claim/complete here (chaos.check.ledger)")
+    parser.add_argument("--wait-replicas", type=int, default=0,
+                        help="WAIT for N replicas after each script call (default 0: no WAIT)")
+    args = parser.parse_args(argv)
+    return WorkerConfig(
+        url=args.url,
+        name=args.name,
+        keys=QueueKeys(args.prefix, args.queue),
+        lease_ms=args.lease_ms,
+        heartbeat_ms=(args.heartbeat_ms if args.heartbeat_ms is not None
+                      else max(1, args.lease_ms // 3)),
+        concurrency=args.concurrency,
+        poll_ms=args.poll_ms,
+        handler=HandlerDistribution(**json.loads(args.handler)),
+        seed=args.seed,
+        protocol=args.protocol,
+        clock_file=args.clock_file,
+        claim_gap_ms=args.claim_gap_ms,
+        heartbeat=args.heartbeat,
+        control_file=args.control_file,
+        record_events=not args.no_events,
+        ack_ledger=args.ack_ledger,
+        wait_replicas=args.wait_replicas,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
+    signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a fault order before we can read it: none
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    worker = Worker(parse_args(argv))
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+    signal.signal(signal.SIGINT, lambda *_: worker.stop.set())
+    signal.signal(signal.SIGUSR1, worker.control)
+    return worker.run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

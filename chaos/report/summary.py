@@ -1,0 +1,146 @@
+"""Reports: ``report.json`` (stable shape, schema 1) and the terminal summary."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from chaos.check.checker import Verdict
+from chaos.history.events import Event
+
+SCHEMA = 1
+
+
+def build_report(
+    scenario: str,
+    verdict_word: str,
+    verdict: Verdict | None,
+    **extra: Any,
+) -> dict[str, Any]:
+    report: dict[str, Any] = {"schema": SCHEMA, "scenario": scenario, "verdict": verdict_word}
+    if verdict is not None:
+        report.update(verdict.as_dict())
+    report.update(extra)
+    return report
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else f"{value}"
+
+
+def summary_text(report: dict[str, Any]) -> str:
+    """The human summary printed at the end of a run (and by ``check``)."""
+    lines = [f"scenario {report['scenario']}: {report['verdict'].upper()}"]
+    if "invariants" not in report:
+        if report.get("error"):
+            lines.append(f"  error: {report['error']}")
+        return "\n".join(lines)
+    invariants = report["invariants"]
+    bound = invariants["recovery_bound"]
+    jobs = report["jobs"]
+    redeliveries = report["redeliveries"]
+    lines.append(
+        f"  jobs      enqueued {jobs['enqueued']}  completed {jobs['completed']}  "
+        f"lost {jobs['lost']}  double-completed {jobs['double_completed']}  "
+        f"({report['throughput_per_s']} completes/s)"
+    )
+    lines.append(
+        f"  faults    {report['faults']} applied, {bound['stranded']} stranded leases, "
+        f"{bound['count']} recovered by the reaper"
+    )
+    lines.append(
+        f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
+        f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {bound['bound_ms']} "
+        f"(lease {bound['lease_ms']} + reap {bound['reap_interval_ms']} "
+        f"+ tolerance {bound['tolerance_ms']})"
+    )
+    for name in ("reclaim", "recomplete"):
+        figures = report["recovery"][name]
+        lines.append(
+            f"  {name:<9} {name}-fault ms min {_ms(figures['min_ms'])} "
+            f"p50 {_ms(figures['p50_ms'])} p99 {_ms(figures['p99_ms'])} "
+            f"max {_ms(figures['max_ms'])} (n={figures['count']})"
+        )
+    lines.append(
+        f"  redeliveries needed {redeliveries['needed']}  needless {redeliveries['needless']}"
+        f"  rejected {report['rejected'] or {}}"
+    )
+    report_only = set(report.get("report_only", []))
+    if report.get("needless_by_fault"):
+        lines.append("  needless  by the fault the holder was under: " + "  ".join(
+            f"{kind} {count}" for kind, count in report["needless_by_fault"].items()))
+    buckets = report.get("needless_by_duration", [])
+    rows = [row for row in buckets if row["attempts"]]
+    # Worth a line once a lease was redelivered needlessly or a handler ran past the first bucket.
+    if any(row["needless"] for row in rows) or any(row["attempts"] for row in buckets[1:]):
+        lines.append("  needless  by handler duration (x lease): " + "  ".join(
+            f"{row['bucket']} {row['needless']}/{row['attempts']}" for row in rows))
+    outcomes = report.get("outcomes")
+    if outcomes is not None and outcomes.get("judged"):
+        lines.append(
+            f"  outcomes  completed {outcomes['completed']}  dead-lettered "
+            f"{outcomes['dead_lettered']}  lost {outcomes['lost']}  duplicated "
+            f"{outcomes['duplicated']}  unexpected {outcomes['unexpected']}")
+    dead = report.get("dead_letter")
+    if dead and (dead["max_stalls"] or dead["jobs"]):
+        before = "  ".join(f"{n} recoveries: {jobs} job(s)"
+                           for n, jobs in dead["recoveries_before_dead"].items()) or "-"
+        lines.append(
+            f"  dead      max_stalls {dead['max_stalls']}: {dead['jobs']} dead-lettered "
+            f"({dead['poison']} of {dead['poison_enqueued']} poison); {before}")
+    for name, result in invariants.items():
+        mark = "ok  " if result["ok"] else ("WARN" if name in report_only else "FAIL")
+        detail = "" if result["ok"] else f"  {result['violations']} violation(s), e.g. " + \
+            json.dumps(result["examples"][:2])
+        lines.append(f"  [{mark}] {name}{detail}")
+    if report_only:
+        lines.append(f"  (report only, not in the verdict: {', '.join(sorted(report_only))})")
+    for store in report.get("store_faults", []):
+        promoted = (f", new primary {store['new_primary']} after {store['promoted_ms']} ms"
+                    if "promoted_ms" in store else "")
+        lines.append(
+            f"  store     {store['fault_id']} {store['kind']} {store['node']}: down "
+            f"{store['down_ms']} ms{promoted}; {store['clients_recovered']} workers back "
+            f"after max {_ms(store['max_client_ms'])} ms, producer after "
+            f"{_ms(store['producer_ms'])} ms")
+    acks = report.get("ack_ledger")
+    if acks:
+        acked = sum(acks["acknowledged"].values())
+        lines.append(
+            f"  acks      {acked} acknowledged transitions, {acks['lost']} lost "
+            f"{acks['lost_by_op']} ({acks['jobs_affected']} jobs); "
+            f"{acks['history_events_lost']} exported events rolled back by the store")
+    preflight = report.get("preflight")
+    if preflight:
+        settings = preflight["settings"]
+        lines.append(
+            f"  preflight maxmemory-policy {settings.get('maxmemory-policy', '?')}  save "
+            f"{settings.get('save', '?')!r}  appendonly {settings.get('appendonly', '?')}"
+            + "".join(f"\n  [warn] {warning}" for warning in preflight["warnings"]))
+    if report.get("error"):
+        lines.append(f"  error: {report['error']}")
+    return "\n".join(lines)
+
+
+def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdict | None,
+                           history: list[Event] | None = None) -> list[str]:
+    """``junit.xml`` and ``report.html`` beside ``report.json``, the page drawn from ``history``
+    (default: the run directory's history.jsonl, streamed). Returns the problems met: a drawing
+    that fails must not cost the verdict, which report.json already holds."""
+    from chaos.report.html import write_html
+    from chaos.report.junit import write_junit
+
+    problems = []
+    try:
+        write_junit(run_dir / "junit.xml", [(report, run_dir)])
+    except Exception as error:  # noqa: BLE001 - reported, and the run's verdict stands
+        problems.append(f"junit.xml: {type(error).__name__}: {error}")
+    saved = run_dir / "history.jsonl"
+    source: list[Event] | Path = history if history is not None else (
+        saved if saved.exists() else [])
+    try:
+        write_html(run_dir / "report.html", report, source, verdict)
+    except Exception as error:  # noqa: BLE001
+        problems.append(f"report.html: {type(error).__name__}: {error}")
+    return problems

@@ -1,0 +1,468 @@
+"""Runs one scenario end to end: bring up, load ∥ faults, heal, drain, check, report.
+
+Phases (all on the runner's monotonic clock; the history carries the Valkey clock):
+  warmup  load only, so the pool reaches a steady state
+  chaos   load and the fault schedule
+  heal    load stops; every fault that can be undone is undone (frozen workers resume)
+  drain   wait until pending and active are empty, at most lease + reap interval + margin
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, TextIO
+
+from chaos.check.checker import CheckConfig, Verdict, check
+from chaos.check.ledger import SURVIVING_HISTORY, check_with_ledger
+from chaos.errors import InfraError, exit_code_for
+from chaos.faults.nemesis import Nemesis, plan
+from chaos.files import write_json_atomic, write_text_atomic
+from chaos.history.events import HistoryExporter, read_history, stream_entries, write_records
+from chaos.load.sources import LoadSource, LocustLoad, Producer
+from chaos.protocol.acks import ACKS_DIR, AckLedger
+from chaos.protocol.client import QueueClient, QueueKeys
+from chaos.report.summary import build_report, summary_text, write_rendered_reports
+from chaos.run.preflight import Preflight, preflight
+from chaos.run.progress import Progress, Status
+from chaos.runtime.local import LocalRuntime, RuntimeBase, split_password
+from chaos.runtime.pids import (
+    PID_DIR,
+    RUNNER,
+    clean_processes,
+    forget_process,
+    is_alive,
+    read_record,
+    record_process,
+)
+from chaos.scenario.model import Scenario
+
+BACKLOG_SAMPLE_S = 0.25
+
+
+class RunDirError(Exception):
+    """The run directory cannot be used (exit code 2)."""
+
+
+@dataclass
+class RunResult:
+    verdict: str  # pass | fail | aborted | error
+    exit_code: int
+    run_dir: Path
+    report: dict[str, Any]
+    checked: Verdict | None
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def __repr__(self) -> str:  # what pytest prints for `assert result.passed`
+        failed = self.checked.failed_invariants() if self.checked else []
+        return (f"RunResult({self.report.get('scenario')}: {self.verdict}"
+                + (f", failed {', '.join(failed)}" if failed else "")
+                + f", run_dir={str(self.run_dir)!r})")
+
+
+def default_run_dir(name: str, root: Path = Path("runs")) -> Path:
+    """``runs/<utc-time>-<name>``: sortable, and never the same for two runs a second apart."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
+    return root / f"{stamp}-{name}"
+
+
+def prepare_run_dir(run_dir: Path, force: bool) -> None:
+    if run_dir.exists() and not run_dir.is_dir():
+        raise RunDirError(f"{run_dir}: exists and is not a directory")
+    if run_dir.exists() and any(run_dir.iterdir()) and not force:
+        raise RunDirError(f"{run_dir}: run directory exists and is not empty (use --force)")
+    if force and run_dir.exists():
+        runner = read_record(run_dir / PID_DIR / f"{RUNNER}.json")
+        if runner is not None and is_alive(runner):
+            raise RunDirError(f"{run_dir}: a run is still going there (runner pid {runner.pid})")
+        clean_processes(run_dir)  # whatever a crashed earlier run left behind
+        for name in ("history.jsonl", "report.json", "report.html", "junit.xml",
+                     SURVIVING_HISTORY):
+            (run_dir / name).unlink(missing_ok=True)
+        shutil.rmtree(run_dir / ACKS_DIR, ignore_errors=True)  # a ledger is per run
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise RunDirError(f"{run_dir}: cannot create the run directory: {error}") from None
+
+
+def make_runtime(scenario: Scenario, run_dir: Path) -> RuntimeBase:
+    if scenario.runtime == "docker":
+        from chaos.runtime.docker import DockerRuntime  # the Docker SDK only when asked for
+
+        return DockerRuntime(scenario, run_dir)
+    return LocalRuntime(scenario, run_dir)
+
+
+class Run:
+    def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress,
+                 strict: bool = False) -> None:
+        self.scenario = scenario
+        self.strict = strict
+        self.preflight: Preflight | None = None
+        self.crashes: dict[str, int] = {}  # worker -> how many times it crashed
+        self.run_dir = run_dir
+        self.progress = progress
+        self.history_path = run_dir / "history.jsonl"
+        self.runtime = make_runtime(scenario, run_dir)
+        self.keys = QueueKeys(scenario.valkey.prefix, scenario.valkey.queue)
+        self.queue: QueueClient | None = None
+        self.exporter: HistoryExporter | None = None
+        self.producer: LoadSource | None = None
+        self.nemesis: Nemesis | None = None
+        self.drained = False
+        self.drain_ms: int | None = None
+        self.backlog: list[dict[str, Any]] = []  # pending/active over time, for the report
+        self.last_sample = 0.0
+
+    # --- stages ---------------------------------------------------------------------------
+    def bring_up(self) -> None:
+        scenario, topo = self.scenario, self.scenario.topology
+        proxied = " via toxiproxy" if scenario.uses_proxies else ""
+        self.progress.enter("setup", f"valkey + {len(scenario.reaper_names)} reaper(s) + "
+                                     f"{topo.workers} workers"
+                                     f"{proxied}, protocol {scenario.protocol}")
+        self.runtime.start_valkey()
+        toxiproxy = self.runtime.start_network()
+        if toxiproxy is not None:
+            self.progress.say(f"toxiproxy: {toxiproxy.kind} {toxiproxy.version} at "
+                              f"{toxiproxy.api_url}, {len(self.runtime.link_urls)} proxies")
+        self.queue = QueueClient(self.runtime.client(), self.keys)
+        self.preflight = preflight(self.queue.client, own_server=not scenario.valkey.url,
+                                   strict=self.strict)
+        for warning in self.preflight.warnings:
+            self.progress.say(f"!! preflight: {warning}")
+        if self.strict and self.preflight.warnings:
+            raise InfraError("preflight (--strict): " + "; ".join(self.preflight.warnings))
+        if self.queue.queue_exists():
+            raise InfraError(
+                f"queue {self.keys.base!r} on {self.runtime.url} already has keys; "
+                "point the scenario at a fresh queue name (valkey.queue)"
+            )
+        self.queue.record(
+            type="run", scenario=scenario.name, seed=scenario.seed, lease_ms=topo.lease_ms,
+            reap_interval_ms=topo.reap_interval_ms, reap_limit=topo.reap_limit,
+            heartbeat_ms=topo.effective_heartbeat_ms, tolerance_ms=scenario.check.tolerance_ms,
+            workers=",".join(topo.worker_names), concurrency=topo.concurrency,
+            protocol=scenario.protocol, reapers=topo.reapers,
+            report_only=",".join(scenario.check.report_only),
+            wait_replicas=scenario.wait_replicas,
+            max_stalls=topo.max_stalls or 0, heartbeat=topo.heartbeat,
+        )
+        self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path)
+        self.exporter.start()
+        reapers = self.runtime.start_reapers()
+        self.runtime.start_workers()
+        self._wait_for_clients([child.name for child in reapers] + topo.worker_names)
+        self.nemesis = Nemesis(scenario, self.runtime, self.queue)
+        if scenario.load.engine == "locust":
+            self.producer = LocustLoad(self.runtime, scenario.load, self.keys, topo.lease_ms,
+                                       scenario.protocol, self.run_dir, ready=self.queue)
+            self.progress.say(f"locust: {scenario.load.producers} producer(s) + "
+                              f"{scenario.load.consumers} consumer(s) at {scenario.load.rate:g} "
+                              f"jobs/s, {scenario.load.processes} process(es)")
+        else:
+            self.producer = Producer(
+                QueueClient(self.runtime.client(retrying=False), self.keys,
+                            wait_replicas=scenario.wait_replicas),
+                scenario.load, AckLedger(self.runtime.ack_ledger_path("producer")))
+
+    def _wait_for_clients(self, names: list[str], timeout: float | None = None) -> None:
+        assert self.queue is not None
+        if timeout is None:
+            # Each child is a Python interpreter importing the toolkit (about 1 s of CPU here):
+            # a 2-core machine starting 128 of them needs more than a fixed half minute.
+            timeout = 30.0 + 0.5 * len(names)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            connected = {c.get("name") for c in self.queue.client.client_list()}
+            missing = [name for name in names if name not in connected]
+            if not missing:
+                return
+            for name in missing:
+                child = self.runtime.members().get(name)
+                if child is not None and not child.alive:
+                    raise InfraError(f"{name} exited during start-up; its log ends:\n"
+                                     f"{self.runtime.log_tail(name)}")
+            time.sleep(0.05)
+        raise InfraError(f"not connected after {timeout:.0f}s: {', '.join(missing)}")
+
+    def _status(self, force: bool = False) -> None:
+        """Watch the children; every 250 ms sample the backlog and update the progress."""
+        assert self.queue is not None and self.producer is not None
+        self.watch_children()
+        now = time.monotonic()
+        if not force and now - self.last_sample < BACKLOG_SAMPLE_S:
+            return
+        self.last_sample = now
+        pending, active = self.queue.backlog()
+        elapsed_ms = int((now - self.progress.started) * 1000)
+        self.backlog.append({"t_ms": elapsed_ms, "phase": self.progress.phase,
+                             "pending": pending, "active": active})
+        counts = self.exporter.counts if self.exporter else {}
+        self.progress.update(Status(
+            enqueued=counts.get("enqueue", 0), claimed=counts.get("claim", 0),
+            completed=counts.get("complete", 0), reaped=counts.get("reap", 0),
+            pending=pending, active=active,
+            faults=len(self.nemesis.applied) if self.nemesis else 0))
+
+    def watch_children(self) -> None:
+        """A worker or reaper that dies without a planned fault is recorded as a crash fault;
+        with ``topology.restart_crashed`` a crashed worker is started again under its name (the
+        crash's heal, kind ``restart``, closes the fault window)."""
+        assert self.queue is not None
+        for child in list(self.runtime.members().values()):
+            if child.name in self.runtime.server_names():  # only a planned fault kills it
+                if not child.alive and not child.killed:
+                    raise InfraError(f"{child.name} exited during the run "
+                                     f"(see logs/{child.name}.log)")
+                continue
+            if child.expected_exit:
+                continue
+            if isinstance(self.producer, LocustLoad) and child is self.producer.child:
+                if not child.alive:
+                    raise InfraError(f"locust exited during the run (code "
+                                     f"{child.exit_code}; see logs/{child.name}.log)")
+                continue
+            if not child.alive and not child.killed:
+                child.killed = True
+                crashes = self.crashes[child.name] = self.crashes.get(child.name, 0) + 1
+                fault_id = f"crash-{child.name}" + (f"-{crashes}" if crashes > 1 else "")
+                self.progress.say(f"!! {child.name} exited unexpectedly "
+                                  f"(code {child.exit_code}); recorded as a crash")
+                self.queue.record(type="fault", kind="crash", worker=child.name,
+                                  fault_id=fault_id)
+                if (self.scenario.topology.restart_crashed
+                        and child.name in self.scenario.topology.worker_names):
+                    self.runtime.restart_worker(child.name, crashes)
+                    self.queue.record(type="heal", kind="restart", worker=child.name,
+                                      fault_id=fault_id)
+
+    def _phase(self, name: str) -> None:
+        assert self.queue is not None
+        self.queue.record(type="phase", phase=name)
+        self.progress.enter(name)
+
+    def _hold(self, duration_ms: int, nemesis_clock_start: float | None = None) -> None:
+        end = time.monotonic() + duration_ms / 1000
+        while (now := time.monotonic()) < end:
+            if nemesis_clock_start is not None and self.nemesis is not None:
+                self.nemesis.tick(int((now - nemesis_clock_start) * 1000))
+                due = self.nemesis.next_due_ms()
+                wait_until = end if due is None else min(end, nemesis_clock_start + due / 1000)
+            else:
+                wait_until = end
+            self._status()
+            time.sleep(max(0.0, min(0.05, wait_until - time.monotonic())))
+
+    def exercise(self) -> None:
+        assert self.producer is not None and self.nemesis is not None
+        phases = self.scenario.phases
+        self._phase("warmup")
+        self.producer.start()
+        self._hold(phases.warmup_ms)
+        self._status(force=True)
+        self._phase("chaos")
+        self._hold(phases.chaos_ms, nemesis_clock_start=time.monotonic())
+        self._status(force=True)
+        self._phase("heal")
+        self.producer.request_stop()
+        self.nemesis.heal_all()
+        self.producer.stop()  # Locust: waits for it to write its reports
+        self._hold(phases.heal_ms)
+        self._status(force=True)
+        self._phase("drain")
+        self.drain()
+
+    def drain(self) -> None:
+        assert self.queue is not None
+        started = time.monotonic()
+        deadline = started + self.scenario.drain_timeout_ms / 1000
+        while time.monotonic() < deadline:
+            if self.queue.backlog() == (0, 0):
+                self.drained = True
+                break
+            self._status()
+            time.sleep(0.05)
+        self.drain_ms = int((time.monotonic() - started) * 1000)
+        self._status(force=True)
+        if not self.drained:
+            self.progress.say(f"!! drain timed out after {self.drain_ms} ms with jobs left")
+
+    def wind_down(self, aborted: bool = False, cause: str = "") -> None:
+        """Stop children gracefully and write the last events (also on failure paths).
+        ``cause`` (interrupt | infra | internal) lets an offline re-check tell an aborted run
+        from one that broke, exactly as the runner did."""
+        if self.producer is not None:
+            self.producer.stop()
+        if self.nemesis is not None:
+            self.nemesis.heal_all()
+        self.runtime.stop_workers()
+        if self.queue is not None:
+            self.queue.record(type="phase", phase="end", drained=int(self.drained),
+                              aborted=int(aborted), **({"cause": cause} if cause else {}))
+        if self.exporter is not None:
+            self.exporter.drain()
+            self.save_surviving_history()
+
+    def save_surviving_history(self) -> None:
+        """Read the store's stream back: if a store fault rolled back events the exporter had
+        already copied, keep the store's version beside history.jsonl for the ledger check."""
+        client = self.runtime.client()  # a fresh one: after a failover, ask Sentinel again
+        try:
+            surviving = list(stream_entries(client, self.keys.events))
+        finally:
+            client.close()
+        exported = read_history(self.history_path) if self.history_path.exists() else []
+        if [entry_id for entry_id, _ in surviving] != [e.seq for e in exported]:
+            with open(self.run_dir / SURVIVING_HISTORY, "w", encoding="utf-8") as handle:
+                write_records(handle, surviving)
+
+    def close(self) -> None:
+        if self.exporter is not None:
+            self.exporter.close()
+        self.runtime.close()
+
+
+def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
+                 strict: bool = False) -> RunResult:
+    """Run one scenario; always leaves history.jsonl and report.json in ``run_dir``.
+    ``strict``: a preflight warning about the server is an infrastructure error (exit 3)."""
+    progress = Progress(stream, scenario, planned_faults=len(plan(scenario)))
+    run_dir.mkdir(parents=True, exist_ok=True)
+    resolved = scenario.model_dump(mode="json")
+    if scenario.valkey.url:  # the run directory is shared evidence: no secrets in it
+        resolved["valkey"]["url"] = split_password(scenario.valkey.url)[0]
+    write_json_atomic(run_dir / "scenario.json", resolved)
+    # While this record names a live process, `echomq-chaos clean` leaves the run alone.
+    record_process(run_dir, RUNNER, os.getpid())
+    run = Run(scenario, run_dir, progress, strict)
+    verdict_word, error = "error", None
+    started = time.monotonic()
+    try:
+        run.bring_up()
+        run.exercise()
+        run.wind_down()
+        verdict_word = "checked"
+    except KeyboardInterrupt:
+        verdict_word, error = "aborted", "interrupted (SIGINT or SIGTERM)"
+        progress.say("!! interrupted: tearing down (interrupt again to exit at once)")
+        try_teardown(lambda: run.wind_down(aborted=True, cause="interrupt"))
+    except InfraError as failure:
+        error = str(failure)
+        progress.say(f"!! infrastructure error: {failure}")
+        try_teardown(lambda: run.wind_down(aborted=True, cause="infra"))
+    except Exception as failure:  # an unexpected bug: keep the evidence, say where
+        error = f"{type(failure).__name__}: {failure}"
+        write_text_atomic(run_dir / "runner-error.txt", traceback.format_exc())
+        progress.say(f"!! internal error: {error} (traceback in runner-error.txt)")
+        try_teardown(lambda: run.wind_down(aborted=True, cause="internal"))
+    finally:
+        try:
+            run.close()
+        finally:
+            progress.close()
+    wall_ms = int((time.monotonic() - started) * 1000)
+    try:
+        return finish(scenario, run_dir, verdict_word, error, run, wall_ms, stream)
+    except KeyboardInterrupt:  # Ctrl-C while checking: still leave a report (`check` redoes it)
+        if not (run_dir / "report.json").exists():
+            write_json_atomic(run_dir / "report.json", build_report(
+                scenario.name, "aborted", None,
+                error="interrupted while checking the history; re-check with "
+                      "`echomq-chaos check`"))
+        raise
+    finally:
+        forget_process(run_dir, RUNNER)
+
+
+def _load_summary(run: Run) -> dict[str, Any] | None:
+    """``report["load"]``: the load source's figures (None when no load ran, or its figures
+    cannot be read: the report says so under "error" rather than lose the verdict)."""
+    if run.producer is None:
+        return None
+    try:
+        return run.producer.summary()
+    except (OSError, ValueError, KeyError) as failure:
+        print(f"   (load figures unreadable: {failure})", file=sys.stderr)
+        return None
+
+
+def try_teardown(action: Any) -> None:
+    """One teardown step: a failure is printed, and teardown goes on (the report, or
+    capacity.json, says what happened)."""
+    try:
+        action()
+    except Exception as failure:
+        print(f"   (teardown step failed: {failure})", file=sys.stderr)
+
+
+def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | None, run: Run,
+           wall_ms: int, stream: TextIO) -> RunResult:
+    history = run.history_path
+    verdict: Verdict | None = None
+    acks: dict[str, Any] | None = None
+    if history.exists() and history.stat().st_size:
+        try:
+            config = CheckConfig(scenario.topology.lease_ms, scenario.topology.reap_interval_ms,
+                                 scenario.check.tolerance_ms, tuple(scenario.check.report_only),
+                                 scenario.topology.max_stalls or 0)
+            final = verdict_word == "checked"
+            verdict, acks = check_with_ledger(
+                run_dir, history, lambda events: check(events, config, final=final))
+        except (ValueError, KeyError) as failure:
+            error = f"history unreadable: {failure}"
+            verdict_word = "error"
+    if verdict_word == "checked":
+        verdict_word = "pass" if verdict is not None and verdict.passed else "fail"
+    exit_code = exit_code_for(verdict_word)
+    load = _load_summary(run)
+    enqueue = load.get("operations", {}).get("enqueue", {}) if load else {}
+    extra: dict[str, Any] = {
+        "run": {
+            "wall_ms": wall_ms,
+            "drained": run.drained,
+            "drain_ms": run.drain_ms,
+            "valkey_url": run.runtime.url.split("@")[-1],
+            "protocol": scenario.protocol,
+            "runtime": run.runtime.describe(),
+            "toxiproxy": ({**vars(run.runtime.toxiproxy), "links": run.runtime.link_urls}
+                          if run.runtime.toxiproxy else None),
+            "load": {
+                "target_rate": scenario.load.rate,
+                "engine": scenario.load.engine,
+                "enqueued_acknowledged": (enqueue.get("requests", 0)
+                                          - enqueue.get("failures", 0)),
+                "enqueue_errors": enqueue.get("failures", 0),
+                "poison_sent": run.producer.poisoned if isinstance(run.producer, Producer) else 0,
+            },
+            "crashes": run.crashes,
+            "faults": [vars(applied) for applied in (run.nemesis.applied if run.nemesis else [])],
+            "faults_skipped": run.nemesis.skipped if run.nemesis else [],
+            "backlog": run.backlog,
+        },
+    }
+    if load is not None:
+        extra["load"] = load
+    if acks is not None:
+        extra["ack_ledger"] = acks
+    if run.preflight is not None:
+        extra["preflight"] = run.preflight.as_dict()
+    if error:
+        extra["error"] = error
+    report = build_report(scenario.name, verdict_word, verdict, **extra)
+    write_json_atomic(run_dir / "report.json", report)
+    for problem in write_rendered_reports(run_dir, report, verdict):
+        print(f"   (report not rendered: {problem})", file=stream, flush=True)
+    print(summary_text(report), file=stream, flush=True)
+    print(f"run directory: {run_dir}", file=stream, flush=True)
+    return RunResult(verdict_word, exit_code, run_dir, report, verdict)

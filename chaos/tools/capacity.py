@@ -1,0 +1,322 @@
+"""``echomq-chaos capacity``: how many jobs/s can a scenario's worker pool take?
+
+Brings up the scenario's Valkey, reaper(s) and workers once, then ramps the enqueue rate in
+steps, each a fresh headless Locust run (producers only, the scenario's ``load`` settings) for
+``step_ms``. A step is within capacity when, over it:
+
+- the load generator delivered its rate (at least ``MIN_DELIVERED`` of the target; otherwise
+  Locust, not the pool, is the limit and the search stops saying so),
+- the backlog stayed bounded: pending grew by at most ``backlog_growth`` x rate jobs per second
+  over the step's second half (a least-squares slope of the 250 ms samples), and
+- the claim wait p99 (enqueue -> first claim, both on the Valkey clock from the history; a job
+  still unclaimed when the step ends counts with the wait so far) is at most ``p99_ms``.
+
+The knee is the highest rate within capacity before the first step that is not. Between steps
+the backlog drains (so each step starts empty) and, with ``fault``, the scenario's fault schedule
+runs inside every step (``at_ms`` from the step's start) and killed workers are restarted.
+Outputs in the output directory: ``capacity.json``, ``history.jsonl``, ``logs/`` and each step's
+raw Locust files (``step01_stats.csv`` ...).
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+import traceback
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, InfraError
+from chaos.faults.nemesis import Nemesis
+from chaos.files import write_json_atomic
+from chaos.load.sources import LocustLoad
+from chaos.run.progress import Progress
+from chaos.run.runner import Run, try_teardown
+from chaos.scenario.model import LoadMix, Scenario, ScenarioError
+
+SCHEMA = 1
+MIN_DELIVERED = 0.9  # below this share of the target rate the generator is the bottleneck
+SAMPLE_S = 0.25
+SETTLE_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True)
+class CapacitySearch:
+    start_rate: float
+    step_rate: float
+    max_steps: int
+    step_ms: int
+    p99_ms: float
+    backlog_growth: float = 0.05  # pending may grow by this share of the rate per second
+    fault: bool = False
+
+    def rates(self) -> list[float]:
+        return [round(self.start_rate + i * self.step_rate, 3) for i in range(self.max_steps)]
+
+    def validate(self, scenario: Scenario) -> None:
+        """Bad arguments are ScenarioError (exit 2), naming the option and its value."""
+        checks = [
+            ("--start-rate", self.start_rate, self.start_rate > 0, "must be > 0"),
+            ("--step-rate", self.step_rate, self.step_rate > 0, "must be > 0"),
+            ("--steps", self.max_steps, 1 <= self.max_steps <= 100, "must be 1..100"),
+            ("--step-ms", self.step_ms, 1000 <= self.step_ms <= 3_600_000,
+             "must be 1000..3600000"),
+            ("--p99-ms", self.p99_ms, self.p99_ms > 0, "must be > 0"),
+            ("--backlog-growth", self.backlog_growth, 0 <= self.backlog_growth <= 1,
+             "must be 0..1"),
+        ]
+        for option, value, ok, rule in checks:
+            if not ok or (isinstance(value, float) and not math.isfinite(value)):
+                raise ScenarioError(f"{option} {value}: {rule}")
+        if self.fault:
+            if not scenario.faults:
+                raise ScenarioError(f"--fault: scenario {scenario.name!r} has no [[faults]]")
+            late = [f"faults.{i}.at_ms = {f.at_ms}" for i, f in enumerate(scenario.faults)
+                    if f.at_ms >= self.step_ms]
+            if late:
+                raise ScenarioError(f"--fault with --step-ms {self.step_ms}: "
+                                    f"{', '.join(late)} would never fire inside a step")
+
+
+@dataclass
+class Step:
+    index: int
+    target_rate: float
+    delivered_rate: float = 0.0  # enqueues acknowledged per second (history, Valkey clock)
+    enqueued: int = 0
+    claim_wait_p50_ms: float | None = None
+    claim_wait_p99_ms: float | None = None
+    unclaimed_at_end: int = 0
+    backlog_start: int = 0
+    backlog_end: int = 0
+    backlog_growth_per_s: float = 0.0
+    enqueue_p99_ms: float | None = None  # the enqueue call itself, as Locust measured it
+    enqueue_failures: int = 0
+    faults: int = 0
+    within: bool = False
+    reason: str = ""
+
+    def row(self) -> str:
+        wait = "-" if self.claim_wait_p99_ms is None else f"{self.claim_wait_p99_ms:.0f}"
+        return (f"{self.index:>4}  {self.target_rate:>8g}  {self.delivered_rate:>9.1f}  "
+                f"{wait:>10}  {self.backlog_end:>8}  {self.backlog_growth_per_s:>8.1f}  "
+                f"{'ok' if self.within else 'OVER':<4}  {self.reason}")
+
+
+@dataclass
+class CapacityResult:
+    scenario: str
+    search: CapacitySearch
+    steps: list[Step] = field(default_factory=list)
+    knee_rate: float | None = None
+    stopped_by: str = ""  # over capacity | generator limited | max steps | aborted | error
+    error: str | None = None
+
+    @property
+    def exit_code(self) -> int:
+        if self.stopped_by == "aborted":
+            return EXIT_ABORTED
+        if self.stopped_by == "error":
+            return EXIT_INFRA
+        return EXIT_PASS if self.knee_rate is not None else EXIT_FAIL
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA, "scenario": self.scenario, "search": asdict(self.search),
+            "knee_rate": self.knee_rate, "stopped_by": self.stopped_by,
+            "steps": [asdict(step) for step in self.steps],
+            **({"error": self.error} if self.error else {}),
+        }
+
+
+HEADER = ("step    target  delivered  wait p99ms   backlog  growth/s  cap   why\n"
+          "----  --------  ---------  ----------  --------  --------  ----  ---")
+
+
+def table(result: CapacityResult) -> str:
+    lines = [f"capacity of {result.scenario}: claim wait p99 <= {result.search.p99_ms:g} ms, "
+             f"backlog growth <= {result.search.backlog_growth:g} x rate /s"
+             + (", faults in every step" if result.search.fault else ""), HEADER]
+    lines += [step.row() for step in result.steps]
+    if result.knee_rate is None:
+        lines.append(f"knee: none (not even {result.search.start_rate:g} jobs/s fit; "
+                     f"{result.stopped_by})")
+    else:
+        lines.append(f"knee: {result.knee_rate:g} jobs/s ({result.stopped_by})")
+    if result.error:
+        lines.append(f"error: {result.error}")
+    return "\n".join(lines)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """Nearest-rank percentile (the checker's convention)."""
+    ordered = sorted(values)
+    rank = max(1, math.ceil(fraction * len(ordered)))
+    return ordered[rank - 1]
+
+
+def backlog_slope(samples: list[tuple[float, int]]) -> float:
+    """Pending growth in jobs/s: least-squares slope over the second half of the samples."""
+    tail = samples[len(samples) // 2:]
+    if len(tail) < 2:
+        return 0.0
+    mean_t = sum(t for t, _ in tail) / len(tail)
+    mean_p = sum(p for _, p in tail) / len(tail)
+    spread = sum((t - mean_t) ** 2 for t, _ in tail)
+    if spread == 0:
+        return 0.0
+    return sum((t - mean_t) * (p - mean_p) for t, p in tail) / spread
+
+
+def claim_waits(entries: list[tuple[str, dict[str, str]]], end_ts: int) -> tuple[list[float], int]:
+    """Enqueue -> first claim waits (ms) of the jobs enqueued in ``entries`` (stream records);
+    a job not yet claimed by ``end_ts`` counts with ``end_ts - enqueue``. Also: how many."""
+    enqueued: dict[str, int] = {}
+    claimed: dict[str, int] = {}
+    for _, fields in entries:
+        kind, job_id = fields.get("type"), fields.get("id")
+        if job_id is None:
+            continue
+        if kind == "enqueue":
+            enqueued[job_id] = int(fields["ts"])
+        elif kind == "claim" and job_id in enqueued and job_id not in claimed:
+            claimed[job_id] = int(fields["ts"])
+    waits = [float(claimed.get(job_id, end_ts) - ts) for job_id, ts in enqueued.items()]
+    return waits, sum(1 for job_id in enqueued if job_id not in claimed)
+
+
+def judge(step: Step, search: CapacitySearch) -> None:
+    reasons = []
+    if step.delivered_rate < MIN_DELIVERED * step.target_rate:
+        reasons.append(f"generator delivered {step.delivered_rate:.1f} < "
+                       f"{MIN_DELIVERED:.0%} of target")
+    if step.backlog_growth_per_s > max(1.0, search.backlog_growth * step.target_rate):
+        reasons.append(f"backlog grows {step.backlog_growth_per_s:.1f}/s")
+    if step.claim_wait_p99_ms is None or step.claim_wait_p99_ms > search.p99_ms:
+        reasons.append(f"claim wait p99 {step.claim_wait_p99_ms} ms > {search.p99_ms:g}")
+    step.within = not reasons
+    step.reason = "; ".join(reasons)
+
+
+class CapacityRun:
+    def __init__(self, scenario: Scenario, search: CapacitySearch, out: Path,
+                 stream: TextIO) -> None:
+        load = scenario.load.model_copy(update={"engine": "locust", "mix": LoadMix()})
+        self.scenario = scenario.model_copy(update={"load": load})
+        self.search = search
+        self.out = out
+        self.stream = stream
+        self.progress = Progress(stream, self.scenario)
+        self.run = Run(self.scenario, out, self.progress)
+        self.result = CapacityResult(scenario.name, search)
+
+    def execute(self) -> CapacityResult:
+        try:
+            self.run.bring_up()
+            self._search()
+            self.run.wind_down()
+        except KeyboardInterrupt:
+            self.result.stopped_by, self.result.error = "aborted", "interrupted"
+            self.progress.say("!! interrupted: tearing down")
+            try_teardown(lambda: self.run.wind_down(aborted=True))
+        except InfraError as failure:
+            self.result.stopped_by, self.result.error = "error", str(failure)
+            self.progress.say(f"!! infrastructure error: {failure}")
+            try_teardown(lambda: self.run.wind_down(aborted=True))
+        except Exception as failure:  # a bug: keep what was measured, say where
+            self.result.stopped_by = "error"
+            self.result.error = f"{type(failure).__name__}: {failure}"
+            (self.out / "capacity-error.txt").write_text(traceback.format_exc())
+            self.progress.say(f"!! internal error: {self.result.error} "
+                              "(traceback in capacity-error.txt)")
+            try_teardown(lambda: self.run.wind_down(aborted=True))
+        finally:
+            self.run.close()
+        write_json_atomic(self.out / "capacity.json", self.result.as_dict())
+        return self.result
+
+    def _search(self) -> None:
+        result = self.result
+        for index, rate in enumerate(self.search.rates(), start=1):
+            self._settle()
+            step = self._step(index, rate)
+            result.steps.append(step)
+            self.progress.say(step.row())
+            if not step.within:
+                generator = step.delivered_rate < MIN_DELIVERED * step.target_rate
+                result.stopped_by = "generator limited" if generator else "over capacity"
+                return
+            result.knee_rate = rate
+        result.stopped_by = "max steps (knee not reached)"
+
+    def _settle(self) -> None:
+        """Wait for an empty backlog (and restart workers a fault killed) before a step."""
+        run, queue = self.run, self.run.queue
+        assert queue is not None
+        for name, child in run.runtime.members().items():
+            if name in self.scenario.topology.worker_names and not child.alive:
+                run.runtime.restart_worker(name)
+                run.progress.say(f"restarted {name}")
+        deadline = time.monotonic() + SETTLE_TIMEOUT_S
+        while queue.backlog()[0] > 0 and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    def _step(self, index: int, rate: float) -> Step:
+        run, queue = self.run, self.run.queue
+        assert queue is not None
+        step = Step(index, rate)
+        load = self.scenario.load.model_copy(update={"rate": rate})
+        locust = LocustLoad(run.runtime, load, run.keys, self.scenario.topology.lease_ms,
+                            self.scenario.protocol, self.out, name=f"locust-step{index:02d}",
+                            prefix=f"step{index:02d}", ready=queue)
+        # Stream ids carry the server's ms, so this record's time starts the step's range.
+        start_ts = queue.record(type="phase", phase=f"capacity-step-{index}", rate=rate)
+        step.backlog_start = queue.backlog()[0]
+        run.producer = locust
+        locust.start()
+        began = time.monotonic()
+        nemesis = Nemesis(self.scenario, run.runtime, queue) if self.search.fault else None
+        samples: list[tuple[float, int]] = []
+        end = began + self.search.step_ms / 1000
+        while (now := time.monotonic()) < end:
+            if nemesis is not None:
+                nemesis.tick(int((now - began) * 1000))
+            run.watch_children()
+            samples.append((now - began, queue.backlog()[0]))
+            time.sleep(min(SAMPLE_S, max(0.0, end - time.monotonic())))
+        end_ts = queue.server_time_ms()
+        locust.request_stop()
+        if nemesis is not None:
+            nemesis.heal_all()
+            step.faults = len(nemesis.applied)
+        locust.stop()
+        step.backlog_end = queue.backlog()[0]
+        step.backlog_growth_per_s = round(backlog_slope(samples), 2)
+        entries = queue.client.xrange(run.keys.events, min=f"{start_ts}-0")
+        waits, step.unclaimed_at_end = claim_waits(entries, end_ts)
+        enqueue_ts = [int(fields["ts"]) for _, fields in entries
+                      if fields.get("type") == "enqueue"]
+        step.enqueued = len(enqueue_ts)
+        in_window = [ts for ts in enqueue_ts if ts <= end_ts]
+        if in_window:
+            # From the first job to the step's end (Locust's start-up and stop excluded).
+            span_s = max((end_ts - min(in_window)) / 1000, 0.001)
+            step.delivered_rate = round(len(in_window) / span_s, 1)
+        if waits:
+            step.claim_wait_p50_ms = percentile(waits, 0.50)
+            step.claim_wait_p99_ms = percentile(waits, 0.99)
+        figures = locust.summary()["operations"].get("enqueue")
+        if figures:
+            step.enqueue_p99_ms = figures["p99_ms"]
+            step.enqueue_failures = figures["failures"]
+        judge(step, self.search)
+        return step
+
+
+def run_capacity(scenario: Scenario, search: CapacitySearch, out: Path,
+                 stream: TextIO = sys.stderr) -> CapacityResult:
+    search.validate(scenario)
+    out.mkdir(parents=True, exist_ok=True)
+    return CapacityRun(scenario, search, out, stream).execute()

@@ -1,0 +1,214 @@
+"""``echomq-chaos selftest``: evidence that the checker can fail, and does not fail wrongly.
+
+For every mutant scenario (``scenarios/mutants/*.toml``: a broken protocol variant, the faults
+that expose it, and ``expect_fail``, the invariants it must break) it runs the scenario twice
+with the same seed: once with the broken variant, which must fail with every expected invariant
+("caught"), and once with the sound protocol, which must pass (else a false positive). Exit 0
+only if every mutant is caught and every sound run passes.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, TextIO
+
+from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS
+from chaos.history.events import read_history
+from chaos.run.runner import RunResult, run_scenario
+from chaos.scenario.model import Scenario, ScenarioError, load_scenario
+
+DEFAULT_MUTANTS = Path("scenarios/mutants")
+
+
+@dataclass
+class RunOutcome:
+    protocol: str
+    verdict: str  # pass | fail | aborted | error
+    failed: list[str]  # invariants that failed
+    wall_ms: int
+    run_dir: str
+    error: str | None = None
+
+
+@dataclass
+class SelftestRow:
+    variant: str  # the mutant's protocol
+    scenario: str
+    seed: int
+    expected: list[str]
+    mutant: RunOutcome
+    sound: RunOutcome
+    time_to_catch_ms: int | None = None  # start of load -> first expected violation
+
+    @property
+    def caught(self) -> bool:
+        return self.mutant.verdict == "fail" and set(self.expected) <= set(self.mutant.failed)
+
+    @property
+    def false_positive(self) -> bool:
+        return self.sound.verdict == "fail"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "caught": self.caught, "false_positive": self.false_positive}
+
+
+@dataclass
+class SelftestResult:
+    rows: list[SelftestRow] = field(default_factory=list)
+    aborted: bool = False
+
+    @property
+    def infra_errors(self) -> int:
+        return sum(outcome.verdict == "error" for row in self.rows
+                   for outcome in (row.mutant, row.sound))
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and not self.aborted and all(
+            row.caught and row.sound.verdict == "pass" for row in self.rows)
+
+    @property
+    def exit_code(self) -> int:
+        if self.aborted:
+            return EXIT_ABORTED
+        if self.passed:
+            return EXIT_PASS
+        return EXIT_INFRA if self.infra_errors else EXIT_FAIL
+
+    def as_dict(self) -> dict[str, Any]:
+        variants = sorted({row.variant for row in self.rows})
+        caught = sorted({row.variant for row in self.rows}
+                        - {row.variant for row in self.rows if not row.caught})
+        return {
+            "schema": 1,
+            "passed": self.passed,
+            "variants": len(variants),
+            "variants_caught": len(caught),
+            "runs": 2 * len(self.rows),
+            "false_positives": sum(row.false_positive for row in self.rows),
+            "infra_errors": self.infra_errors,
+            "aborted": self.aborted,
+            "rows": [row.as_dict() for row in self.rows],
+        }
+
+
+def find_mutants(directory: Path) -> list[Path]:
+    if not directory.is_dir():
+        # Installed elsewhere (editable install, run from another directory): the repo's copy.
+        fallback = Path(__file__).resolve().parent.parent / directory
+        if directory == DEFAULT_MUTANTS and fallback.is_dir():
+            directory = fallback
+        else:
+            raise ScenarioError(f"{directory}: no such directory of mutant scenarios")
+    paths = sorted(directory.glob("*.toml"))
+    if not paths:
+        raise ScenarioError(f"{directory}: no mutant scenarios (*.toml) in it")
+    return paths
+
+
+def load_mutants(paths: list[Path], only: list[str] | None = None) -> list[Scenario]:
+    mutants = []
+    for path in paths:
+        scenario = load_scenario(path)
+        if scenario.protocol == "sound" or not scenario.expect_fail:
+            raise ScenarioError(f"{path}: a mutant scenario needs a broken protocol and "
+                                f"expect_fail (protocol = {scenario.protocol!r}, expect_fail = "
+                                f"{scenario.expect_fail!r})")
+        mutants.append(scenario)
+    if only:
+        unknown = sorted(set(only) - {m.protocol for m in mutants} - {m.name for m in mutants})
+        if unknown:
+            raise ScenarioError(f"--only {', '.join(unknown)}: no such mutant; have "
+                                f"{', '.join(m.protocol for m in mutants)}")
+        mutants = [m for m in mutants if m.protocol in only or m.name in only]
+    return mutants
+
+
+def _outcome(protocol: str, result: RunResult) -> RunOutcome:
+    failed = result.checked.failed_invariants() if result.checked else []
+    return RunOutcome(protocol, result.verdict, failed, int(result.report["run"]["wall_ms"]),
+                      str(result.run_dir), result.report.get("error"))
+
+
+def _time_to_catch(row: SelftestRow, run_dir: Path, result: RunResult) -> int | None:
+    """From the start of load (the warmup phase) to the first violation of an expected
+    invariant: how long the tool had to run to catch the bug (some need no fault at all)."""
+    if result.checked is None or not row.caught:
+        return None
+    firsts = [result.checked.invariants[name].first_violation_ts for name in row.expected]
+    caught_ts = min(ts for ts in firsts if ts is not None)
+    load_start_ts = next((event.ts for event in read_history(run_dir / "history.jsonl")
+                          if event.type == "phase" and event.extra.get("phase") == "warmup"), None)
+    return None if load_start_ts is None else caught_ts - load_start_ts
+
+
+def _run_one(scenario: Scenario, run_dir: Path) -> RunResult:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    with open(run_dir / "console.log", "w") as console:
+        return run_scenario(scenario, run_dir, stream=console)
+
+
+def selftest(mutants: list[Scenario], out: Path, repeat: int = 1,
+             progress: TextIO = sys.stderr) -> SelftestResult:
+    result = SelftestResult()
+    total = len(mutants) * repeat * 2
+    done = 0
+    for round_index in range(repeat):
+        for mutant in mutants:
+            seed = mutant.seed + round_index
+            mutant_run = mutant.model_copy(update={"seed": seed})
+            sound_run = mutant.model_copy(update={"seed": seed, "protocol": "sound",
+                                                  "expect_fail": []})
+            outcomes: dict[str, tuple[RunResult, Path]] = {}
+            for label, scenario in (("mutant", mutant_run), ("sound", sound_run)):
+                done += 1
+                run_dir = out / f"{mutant.name}-seed{seed}-{scenario.protocol}"
+                started = time.monotonic()
+                print(f"[{done}/{total}] {mutant.name} seed {seed} {scenario.protocol} ...",
+                      end="", file=progress, flush=True)
+                run = _run_one(scenario, run_dir)
+                outcomes[label] = (run, run_dir)
+                failed = run.checked.failed_invariants() if run.checked else []
+                print(f" {run.verdict.upper()}{' ' + ','.join(failed) if failed else ''} "
+                      f"({time.monotonic() - started:.1f}s)", file=progress, flush=True)
+                if run.verdict == "aborted":
+                    result.aborted = True
+                    return result
+            (mutant_result, mutant_dir), (sound_result, _) = outcomes["mutant"], outcomes["sound"]
+            row = SelftestRow(mutant.protocol, mutant.name, seed, list(mutant.expect_fail),
+                              _outcome(mutant.protocol, mutant_result),
+                              _outcome("sound", sound_result))
+            row.time_to_catch_ms = _time_to_catch(row, mutant_dir, mutant_result)
+            result.rows.append(row)
+    return result
+
+
+def table(result: SelftestResult) -> str:
+    header = ("variant", "seed", "expected invariant", "caught?", "time to catch",
+              "sound protocol")
+    lines = []
+    for row in result.rows:
+        if row.caught:
+            caught = "yes"
+        elif row.mutant.verdict == "fail":
+            caught = f"NO (failed {','.join(row.mutant.failed)})"
+        else:
+            caught = f"NO ({row.mutant.verdict})"
+        sound = row.sound.verdict if not row.sound.failed else \
+            f"{row.sound.verdict} ({','.join(row.sound.failed)})"
+        to_catch = "-" if row.time_to_catch_ms is None else f"{row.time_to_catch_ms} ms"
+        lines.append((row.variant, str(row.seed), ",".join(row.expected), caught, to_catch,
+                      sound))
+    widths = [max(len(cells[i]) for cells in [header, *lines]) for i in range(len(header))]
+    rendered = ["  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+                .rstrip() for cells in [header, *lines]]
+    summary = result.as_dict()
+    rendered.append("")
+    rendered.append(
+        f"{summary['variants_caught']}/{summary['variants']} variants caught, "
+        f"{summary['false_positives']} false positives, {summary['infra_errors']} infra errors "
+        f"in {summary['runs']} runs: {'PASS' if result.passed else 'FAIL'}")
+    return "\n".join(rendered)
