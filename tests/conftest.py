@@ -7,9 +7,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import valkey
+import redis
 
-from chaos.protocol.client import QueueClient, QueueKeys
+from chaos.protocol.client import QueueClient, QueueKeys, redis_client
 from chaos.runtime.local import ValkeyServer, valkey_server_binary
 
 _queue_names = itertools.count(1)
@@ -25,14 +25,14 @@ def valkey_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ValkeySe
 
 
 @pytest.fixture
-def raw_client(valkey_server: ValkeyServer) -> Iterator[valkey.Valkey]:
-    client = valkey.Valkey.from_url(valkey_server.url, password=valkey_server.password,
+def raw_client(valkey_server: ValkeyServer) -> Iterator[redis.Redis]:
+    client = redis_client(valkey_server.url, password=valkey_server.password,
                                     decode_responses=True)
     yield client
     client.close()
 
 
 @pytest.fixture
-def queue(raw_client: valkey.Valkey) -> QueueClient:
+def queue(raw_client: redis.Redis) -> QueueClient:
     """A client on a fresh queue name, so tests sharing a server never see each other's keys."""
     return QueueClient(raw_client, QueueKeys("test:", f"q{next(_queue_names)}"))

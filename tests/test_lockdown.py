@@ -7,10 +7,11 @@ import ast
 from pathlib import Path
 
 import pytest
-import valkey
+import redis
 from procs import listening_addresses, pid_records
 from test_teardown import start_run, wait_for_line
 
+from chaos.protocol.client import redis_client
 from chaos.runtime.local import ValkeyServer
 from chaos.runtime.pids import PID_DIR
 
@@ -21,15 +22,15 @@ def test_the_valkey_a_run_starts_refuses_clients_without_its_password(
         valkey_server: ValkeyServer):
     assert len(valkey_server.password) == 32 and valkey_server.url.startswith(
         "valkey://127.0.0.1:")
-    anonymous = valkey.Valkey.from_url(valkey_server.url, socket_timeout=5)
-    with pytest.raises(valkey.exceptions.AuthenticationError):
+    anonymous = redis_client(valkey_server.url, socket_timeout=5)
+    with pytest.raises(redis.exceptions.AuthenticationError):
         anonymous.ping()
-    with pytest.raises(valkey.exceptions.AuthenticationError):
+    with pytest.raises(redis.exceptions.AuthenticationError):
         anonymous.set("k", "v")
-    wrong = valkey.Valkey.from_url(valkey_server.url, password="0" * 32, socket_timeout=5)
-    with pytest.raises(valkey.exceptions.AuthenticationError):
+    wrong = redis_client(valkey_server.url, password="0" * 32, socket_timeout=5)
+    with pytest.raises(redis.exceptions.AuthenticationError):
         wrong.ping()
-    right = valkey.Valkey.from_url(valkey_server.url, password=valkey_server.password,
+    right = redis_client(valkey_server.url, password=valkey_server.password,
                                    socket_timeout=5, decode_responses=True)
     assert right.ping()
     assert right.config_get("protected-mode") == {"protected-mode": "yes"}
@@ -88,13 +89,13 @@ def test_a_run_is_locked_down(tmp_path: Path):
         assert all(address.startswith("127.0.0.1:") for address in listeners), listeners
         valkey_pid = next(r.pid for r in records if r.name == "valkey")
         valkey_port = int(listening_addresses(valkey_pid)[0].rsplit(":", 1)[1])
-        anonymous = valkey.Valkey(host="127.0.0.1", port=valkey_port, socket_timeout=5)
-        with pytest.raises(valkey.exceptions.AuthenticationError):
+        anonymous = redis_client(f"redis://127.0.0.1:{valkey_port}", socket_timeout=5)
+        with pytest.raises(redis.exceptions.AuthenticationError):
             anonymous.ping()
-        with pytest.raises(valkey.exceptions.AuthenticationError):
-            valkey.Valkey(host="127.0.0.1", port=valkey_port, password="wrong",
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            redis_client(f"redis://127.0.0.1:{valkey_port}", password="wrong",
                           socket_timeout=5).ping()
-        authed = valkey.Valkey(host="127.0.0.1", port=valkey_port, password=password,
+        authed = redis_client(f"redis://127.0.0.1:{valkey_port}", password=password,
                                socket_timeout=5, decode_responses=True)
         assert authed.config_get("protected-mode") == {"protected-mode": "yes"}
         assert authed.config_get("bind")["bind"] == "127.0.0.1"

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 
 import pytest
-import valkey
 
 from chaos.load.sources import (
     fold_locust_csv,
@@ -23,7 +22,7 @@ from chaos.load.sources import (
     locustfile,
     percentile_of_histogram,
 )
-from chaos.protocol.client import QueueKeys
+from chaos.protocol.client import QueueKeys, redis_client
 from chaos.runtime.local import ValkeyServer
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,7 +44,8 @@ def run_locust(server: ValkeyServer, out: Path, queue: str, *args: str, seconds:
 
 
 def history_counts(server: ValkeyServer, queue: str) -> collections.Counter[str]:
-    client = valkey.Valkey.from_url(server.url, password=server.password, decode_responses=True)
+    client = redis_client(server.url, password=server.password,
+                                  decode_responses=True)
     try:
         entries = client.xrange(QueueKeys("lt:", queue).events)
     finally:
@@ -87,7 +87,7 @@ def test_a_server_error_surfaces_as_a_locust_failure(valkey_server: ValkeyServer
                                                      tmp_path: Path):
     """With maxmemory at 1 byte every write script is refused (OOM): Locust must count the
     failures, name the error and exit non-zero (--exit-code-on-error)."""
-    client = valkey.Valkey.from_url(valkey_server.url, password=valkey_server.password)
+    client = redis_client(valkey_server.url, password=valkey_server.password)
     client.config_set("maxmemory", "1")
     try:
         result = run_locust(valkey_server, tmp_path, "refused", "-u", "1", "--producers", "1",

@@ -5,11 +5,11 @@ from __future__ import annotations
 import time
 
 import pytest
-import valkey
-from valkey.exceptions import ConnectionError as ValkeyConnectionError
+import redis
+from redis.exceptions import ConnectionError as StoreConnectionError
 
 from chaos.history.events import iter_stream
-from chaos.protocol.client import NotReplicated, QueueClient
+from chaos.protocol.client import NotReplicated, QueueClient, redis_client
 from chaos.reference.reaper import sweep
 
 
@@ -131,9 +131,9 @@ def test_keys_share_one_hash_tag(queue: QueueClient):
 
 
 def test_server_refuses_a_client_without_the_password(valkey_server):
-    client = valkey.Valkey.from_url(valkey_server.url)
+    client = redis_client(valkey_server.url)
     try:
-        with pytest.raises(valkey.exceptions.AuthenticationError):
+        with pytest.raises(redis.exceptions.AuthenticationError):
             client.ping()
     finally:
         client.close()
@@ -210,7 +210,7 @@ def test_wait_replicas_without_a_replica_fails_the_call_but_not_the_write(queue:
     waiting = QueueClient(queue.client, queue.keys, wait_replicas=1)
     with pytest.raises(NotReplicated, match="enqueue: WAIT saw 0 of 1 replica"):
         waiting.enqueue("j1", "p")
-    assert isinstance(NotReplicated("x"), ValkeyConnectionError)
+    assert isinstance(NotReplicated("x"), StoreConnectionError)
     assert queue.client.exists(queue.keys.job("j1")) == 1
     assert queue.backlog() == (1, 0)
 

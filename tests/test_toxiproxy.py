@@ -27,11 +27,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-import valkey
 from toxiproxy import Toxiproxy
 from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
 from chaos.network.server import TOXIPROXY_VERSION, ToxiproxyServer
+from chaos.protocol.client import redis_client
 from chaos.runtime.local import ValkeyServer, free_port
 
 IO_TIMEOUT = 5.0  # the most any single socket read in this file may wait
@@ -813,8 +813,8 @@ def test_valkey_through_the_proxy(api: Api, valkey_server: ValkeyServer):
     upstream = valkey_server.url.split("//", 1)[1].split("/", 1)[0]
     proxy = api.create("valkey", upstream)
     host, port = proxy["listen"].rsplit(":", 1)
-    client = valkey.Valkey(host=host, port=int(port), password=valkey_server.password,
-                           socket_timeout=IO_TIMEOUT)
+    client = redis_client(f"redis://{host}:{port}", password=valkey_server.password,
+                          socket_timeout=IO_TIMEOUT)
     try:
         assert client.ping()
         client.set("toxiproxy:key", "value")

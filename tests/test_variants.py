@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import valkey
+import redis
 
 import chaos.protocol.clock
 from chaos.history.events import Event, iter_stream
@@ -47,7 +47,7 @@ def keys() -> QueueKeys:
 
 
 @pytest.fixture
-def on(raw_client: valkey.Valkey, keys: QueueKeys) -> Factory:
+def on(raw_client: redis.Redis, keys: QueueKeys) -> Factory:
     """``on(protocol, **kwargs)``: a client of that protocol on this test's queue (one queue, so
     a test can mix protocols, e.g. a sound worker and a mutant reaper)."""
 

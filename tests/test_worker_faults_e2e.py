@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import cast
 
 import pytest
-import valkey
 from test_scenarios_e2e import ROOT, run_cli, run_scenario
 
 from chaos.history.events import read_history
-from chaos.protocol.client import QueueClient, QueueKeys
+from chaos.protocol.client import QueueClient, QueueKeys, redis_client
 from chaos.reference.worker import LeaseRenewer, WorkerConfig
 from chaos.run.preflight import judge
 from chaos.runtime.local import ValkeyServer, valkey_server_binary
@@ -139,7 +138,7 @@ def evicting_server(tmp_path: Path):
     server = ValkeyServer(valkey_server_binary(None), tmp_path / "data",
                           tmp_path / "valkey.log")
     server.start()
-    client = valkey.Valkey.from_url(server.url, password=server.password)
+    client = redis_client(server.url, password=server.password)
     client.config_set("maxmemory-policy", "allkeys-lru")
     client.config_set("maxmemory", "64mb")
     client.close()

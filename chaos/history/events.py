@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import IO, Any, TypeVar
 
 import orjson
-import valkey
+import redis
 
 T = TypeVar("T")
 _loads = orjson.loads  # raises orjson.JSONDecodeError, a ValueError
@@ -211,7 +211,7 @@ EXPORT_POLL_S = 0.1  # the exporter's wait after a short batch (it has caught up
 class HistoryExporter:
     """Copies the events stream into ``history.jsonl`` as the run goes, in a background thread."""
 
-    def __init__(self, client: valkey.Valkey, stream: str, path: Path, batch: int = 2000) -> None:
+    def __init__(self, client: redis.Redis, stream: str, path: Path, batch: int = 2000) -> None:
         self.client = client
         self.stream = stream
         self.path = path
@@ -261,7 +261,7 @@ class HistoryExporter:
         self._handle.close()
 
 
-def stream_entries(client: valkey.Valkey, stream: str,
+def stream_entries(client: redis.Redis, stream: str,
                    batch: int = 5000) -> Iterator[tuple[str, dict[str, str]]]:
     """Every (id, fields) entry of a stream, oldest first."""
     last = "-"
@@ -275,7 +275,7 @@ def stream_entries(client: valkey.Valkey, stream: str,
         last = entries[-1][0]
 
 
-def iter_stream(client: valkey.Valkey, stream: str, batch: int = 5000) -> Iterator[Event]:
+def iter_stream(client: redis.Redis, stream: str, batch: int = 5000) -> Iterator[Event]:
     """Every event of a stream, oldest first (for tests and tools that read Valkey directly)."""
     for entry_id, fields in stream_entries(client, stream, batch):
         yield Event.from_record({"seq": entry_id, **fields})

@@ -27,8 +27,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from valkey.exceptions import ConnectionError as ValkeyConnectionError
-from valkey.exceptions import TimeoutError as ValkeyTimeoutError
+from redis.exceptions import ConnectionError as StoreConnectionError
+from redis.exceptions import TimeoutError as StoreTimeoutError
 
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import POISON, QueueClient, QueueKeys
@@ -304,7 +304,7 @@ class Producer:
                     self.enqueued += 1
                 else:
                     self.errors += 1
-            except (ValkeyConnectionError, ValkeyTimeoutError, OSError):
+            except (StoreConnectionError, StoreTimeoutError, OSError):
                 self.errors += 1
             bucket = _locust_bucket((time.perf_counter() - began) * 1000)
             self.latency_ms[bucket] = self.latency_ms.get(bucket, 0) + 1

@@ -1,8 +1,8 @@
 """The lease-queue protocol under test (DESIGN §2): keys, scripts, and a thin client.
 
-Every transition is one Lua script in ``chaos/protocol/lua/``. Each script reads ``TIME`` itself and appends
-its event to the events stream in the same call, so the history holds an event exactly when the
-transition happened, stamped by the clock that scores the leases.
+Every transition is one Lua script in ``lua/`` beside this module. Each script reads ``TIME``
+itself and appends its event to the events stream in the same call, so the history holds an
+event exactly when the transition happened, stamped by the clock that scores the leases.
 
 Protocol variants (the mutant zoo)
 ----------------------------------
@@ -45,10 +45,12 @@ from importlib import resources
 from typing import Any
 from urllib.parse import urlsplit
 
-import valkey
-from valkey.exceptions import ConnectionError as ValkeyConnectionError
-from valkey.exceptions import NoScriptError
-from valkey.sentinel import Sentinel
+import redis
+from redis.backoff import NoBackoff
+from redis.exceptions import ConnectionError as StoreConnectionError
+from redis.exceptions import NoScriptError
+from redis.retry import Retry
+from redis.sentinel import Sentinel
 
 from chaos.names import PROTOCOLS
 from chaos.protocol.clock import LocalClock
@@ -66,7 +68,7 @@ WAIT_TIMEOUT_MS = 1000  # wait_replicas: how long a script call waits for its re
 SENTINEL_SCHEME = "valkey+sentinel"  # valkey+sentinel://HOST:PORT/SERVICE: ask Sentinel
 
 
-class NotReplicated(ValkeyConnectionError):
+class NotReplicated(StoreConnectionError):
     """WAIT saw fewer replicas than asked within the timeout: the transition happened on the
     primary but is not acknowledged (a failover now could lose it). Transient, like a dropped
     connection: callers retry, and fencing turns a retried complete into a rejection."""
@@ -122,7 +124,28 @@ def load_script_source(name: str) -> str:
     return resources.files("chaos.protocol").joinpath("lua", f"{name}.lua").read_text()
 
 
-def connect(url: str, password: str | None = None, **kwargs: Any) -> valkey.Valkey:
+# The schemes the Valkey world uses, spelled the way redis-py's from_url expects them.
+_SCHEMES = {"valkey": "redis", "valkeys": "rediss"}
+
+
+def redis_url(url: str) -> str:
+    """``url`` for redis-py: ``valkey://`` and ``valkeys://`` become ``redis://`` and
+    ``rediss://``; ``redis://``, ``rediss://`` and ``unix://`` pass as they are."""
+    scheme, sep, rest = url.partition("://")
+    return f"{_SCHEMES.get(scheme.lower(), scheme)}{sep}{rest}" if sep else url
+
+
+def redis_client(url: str, password: str | None = None, **kwargs: Any) -> redis.Redis:
+    """A redis-py client for ``url`` that behaves the same on every redis-py version: RESP2
+    replies, and no silent reconnect-and-retry (a failed call is the caller's to count or
+    retry; redis-py 6+ would otherwise retry 3 times with up to 10 s of back-off)."""
+    kwargs.setdefault("protocol", 2)
+    kwargs.setdefault("retry", Retry(NoBackoff(), 0))
+    client: redis.Redis = redis.Redis.from_url(redis_url(url), password=password, **kwargs)
+    return client
+
+
+def connect(url: str, password: str | None = None, **kwargs: Any) -> redis.Redis:
     """A client for ``url``; the password is given, in the URL, or in ``ECHOMQ_VALKEY_PASSWORD``
     (how a run hands it to its children: the environment, never a command line)."""
     password = password or os.environ.get("ECHOMQ_VALKEY_PASSWORD") or None
@@ -137,13 +160,11 @@ def connect(url: str, password: str | None = None, **kwargs: Any) -> valkey.Valk
             sentinel_kwargs={"password": password, "socket_timeout": 2,
                              "socket_connect_timeout": 2},
         )
-        primary: valkey.Valkey = sentinel.master_for(
-            service, decode_responses=True, password=password, **kwargs)
+        primary: redis.Redis = sentinel.master_for(
+            service, decode_responses=True, password=password, protocol=2,
+            **{"retry": Retry(NoBackoff(), 0), **kwargs})
         return primary
-    client: valkey.Valkey = valkey.Valkey.from_url(
-        url, decode_responses=True, password=password, **kwargs
-    )
-    return client
+    return redis_client(url, password, decode_responses=True, **kwargs)
 
 
 class QueueClient:
@@ -160,7 +181,7 @@ class QueueClient:
 
     def __init__(
         self,
-        client: valkey.Valkey,
+        client: redis.Redis,
         keys: QueueKeys,
         protocol: str = "sound",
         clock: LocalClock | None = None,

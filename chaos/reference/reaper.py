@@ -32,8 +32,8 @@ import sys
 import threading
 import time
 
-from valkey.exceptions import ConnectionError as ValkeyConnectionError
-from valkey.exceptions import TimeoutError as ValkeyTimeoutError
+from redis.exceptions import ConnectionError as StoreConnectionError
+from redis.exceptions import TimeoutError as StoreTimeoutError
 
 from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
@@ -66,7 +66,7 @@ def run(queue: QueueClient, interval_ms: int, limit: int, stop: threading.Event,
             moved = sweep(queue, limit, max_stalls)
             if moved:
                 log.info("reaped %d", moved)
-        except (ValkeyConnectionError, ValkeyTimeoutError, OSError) as error:
+        except (StoreConnectionError, StoreTimeoutError, OSError) as error:
             log.warning("sweep failed: %s", error)
         next_tick += interval
         now = time.monotonic()

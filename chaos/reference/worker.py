@@ -68,8 +68,8 @@ from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any, Protocol
 
-from valkey.exceptions import ConnectionError as ValkeyConnectionError
-from valkey.exceptions import TimeoutError as ValkeyTimeoutError
+from redis.exceptions import ConnectionError as StoreConnectionError
+from redis.exceptions import TimeoutError as StoreTimeoutError
 
 from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
@@ -78,7 +78,7 @@ from chaos.protocol.client import POISON, QueueClient, QueueKeys, connect
 from chaos.protocol.clock import LocalClock
 
 log = logging.getLogger("chaos.reference.worker")
-TRANSIENT = (ValkeyConnectionError, ValkeyTimeoutError, OSError)
+TRANSIENT = (StoreConnectionError, StoreTimeoutError, OSError)
 HEARTBEAT_MODES = ("process", "thread")
 CONTROL_KINDS = ("cpu_hog", "block_heartbeat")
 

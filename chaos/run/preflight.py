@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import valkey
+import redis
 
 SETTINGS = ("maxmemory-policy", "maxmemory", "save", "appendonly", "appendfsync")
 
@@ -62,14 +62,14 @@ def judge(settings: dict[str, str], own_server: bool) -> list[str]:
     return warnings
 
 
-def preflight(client: valkey.Valkey, own_server: bool, strict: bool = False) -> Preflight:
+def preflight(client: redis.Redis, own_server: bool, strict: bool = False) -> Preflight:
     result = Preflight(own_server=own_server, strict=strict)
     try:
         for name in SETTINGS:
             reply = client.config_get(name)
             if name in reply:
                 result.settings[name] = str(reply[name])
-    except valkey.exceptions.ResponseError as error:
+    except redis.exceptions.ResponseError as error:
         result.readable = False
         result.warnings.append(f"CONFIG GET refused ({error}): eviction policy and persistence "
                                "unknown")

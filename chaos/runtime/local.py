@@ -31,9 +31,9 @@ from pathlib import Path
 from typing import IO, Any, Protocol
 from urllib.parse import unquote, urlsplit, urlunsplit
 
-import valkey
-from valkey.backoff import ExponentialBackoff
-from valkey.retry import Retry
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
 
 from chaos.errors import InfraError
 from chaos.files import write_json_atomic
@@ -47,7 +47,7 @@ from chaos.network.client import (
     wait_for_api,
 )
 from chaos.protocol.acks import ACKS_DIR
-from chaos.protocol.client import SENTINEL_SCHEME, connect
+from chaos.protocol.client import SENTINEL_SCHEME, connect, redis_client
 from chaos.protocol.clock import write_offset
 from chaos.runtime.pids import forget_process, record_process
 from chaos.scenario.model import Scenario
@@ -105,7 +105,7 @@ def free_port() -> int:
 def wait_for_valkey(url: str, password: str | None, alive: Callable[[], bool],
                     timeout: float = 10.0) -> bool:
     """Poll until Valkey answers PING; False if ``alive()`` says the server is gone, or timeout."""
-    client = valkey.Valkey.from_url(url, password=password, socket_timeout=1)
+    client = redis_client(url, password=password, socket_timeout=1)
     deadline = time.monotonic() + timeout
     try:
         while time.monotonic() < deadline:
@@ -115,8 +115,8 @@ def wait_for_valkey(url: str, password: str | None, alive: Callable[[], bool],
                 # LOADING (replaying the AOF) is an error reply: not ready yet.
                 if client.ping():
                     return True
-            except (valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError,
-                    valkey.exceptions.BusyLoadingError):
+            except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
+                    redis.exceptions.BusyLoadingError):
                 time.sleep(0.05)
         return False
     finally:
@@ -252,8 +252,8 @@ class ValkeyServer:
             self.process.kill()
             self.process.wait(timeout=10)
 
-    def client(self, **kwargs: Any) -> valkey.Valkey:
-        return valkey.Valkey.from_url(self.url, password=self.password, **kwargs)
+    def client(self, **kwargs: Any) -> redis.Redis:
+        return redis_client(self.url, password=self.password, **kwargs)
 
     def _wait_ready(self, process: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:
         return wait_for_valkey(self.url, self.password, lambda: process.poll() is None, timeout)
@@ -350,14 +350,14 @@ class RuntimeBase(ABC):
     def _start_own_valkey(self) -> tuple[str, str]:
         """Start a Valkey for this run; its (url, password)."""
 
-    def client(self, retrying: bool = True) -> valkey.Valkey:
+    def client(self, retrying: bool = True) -> redis.Redis:
         """The runner's own client: it rides out a store restart or failover by retrying.
         ``retrying=False`` for the producer, which counts a failed call as an error and moves
         on (as workers and reaper do with their own loops)."""
         if not retrying:
             return connect(self.url, self.password)
         return connect(self.url, self.password, retry_on_error=[
-            valkey.exceptions.ConnectionError, valkey.exceptions.TimeoutError],
+            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
             retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), STORE_RETRIES))
 
     def server_names(self) -> set[str]:
@@ -639,7 +639,7 @@ class LocalRuntime(RuntimeBase):
             self._restart_node(old)
         # Demote the old primary at once, as an operator would. Sentinel itself converts it only
         # on its next 10 s INFO round: until then a WAIT-ing client has no replica to wait for,
-        # and clients still connected to the old primary (valkey-py re-asks Sentinel only after
+        # and clients still connected to the old primary (redis-py re-asks Sentinel only after
         # an error) keep writing to it, a split brain whose writes the demotion then discards.
         with self.servers[old].client(socket_timeout=5) as client:
             client.execute_command("REPLICAOF", "127.0.0.1", str(self.servers[new].port))
