@@ -50,7 +50,7 @@ from redis.backoff import NoBackoff
 from redis.exceptions import ConnectionError as StoreConnectionError
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from chaos.names import PROTOCOLS
 from chaos.protocol.clock import LocalClock
@@ -145,6 +145,19 @@ def redis_client(url: str, password: str | None = None, **kwargs: Any) -> redis.
     return client
 
 
+class _PrimaryConnection(SentinelManagedConnection):
+    """A connection to whichever node Sentinel names primary *now*. redis-py 6+ reconnects a
+    dropped connection through ``connect_check_health`` to the address it had before, so after
+    a failover it keeps reaching the demoted node (redis-py issue #3874): ask Sentinel first."""
+
+    def connect_check_health(self, check_health: bool = True,
+                             retry_socket_connect: bool = True) -> None:
+        if not self._sock and self.connection_pool.is_master:
+            self.host, self.port = self.connection_pool.get_master_address()
+        super().connect_check_health(check_health=check_health,
+                                     retry_socket_connect=retry_socket_connect)
+
+
 def connect(url: str, password: str | None = None, **kwargs: Any) -> redis.Redis:
     """A client for ``url``; the password is given, in the URL, or in ``ECHOMQ_VALKEY_PASSWORD``
     (how a run hands it to its children: the environment, never a command line)."""
@@ -162,7 +175,7 @@ def connect(url: str, password: str | None = None, **kwargs: Any) -> redis.Redis
         )
         primary: redis.Redis = sentinel.master_for(
             service, decode_responses=True, password=password, protocol=2,
-            **{"retry": Retry(NoBackoff(), 0), **kwargs})
+            connection_class=_PrimaryConnection, **{"retry": Retry(NoBackoff(), 0), **kwargs})
         return primary
     return redis_client(url, password, decode_responses=True, **kwargs)
 
