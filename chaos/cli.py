@@ -234,7 +234,7 @@ class InterruptsTearDown:
 
 
 def force_exit(name: str, run_dir: Path) -> None:
-    from chaos.runtime.local import (
+    from chaos.runtime.base import (
         kill_all_now,  # the runtime is loaded by then; keep the CLI light
     )
 

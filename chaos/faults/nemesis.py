@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from chaos.network.client import ToxicSpec
-from chaos.runtime.local import StoreFault
+from chaos.runtime.base import StoreFault
 from chaos.scenario.model import (
     HOLDING_OLDEST_LEASE,
     WORKER_CONTROL_KINDS,
