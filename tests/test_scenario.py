@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.cli import describe_plan
 from chaos.faults.nemesis import plan
 from chaos.scenario.loading import ScenarioError, load_scenario
 
@@ -247,3 +248,13 @@ def test_locust_users_split_by_the_mix_with_at_least_one_producer(
                                    f"users = {users}\nmix = {{ producer = {producer}, "
                                    f"consumer = {consumer} }}\n"))
     assert (scenario.load.producers, scenario.load.consumers) == split
+
+
+@pytest.mark.parametrize("path", [*SCENARIOS, ROOT / "scenarios/mutants/client-clock.toml"],
+                         ids=lambda p: p.stem)
+def test_the_plan_says_each_fault_as_its_kind_declares(path: Path):
+    scenario = load_scenario(path)
+    text = describe_plan(scenario)
+    for planned in plan(scenario):
+        fault = scenario.faults[planned.index]
+        assert f"{planned.kind} {planned.target}{fault.describe_duration()}" in text

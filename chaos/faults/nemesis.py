@@ -7,13 +7,11 @@ scenario seed, so a run is reproducible. Every fault is written to the history w
 clock read right after it took effect, and every heal right before it is undone, so the fault
 window in the history always lies inside the real one.
 
-Process faults signal the worker (SIGKILL, SIGSTOP/SIGCONT). Network faults add Toxiproxy
-toxics to the target's own proxy (or disable it) and heal by removing them. A clock skew
-rewrites the target's local clock offset; only protocol variants that trust a local clock care.
-A ``cpu_hog`` or ``block_heartbeat`` is an order the worker carries out on itself (the runtime
-writes its control file and signals it): the worker stays alive and reachable, so leases it loses
-under one are needless redeliveries. Their heal is recorded when the duration ends; there is
-nothing to undo (the worker ends the hog or the block itself).
+What each kind does is its module in ``chaos.faults.kinds`` (its parameters, targets and
+whether it cuts the holder off: its declaration in ``chaos.scenario.faults``). A kind applied to
+a target returns what undoes it, run at the heal: when ``duration_ms`` is over, else when the
+chaos phase ends; a kill returns nothing (the worker stays dead). A target under a fault is no
+candidate for another of the same group (process, network, clock, stalled) until healed.
 """
 
 from __future__ import annotations
