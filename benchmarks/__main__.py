@@ -38,7 +38,7 @@ from benchmarks import (
 )
 from benchmarks.common import Row, redis_benchmark_path
 from chaos.files import write_json_atomic
-from chaos.scenario.model import ScenarioError, load_scenario
+from chaos.scenario.loading import ScenarioError, load_scenario
 
 SCHEMA = 1
 SECTIONS = ("queue", "checker", "startup", "proxy", "locust", "scale")

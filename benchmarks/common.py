@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from chaos.protocol.client import QueueKeys, connect, load_script_source
-from chaos.runtime.local import ValkeyServer, valkey_server_binary
+from chaos.runtime.valkey import ValkeyServer, valkey_server_binary
 
 
 @dataclass

@@ -33,7 +33,7 @@ from typing import Any
 from benchmarks.common import Row, fill, redis_benchmark, redis_benchmark_path, valkey_server
 from chaos.load.sources import locustfile
 from chaos.protocol.client import QueueKeys, connect, load_script_source
-from chaos.runtime.local import ValkeyServer
+from chaos.runtime.valkey import ValkeyServer
 
 TARGET_ENQUEUE_RATIO = 0.5
 BENCH_CLIENTS = 50

@@ -43,7 +43,7 @@ from benchmarks.common import (
 )
 from chaos.history.events import EXPORT_POLL_S, HistoryExporter
 from chaos.protocol.client import QueueClient, QueueKeys, connect, load_script_source
-from chaos.runtime.local import ValkeyServer
+from chaos.runtime.valkey import ValkeyServer
 from chaos.scenario.model import Topology
 
 LEASE_MS = 60_000  # no lease lapses during a measurement: no reaps, no extends

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 
 from benchmarks.common import Row
-from chaos.scenario.model import load_scenario
+from chaos.scenario.loading import load_scenario
 
 SCENARIO = Path(__file__).parent / "scenarios" / "scale-64x8.toml"
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from chaos import __version__
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE, InfraError
-from chaos.faults.nemesis import fault_parameters, plan
+from chaos.faults.nemesis import plan
 from chaos.files import write_json_atomic
 from chaos.network.server import serve, tcp_port
 from chaos.report.junit import write_junit
@@ -26,7 +26,9 @@ from chaos.report.summary import build_report, summary_text, write_rendered_repo
 from chaos.run.offline import SavedRunError, recheck, write_missing_report
 from chaos.run.runner import RunDirError, RunResult, default_run_dir, prepare_run_dir, run_scenario
 from chaos.runtime.pids import clean_processes
-from chaos.scenario.model import STORE_KINDS, Scenario, ScenarioError, load_scenario
+from chaos.scenario.faults import STORE_KINDS, fault_parameters
+from chaos.scenario.loading import ScenarioError, load_scenario
+from chaos.scenario.model import Scenario
 from chaos.tools import selftest
 
 
@@ -234,7 +236,7 @@ class InterruptsTearDown:
 
 
 def force_exit(name: str, run_dir: Path) -> None:
-    from chaos.runtime.local import (
+    from chaos.runtime.base import (
         kill_all_now,  # the runtime is loaded by then; keep the CLI light
     )
 

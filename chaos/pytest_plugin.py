@@ -47,7 +47,7 @@ def overrides_as_set(overrides: dict[str, Any]) -> list[str]:
 
 
 def _load(path: str | Path, overrides: dict[str, Any], rootpath: Path) -> Scenario:
-    from chaos.scenario.model import load_scenario
+    from chaos.scenario.loading import load_scenario
 
     candidate = Path(path)
     if not candidate.is_absolute() and not candidate.exists() and (rootpath / candidate).exists():
@@ -127,7 +127,7 @@ class ChaosCluster:
 def chaos_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ChaosCluster]:
     from chaos.run.progress import Progress
     from chaos.run.runner import Run
-    from chaos.scenario.model import scenario_from_dict
+    from chaos.scenario.loading import scenario_from_dict
 
     marker = request.node.get_closest_marker("chaos_scenario")
     if marker is not None:

@@ -10,7 +10,7 @@ import pytest
 import redis
 
 from chaos.protocol.client import QueueClient, QueueKeys, redis_client
-from chaos.runtime.local import ValkeyServer, valkey_server_binary
+from chaos.runtime.valkey import ValkeyServer, valkey_server_binary
 
 _queue_names = itertools.count(1)
 

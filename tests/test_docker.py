@@ -255,7 +255,7 @@ def test_compose_stack_runs_scaled_workers_behind_toxiproxy(engine: docker.Docke
     """The reference stack really comes up (offline stand-ins, free ports): two workers reach
     Valkey through the Toxiproxy proxy, and jobs enqueued there get completed."""
     from chaos.protocol.client import QueueClient, QueueKeys, connect
-    from chaos.runtime.local import free_port
+    from chaos.runtime.valkey import free_port
     from chaos.scenario.model import DockerSettings
 
     compose = docker_compose()

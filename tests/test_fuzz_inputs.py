@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from chaos.cli import describe_plan, main
 from chaos.faults.nemesis import plan
-from chaos.scenario.model import Scenario, ScenarioError, load_scenario, scenario_from_dict
+from chaos.scenario.loading import ScenarioError, load_scenario, scenario_from_dict
+from chaos.scenario.model import Scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = sorted(ROOT.joinpath("scenarios").rglob("*.toml"))

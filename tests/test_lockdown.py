@@ -12,8 +12,8 @@ from procs import listening_addresses, pid_records
 from test_teardown import start_run, wait_for_line
 
 from chaos.protocol.client import redis_client
-from chaos.runtime.local import ValkeyServer
 from chaos.runtime.pids import PID_DIR
+from chaos.runtime.valkey import ValkeyServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -117,7 +117,7 @@ def test_user_given_programs_are_argv0_never_a_shell_line(tmp_path: Path):
     syntax in it is never run."""
     from chaos.errors import InfraError
     from chaos.network.client import NetworkError, server_command
-    from chaos.runtime.local import valkey_server_binary
+    from chaos.runtime.valkey import valkey_server_binary
     from chaos.scenario.model import ToxiproxySettings
 
     marker = tmp_path / "ran"

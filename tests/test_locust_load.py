@@ -23,7 +23,7 @@ from chaos.load.sources import (
     percentile_of_histogram,
 )
 from chaos.protocol.client import QueueKeys, redis_client
-from chaos.runtime.local import ValkeyServer
+from chaos.runtime.valkey import ValkeyServer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -151,7 +151,7 @@ def test_socket_only_server_has_no_port_and_a_private_socket(tmp_path: Path):
     """The benchmark's server (redis-benchmark takes a password only on its command line):
     no TCP listener, no password, a socket only this user can reach."""
     from chaos.protocol.client import connect
-    from chaos.runtime.local import valkey_server_binary
+    from chaos.runtime.valkey import valkey_server_binary
 
     server = ValkeyServer(valkey_server_binary(None), tmp_path / "s", tmp_path / "s.log",
                           socket_only=True)

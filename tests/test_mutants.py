@@ -18,7 +18,8 @@ import pytest
 from chaos.history.events import read_history
 from chaos.names import PROTOCOLS
 from chaos.run.runner import run_scenario
-from chaos.scenario.model import Scenario, load_scenario
+from chaos.scenario.loading import load_scenario
+from chaos.scenario.model import Scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 MUTANTS = sorted((ROOT / "scenarios" / "mutants").glob("*.toml"))

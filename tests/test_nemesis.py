@@ -8,9 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from chaos.faults.kinds import KINDS, ON_STORE, ON_TARGETS
 from chaos.faults.nemesis import Nemesis
 from chaos.network.client import ToxicSpec
-from chaos.scenario.model import Scenario, load_scenario
+from chaos.runtime.base import StoreFault
+from chaos.scenario.faults import FAULT_COLORS, FAULT_KINDS, STORE_KINDS
+from chaos.scenario.loading import load_scenario
+from chaos.scenario.model import Scenario
 
 
 class Recorder:
@@ -41,6 +47,14 @@ class Recorder:
 
     def set_clock_offset(self, name: str, offset_ms: int) -> None:
         self.actions.append((f"clock {offset_ms:+d}", name))
+
+    def control(self, name: str, kind: str, duration_ms: int, fault_id: str) -> None:
+        self.actions.append((f"control {kind} {duration_ms} {fault_id}", name))
+
+    def failover(self, mode: str, down_ms: int) -> StoreFault:
+        self.actions.append((f"failover {mode} {down_ms}", "primary"))
+        return StoreFault("valkey-1", killed_ts=5, down_ms=600, promoted_ms=400,
+                          new_primary="valkey-2")
 
     def record(self, **fields: object) -> int:
         self.clock += 1
@@ -161,3 +175,58 @@ def test_clock_skew_targets_a_reaper_and_is_undone(tmp_path: Path):
     assert recorder.actions == [("clock +2500", "reaper"), ("clock +0", "reaper")]
     fault = next(e for e in recorder.events if e["type"] == "fault")
     assert fault["worker"] == "reaper" and fault["offset_ms"] == 2500 and fault["cuts_off"] == 0
+
+
+def test_worker_orders_are_sent_and_their_heal_only_recorded(tmp_path: Path):
+    faults = ('[[faults]]\nkind = "cpu_hog"\ntarget = "worker-1"\nat_ms = 0\nduration_ms = 300\n'
+              '[[faults]]\nkind = "block_heartbeat"\ntarget = "worker-1"\nat_ms = 100\n'
+              "duration_ms = 300\n"
+              '[[faults]]\nkind = "pause"\ntarget = "worker-1"\nat_ms = 150\nduration_ms = 50\n')
+    recorder = Recorder()
+    nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
+    run(nemesis, 1000)
+    # The block is skipped (worker-1 is still under the hog: one group); the pause is another
+    # group's and lands; the hog's heal undoes nothing (the worker ends it itself).
+    assert recorder.actions == [("control cpu_hog 300 f1", "worker-1"), ("pause", "worker-1"),
+                                ("resume", "worker-1")]
+    assert nemesis.skipped == ["block_heartbeat worker-1 at 100 ms: no live target"]
+    assert [e["type"] for e in recorder.events] == ["fault", "fault_skipped", "fault", "heal",
+                                                    "heal"]
+    assert recorder.events[0]["cuts_off"] == 0
+
+
+def test_a_store_fault_is_struck_once_and_recorded_as_cutting_everyone_off(tmp_path: Path):
+    path = tmp_path / "s.toml"
+    path.write_text('name = "n"\n[valkey]\nreplication = "sentinel"\n[[faults]]\n'
+                    'kind = "failover"\ntarget = "primary"\nat_ms = 100\nduration_ms = 500\n')
+    recorder = Recorder()
+    run(Nemesis(load_scenario(path), recorder, recorder), 1000)
+    assert recorder.actions == [("failover kill 500", "primary")]
+    fault = recorder.events[0]
+    assert (fault["worker"], fault["cuts_off"], fault["new_primary"]) == \
+        ("valkey-1", 1, "valkey-2")
+
+
+def test_the_declarations_and_the_behaviours_name_the_same_kinds():
+    assert sorted(FAULT_KINDS) == KINDS
+    assert set(ON_STORE) == set(STORE_KINDS)
+    for kind, declaration in FAULT_KINDS.items():
+        behaviour = ON_STORE.get(kind) or ON_TARGETS[kind]
+        assert behaviour.__name__ == f"chaos.faults.kinds.{kind}"
+        assert declaration.summary() and "\n" not in declaration.summary()
+        assert FAULT_COLORS[kind].startswith("#")
+
+
+@pytest.mark.parametrize(("table", "cuts_off"), [
+    ('kind = "kill"', True), ('kind = "pause"\nduration_ms = 1', True),
+    ('kind = "partition"', True), ('kind = "reset_peer"', True),
+    ('kind = "latency"\nlatency_ms = 1', False), ('kind = "bandwidth"\nrate_kb_s = 1', False),
+    ('kind = "slow_close"\ndelay_ms = 1', False), ('kind = "toxic"\ntoxic = "timeout"', True),
+    ('kind = "toxic"\ntoxic = "limit_data"', True), ('kind = "toxic"\ntoxic = "slicer"', False),
+    ('kind = "clock_skew"\noffset_ms = 1', False), ('kind = "cpu_hog"\nduration_ms = 1', False),
+    ('kind = "block_heartbeat"\nduration_ms = 1', False),
+])
+def test_each_kind_says_whether_it_cuts_the_holder_off(tmp_path: Path, table: str,
+                                                       cuts_off: bool):
+    fault = scenario(tmp_path, f'[[faults]]\ntarget = "worker-1"\n{table}\n').faults[0]
+    assert fault.cuts_off() is cuts_off

@@ -28,7 +28,7 @@ from chaos.report.junit import junit_document
 from chaos.report.summary import build_report, summary_text, write_rendered_reports
 from chaos.run.offline import VERDICT_KEYS
 from chaos.run.progress import Progress, Status
-from chaos.scenario.model import scenario_from_dict
+from chaos.scenario.loading import scenario_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 pytest_plugins = ["pytester"]  # runs a user's test file that uses the chaos_run fixture

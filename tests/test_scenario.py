@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from chaos.cli import describe_plan
 from chaos.faults.nemesis import plan
-from chaos.scenario.model import ScenarioError, load_scenario
+from chaos.scenario.loading import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = sorted(ROOT.joinpath("scenarios").glob("*.toml"))
@@ -71,6 +72,15 @@ def test_heartbeat_zero_turns_the_heartbeat_off(tmp_path: Path):
         (MINIMAL + "[topology]\nlease_msec = 10\n", ["topology.lease_msec", "unknown key"]),
         (MINIMAL + "[[faults]]\nkind = \"explode\"\ntarget = \"worker-1\"\n",
          ["faults.0.kind", "'explode'"]),
+        (MINIMAL + 'faults = [5]\n', ["faults.0 = 5: a fault is a table"]),
+        (MINIMAL + '[[faults]]\ntarget = "worker-1"\n',
+         ["faults.0.kind: a fault needs a kind: one of kill, pause, latency"]),
+        (MINIMAL + '[[faults]]\nkind = "kill"\ntarget = "worker-1"\nduration_ms = 5\n',
+         ["faults.0.duration_ms = 5: a kill has no duration_ms"]),
+        (MINIMAL + '[[faults]]\nkind = "kill"\ntarget = "worker-1"\nlease_msec = 5\n',
+         ["faults.0.lease_msec = 5: unknown key"]),
+        (MINIMAL + '[[faults]]\nkind = "toxic"\ntarget = "worker-1"\ntoxic = "latency"\n'
+         'attributes = { latency = "x" }\n', ["faults.0.attributes.latency"]),
         (MINIMAL + "[[faults]]\nkind = \"kill\"\ntarget = \"worker-9\"\n",
          ["faults.0.target = 'worker-9'", "no such target for a kill fault"]),
         (MINIMAL + "[[faults]]\nkind = \"kill\"\ntarget = { random = 99 }\n",
@@ -238,3 +248,13 @@ def test_locust_users_split_by_the_mix_with_at_least_one_producer(
                                    f"users = {users}\nmix = {{ producer = {producer}, "
                                    f"consumer = {consumer} }}\n"))
     assert (scenario.load.producers, scenario.load.consumers) == split
+
+
+@pytest.mark.parametrize("path", [*SCENARIOS, ROOT / "scenarios/mutants/client-clock.toml"],
+                         ids=lambda p: p.stem)
+def test_the_plan_says_each_fault_as_its_kind_declares(path: Path):
+    scenario = load_scenario(path)
+    text = describe_plan(scenario)
+    for planned in plan(scenario):
+        fault = scenario.faults[planned.index]
+        assert f"{planned.kind} {planned.target}{fault.describe_duration()}" in text

@@ -260,7 +260,7 @@ def test_existing_server_by_url_keeps_the_password_off_command_lines(tmp_path: P
 
 
 def test_explicit_valkey_server_binary(tmp_path: Path):
-    from chaos.runtime.local import valkey_server_binary
+    from chaos.runtime.valkey import valkey_server_binary
 
     binary = valkey_server_binary(None)
     report = run_scenario("steady-state", tmp_path / "run", "--set", f'valkey.server="{binary}"',

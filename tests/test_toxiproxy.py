@@ -32,7 +32,7 @@ from toxiproxy.exceptions import InvalidToxic, NotFound, ProxyExists
 
 from chaos.network.server import TOXIPROXY_VERSION, ToxiproxyServer
 from chaos.protocol.client import redis_client
-from chaos.runtime.local import ValkeyServer, free_port
+from chaos.runtime.valkey import ValkeyServer, free_port
 
 IO_TIMEOUT = 5.0  # the most any single socket read in this file may wait
 QUIET_WAIT = 0.5  # how long "no bytes arrive" is watched for

@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.network.server import HttpLimits, ToxiproxyServer
-from chaos.runtime.local import free_port
+from chaos.runtime.valkey import free_port
 
 LIMITS = HttpLimits(max_body_bytes=64 * 1024, header_timeout_s=0.5, body_timeout_s=0.5,
                     idle_timeout_s=2.0)

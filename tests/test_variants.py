@@ -29,7 +29,7 @@ from chaos.protocol.client import SCRIPT_NAMES, QueueClient, QueueKeys
 from chaos.protocol.clock import LocalClock, read_offset, write_offset
 from chaos.reference.reaper import sweep
 from chaos.reference.worker import parse_args
-from chaos.runtime.local import ValkeyServer
+from chaos.runtime.valkey import ValkeyServer
 
 _names = itertools.count(1)
 LAPSE_S = 0.07  # sleep past a 20-40 ms lease

@@ -19,7 +19,7 @@ from chaos.history.events import read_history
 from chaos.protocol.client import QueueClient, QueueKeys, redis_client
 from chaos.reference.worker import LeaseRenewer, WorkerConfig
 from chaos.run.preflight import judge
-from chaos.runtime.local import ValkeyServer, valkey_server_binary
+from chaos.runtime.valkey import ValkeyServer, valkey_server_binary
 
 pytestmark = pytest.mark.integration
 

@@ -35,7 +35,7 @@ from chaos.protocol.client import POISON, QueueClient, QueueKeys
 from chaos.scenario.model import Load
 
 if TYPE_CHECKING:
-    from chaos.runtime.local import Child, RuntimeBase
+    from chaos.runtime.base import Child, RuntimeBase
 
 OPERATIONS = ("enqueue", "claim", "complete", "extend")
 LOCUST_PREFIX = "locust"  # raw files: locust_stats.csv, locust.html, locust.json, ...
@@ -234,7 +234,7 @@ class LocustLoad:
         try:
             self.exit_code = self.child.process.wait(timeout=LOCUST_STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
-            from chaos.runtime.local import kill_group
+            from chaos.runtime.base import kill_group
 
             kill_group(self.child.process)
             self.exit_code = self.child.process.wait()

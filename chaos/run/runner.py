@@ -31,7 +31,8 @@ from chaos.protocol.client import QueueClient, QueueKeys
 from chaos.report.summary import build_report, summary_text, write_rendered_reports
 from chaos.run.preflight import Preflight, preflight
 from chaos.run.progress import Progress, Status
-from chaos.runtime.local import LocalRuntime, RuntimeBase, split_password
+from chaos.runtime.base import RuntimeBase
+from chaos.runtime.local import LocalRuntime
 from chaos.runtime.pids import (
     PID_DIR,
     RUNNER,
@@ -41,6 +42,7 @@ from chaos.runtime.pids import (
     read_record,
     record_process,
 )
+from chaos.runtime.valkey import split_password
 from chaos.scenario.model import Scenario
 
 BACKLOG_SAMPLE_S = 0.25

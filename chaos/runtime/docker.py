@@ -37,6 +37,7 @@ from docker.models.containers import Container
 from chaos.errors import InfraError
 from chaos.files import write_json_atomic
 from chaos.network.client import ToxiproxyServerInfo, wait_for_api
+from chaos.runtime.base import Child, RuntimeBase
 from chaos.runtime.engine import (
     ENGINE_TIMEOUT_S,
     LABEL_ROLE,
@@ -50,7 +51,7 @@ from chaos.runtime.engine import (
     resolve_image,
     runner_label,
 )
-from chaos.runtime.local import Child, RuntimeBase, free_port, wait_for_valkey
+from chaos.runtime.valkey import free_port, wait_for_valkey
 
 LABEL_RUN_DIR = "echomq-chaos.run-dir"
 CLOCKS_IN_CONTAINER = "/clocks"

@@ -40,7 +40,7 @@ from chaos.runtime.engine import (
     has_image,
     image_label,
 )
-from chaos.runtime.local import valkey_server_binary
+from chaos.runtime.valkey import valkey_server_binary
 from chaos.scenario.model import DockerSettings
 
 BASE_IMAGE = "echomq-chaos/base:bookworm"

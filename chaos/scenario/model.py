@@ -1,29 +1,16 @@
-"""Scenario files: TOML in, a validated, typed plan out.
-
-Every error names the file, the field and the offending value, and exits with code 2 (bad input).
-"""
+"""Scenario files: TOML in, a validated, typed plan out (loading and error messages:
+``chaos.scenario.loading``; the fault kinds: ``chaos.scenario.faults``)."""
 
 from __future__ import annotations
 
-import tomllib
-from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Literal
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    ConfigDict,
-    Field,
-    ValidationError,
-    field_validator,
-    model_validator,
-)
+from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from chaos import __version__
 from chaos.names import INVARIANTS, PROTOCOLS
-
-PositiveMs = Annotated[int, Field(gt=0, le=86_400_000)]
-NonNegativeMs = Annotated[int, Field(ge=0, le=86_400_000)]
+from chaos.scenario.faults import HOLDING_OLDEST_LEASE, Fault, FaultBase, StoreFaultBase
+from chaos.scenario.fields import NonNegativeMs, PositiveMs, Strict
 
 
 def _known_invariants(value: list[str]) -> list[str]:
@@ -36,16 +23,7 @@ def _known_invariants(value: list[str]) -> list[str]:
 
 InvariantNames = Annotated[list[str], AfterValidator(_known_invariants)]
 
-HOLDING_OLDEST_LEASE = "holding_oldest_lease"
 MAX_PLANNED_FAULTS = 10_000
-
-
-class ScenarioError(Exception):
-    """Bad scenario input: the message names file, field and value."""
-
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
 
 class Handler(Strict):
@@ -171,114 +149,6 @@ class Load(Strict):
             return False
         fraction = self.poison_fraction
         return int(number * fraction) > int((number - 1) * fraction)
-
-
-class RandomTarget(Strict):
-    random: Annotated[int, Field(ge=1)]
-
-
-Target = str | RandomTarget
-
-PROCESS_KINDS = ("kill", "pause")
-NETWORK_KINDS = ("latency", "partition", "bandwidth", "reset_peer", "slow_close", "toxic")
-STORE_KINDS = ("valkey_restart", "failover")  # faults of the store itself, not of a worker
-FaultKind = Literal["kill", "pause", "latency", "partition", "bandwidth", "reset_peer",
-                    "slow_close", "toxic", "clock_skew", "valkey_restart", "failover",
-                    "cpu_hog", "block_heartbeat"]
-STORE_TARGETS = {"valkey_restart": "valkey", "failover": "primary"}
-MODES = {"partition": ("timeout", "disable"), "failover": ("kill", "sentinel")}
-# Faults the worker applies to itself on the runtime's order (control file + SIGUSR1).
-WORKER_CONTROL_KINDS = ("cpu_hog", "block_heartbeat")
-TOXIC_TYPES = ("latency", "bandwidth", "slow_close", "timeout", "reset_peer", "slicer",
-               "limit_data")
-
-# The parameters each kind takes (besides kind, target, at_ms, every_ms, duration_ms) and the
-# ones it requires. Anything else set on a fault is an error, so a typo cannot pass silently.
-FAULT_PARAMETERS: dict[str, tuple[set[str], set[str]]] = {
-    "kill": (set(), set()),
-    "pause": (set(), set()),
-    "latency": ({"latency_ms", "jitter_ms", "stream", "toxicity"}, {"latency_ms"}),
-    "partition": ({"mode"}, set()),
-    "bandwidth": ({"rate_kb_s", "stream", "toxicity"}, {"rate_kb_s"}),
-    "reset_peer": ({"timeout_ms", "stream", "toxicity"}, set()),
-    "slow_close": ({"delay_ms", "stream", "toxicity"}, {"delay_ms"}),
-    "toxic": ({"toxic", "attributes", "stream", "toxicity"}, {"toxic"}),
-    "clock_skew": ({"offset_ms"}, {"offset_ms"}),
-    "valkey_restart": (set(), set()),
-    "failover": ({"mode"}, set()),
-    "cpu_hog": (set(), set()),  # duration_ms (required): how long the handler holds the CPU
-    "block_heartbeat": (set(), set()),  # duration_ms (required): how long nothing is renewed
-}
-
-
-class Fault(Strict):
-    kind: FaultKind
-    target: Target
-    at_ms: NonNegativeMs = 0  # from the start of the chaos phase
-    every_ms: PositiveMs | None = None  # repeat until the chaos phase ends
-    # pause: required. Network faults and clock_skew: healed after this long, or at the end of
-    # the chaos phase when absent. kill: not allowed (a killed worker stays dead).
-    # valkey_restart: how long the store stays down (default 0: restarted at once); failover
-    # with mode kill: how long the old primary stays down (at least until a new one serves).
-    duration_ms: PositiveMs | None = None
-    # Network faults (through the worker's Toxiproxy proxy):
-    stream: Literal["upstream", "downstream", "both"] | None = None  # default "both"
-    toxicity: Annotated[float, Field(ge=0, le=1)] | None = None  # per connection; default 1
-    latency_ms: NonNegativeMs | None = None
-    jitter_ms: NonNegativeMs | None = None
-    # partition: timeout-0 toxic or proxy off; failover: SIGKILL the primary (default) or
-    # SENTINEL FAILOVER (coordinated)
-    mode: Literal["timeout", "disable", "kill", "sentinel"] | None = None
-    rate_kb_s: Annotated[int, Field(ge=0)] | None = None
-    delay_ms: NonNegativeMs | None = None
-    timeout_ms: NonNegativeMs | None = None
-    toxic: str | None = None  # generic pass-through: a Toxiproxy toxic type ...
-    attributes: dict[str, int | float] | None = None  # ... and its attributes
-    # clock_skew: added to the target process's local clock (negative: behind)
-    offset_ms: Annotated[int, Field(ge=-86_400_000, le=86_400_000)] | None = None
-
-    @field_validator("target", mode="before")
-    @classmethod
-    def _target_shape(cls, value: Any) -> Any:
-        if isinstance(value, dict) and set(value) != {"random"}:
-            raise ValueError(f"a table target must be {{random = k}}, got {value!r}")
-        return value
-
-    @model_validator(mode="after")
-    def _parameters(self) -> Fault:
-        allowed, required = FAULT_PARAMETERS[self.kind]
-        given = {name for name in ALL_FAULT_PARAMETERS if getattr(self, name) is not None}
-        takes = ", ".join(sorted(allowed)) or "none"
-        for name in sorted(given - allowed):
-            raise ValueError(f"{name} = {getattr(self, name)!r}: not a parameter of a "
-                             f"{self.kind} fault (it takes: {takes})")
-        for name in sorted(required - given):
-            raise ValueError(f"a {self.kind} fault needs {name}")
-        if self.kind == "pause" and self.duration_ms is None:
-            raise ValueError("a pause needs duration_ms (how long the worker stays frozen)")
-        if self.kind in WORKER_CONTROL_KINDS and self.duration_ms is None:
-            raise ValueError(f"a {self.kind} fault needs duration_ms (how long it holds; "
-                             "about lease_ms or more to matter)")
-        if self.kind == "kill" and self.duration_ms is not None:
-            raise ValueError("a kill has no duration_ms: the worker stays dead")
-        if self.mode is not None and self.mode not in MODES.get(self.kind, ()):
-            raise ValueError(f"mode = {self.mode!r}: a {self.kind} fault takes mode "
-                             f"{' or '.join(repr(m) for m in MODES[self.kind])}")
-        if self.kind == "toxic" and self.toxic not in TOXIC_TYPES:
-            raise ValueError(f"toxic = {self.toxic!r}: not a Toxiproxy toxic type; expected one "
-                             f"of {', '.join(TOXIC_TYPES)}")
-        return self
-
-    @property
-    def is_network(self) -> bool:
-        return self.kind in NETWORK_KINDS
-
-    @property
-    def is_store(self) -> bool:
-        return self.kind in STORE_KINDS
-
-
-ALL_FAULT_PARAMETERS = sorted(set().union(*(allowed for allowed, _ in FAULT_PARAMETERS.values())))
 
 
 class Phases(Strict):
@@ -445,28 +315,12 @@ class Scenario(Strict):
                              "follow Sentinel to the primary's own port, past any proxy")
         for index, fault in enumerate(self.faults):
             where = f"faults.{index}"
-            if fault.kind == "block_heartbeat" and self.topology.effective_heartbeat_ms == 0:
-                raise ValueError(f"{where}.kind = 'block_heartbeat': topology.heartbeat_ms = 0, "
+            if fault.needs_heartbeat and self.topology.effective_heartbeat_ms == 0:
+                raise ValueError(f"{where}.kind = {fault.kind!r}: topology.heartbeat_ms = 0, "
                                  "there is no heartbeat to block")
-            if fault.is_store:
-                store = STORE_TARGETS[fault.kind]
-                if fault.target != store:
-                    raise ValueError(f"{where}.target = {fault.target!r}: a {fault.kind} fault "
-                                     f"targets {store!r}")
-                if self.valkey.url:
-                    raise ValueError(f"{where}: a {fault.kind} fault needs a server this run "
-                                     "starts, not valkey.url")
-                needed = "none" if fault.kind == "valkey_restart" else "sentinel"
-                if replication != needed:
-                    raise ValueError(f"{where}: a {fault.kind} fault needs valkey.replication "
-                                     f"= {needed!r} (it is {replication!r})")
-                names = [store]
-            elif fault.kind == "clock_skew":
-                names = workers + self.reaper_names
-            elif fault.is_network:
-                names = self.proxied_names
-            else:
-                names = workers
+            if isinstance(fault, StoreFaultBase):
+                self._store_fault_fits(fault, where)
+            names = self.target_names(fault)
             if isinstance(fault.target, str):
                 if fault.target != HOLDING_OLDEST_LEASE and fault.target not in names:
                     raise ValueError(
@@ -493,6 +347,28 @@ class Scenario(Strict):
             )
         return self
 
+    def _store_fault_fits(self, fault: StoreFaultBase, where: str) -> None:
+        if fault.target != fault.store_node:
+            raise ValueError(f"{where}.target = {fault.target!r}: a {fault.kind} fault "
+                             f"targets {fault.store_node!r}")
+        if self.valkey.url:
+            raise ValueError(f"{where}: a {fault.kind} fault needs a server this run "
+                             "starts, not valkey.url")
+        if self.valkey.replication != fault.replication:
+            raise ValueError(f"{where}: a {fault.kind} fault needs valkey.replication "
+                             f"= {fault.replication!r} (it is {self.valkey.replication!r})")
+
+    def target_names(self, fault: FaultBase) -> list[str]:
+        """Every process a fault of this kind may hit, by the kind's ``targets``."""
+        workers = self.topology.worker_names
+        if isinstance(fault, StoreFaultBase):
+            return [fault.store_node]
+        if fault.targets == "processes":
+            return workers + self.reaper_names
+        if fault.targets == "proxied":
+            return self.proxied_names
+        return workers
+
     @property
     def recovery_bound_ms(self) -> int:
         return self.topology.lease_ms + self.topology.reap_interval_ms
@@ -507,98 +383,3 @@ def _name_range(names: list[str]) -> str:
     others = [name for name in names if not name.startswith("worker-")]
     shown = [f"worker-1..worker-{len(workers)}"] if workers else []
     return ", ".join(shown + others)
-
-
-# --- loading -------------------------------------------------------------------------------
-
-
-def parse_override(assignment: str) -> tuple[list[str], Any]:
-    """``a.b.0.c=value`` → (path, value); the value is read as TOML, else kept as a string."""
-    if "=" not in assignment:
-        raise ScenarioError(
-            f"--set {assignment!r}: expected key=value, e.g. topology.lease_ms=2000"
-        )
-    key, raw = assignment.split("=", 1)
-    path = [part for part in key.strip().split(".") if part]
-    if not path:
-        raise ScenarioError(f"--set {assignment!r}: empty key")
-    try:
-        value = tomllib.loads(f"v = {raw}")["v"]
-    except (tomllib.TOMLDecodeError, RecursionError):
-        value = raw
-    return path, value
-
-
-def apply_override(data: dict[str, Any], path: list[str], value: Any, label: str) -> None:
-    node: Any = data
-    for depth, part in enumerate(path[:-1]):
-        if isinstance(node, list):
-            node = node[_list_index(node, part, label)]
-        else:
-            node = node.setdefault(part, {})
-        if not isinstance(node, dict | list):
-            raise ScenarioError(f"{label}: {'.'.join(path[: depth + 1])} is not a table")
-    last = path[-1]
-    if isinstance(node, list):
-        node[_list_index(node, last, label)] = value
-    else:
-        node[last] = value
-
-
-def _list_index(items: list[Any], part: str, label: str) -> int:
-    if not (part.isascii() and part.isdigit()) or int(part) >= len(items):
-        raise ScenarioError(f"{label}: {part!r} is not an index of a list of {len(items)}")
-    return int(part)
-
-
-def _location_part(part: int | str) -> str:
-    """A field name as written; a key that is no plain name (spaces, control characters, a line
-    break of its own) quoted, so each error stays on one line."""
-    text = str(part)
-    return text if text and all(c.isascii() and (c.isalnum() or c in "_-") for c in text) \
-        else repr(text)
-
-
-def _format_errors(source: str, error: ValidationError, data: dict[str, Any]) -> str:
-    lines = [f"{source}: invalid scenario"]
-    for item in error.errors():
-        location = ".".join(_location_part(part) for part in item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
-        if item["type"] == "extra_forbidden":
-            message = "unknown key"
-        value = item.get("input")
-        shown = "" if isinstance(value, dict) else f" = {value!r}"
-        lines.append(f"  {location or '(top level)'}{shown}: {message}")
-    return "\n".join(lines)
-
-
-def scenario_from_dict(data: dict[str, Any], source: str) -> Scenario:
-    try:
-        return Scenario.model_validate(data)
-    except ValidationError as error:
-        raise ScenarioError(_format_errors(source, error, data)) from None
-
-
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
-    source = str(path)
-    try:
-        data = tomllib.loads(Path(path).read_text())
-    except FileNotFoundError:
-        raise ScenarioError(f"{source}: no such file") from None
-    except (OSError, UnicodeDecodeError) as error:
-        raise ScenarioError(f"{source}: cannot read: {error}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ScenarioError(f"{source}: not valid TOML: {error}") from None
-    except RecursionError:
-        raise ScenarioError(f"{source}: not valid TOML: arrays or tables nested too deeply") \
-            from None
-    for assignment in overrides or []:
-        try:
-            field_path, value = parse_override(assignment)
-        except ScenarioError as error:
-            raise ScenarioError(f"{source}: {error}") from None
-        apply_override(data, field_path, value, f"{source}: --set {assignment}")
-    try:
-        return scenario_from_dict(data, source)
-    except RecursionError:
-        raise ScenarioError(f"{source}: invalid scenario: values nested too deeply") from None

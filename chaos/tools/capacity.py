@@ -34,7 +34,8 @@ from chaos.files import write_json_atomic
 from chaos.load.sources import LocustLoad
 from chaos.run.progress import Progress
 from chaos.run.runner import Run, try_teardown
-from chaos.scenario.model import LoadMix, Scenario, ScenarioError
+from chaos.scenario.loading import ScenarioError
+from chaos.scenario.model import LoadMix, Scenario
 
 SCHEMA = 1
 MIN_DELIVERED = 0.9  # below this share of the target rate the generator is the bottleneck

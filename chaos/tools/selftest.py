@@ -18,7 +18,8 @@ from typing import Any, TextIO
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS
 from chaos.history.events import read_history
 from chaos.run.runner import RunResult, run_scenario
-from chaos.scenario.model import Scenario, ScenarioError, load_scenario
+from chaos.scenario.loading import ScenarioError, load_scenario
+from chaos.scenario.model import Scenario
 
 DEFAULT_MUTANTS = Path("scenarios/mutants")
 

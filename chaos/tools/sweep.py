@@ -33,7 +33,8 @@ from chaos.files import write_json_atomic, write_text_atomic
 from chaos.history.events import read_history
 from chaos.report.html import figure_svg
 from chaos.run.runner import RunResult, prepare_run_dir, run_scenario
-from chaos.scenario.model import Scenario, ScenarioError, load_scenario
+from chaos.scenario.loading import ScenarioError, load_scenario
+from chaos.scenario.model import Scenario
 
 SCHEMA = 1
 VERDICT_ORDER = ("pass", "fail", "aborted", "error")  # a cell's verdict is its worst run's

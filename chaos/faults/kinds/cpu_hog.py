@@ -1,0 +1,18 @@
+"""cpu_hog: an order the worker carries out on itself (its control file, then SIGUSR1).
+
+The heal is only recorded: the worker ends the hog itself when duration_ms is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from chaos.faults.target import FaultTarget
+from chaos.scenario.faults import CpuHog
+
+GROUP = "stalled"
+
+
+def apply(runtime: FaultTarget, fault: CpuHog, name: str, fault_id: str) -> Callable[[], None]:
+    runtime.control(name, "cpu_hog", fault.duration_ms, fault_id)
+    return lambda: None

@@ -1,0 +1,382 @@
+"""What every runtime shares (DESIGN §5): the Valkey URL and password, the per-process
+Toxiproxy links, the worker and reaper command lines, clock offsets, the runner's own children.
+
+``RuntimeBase`` is the base; ``chaos.runtime.local.LocalRuntime`` runs every process as a child
+here, ``chaos.runtime.docker.DockerRuntime`` as containers. Each child runs in its own process
+group, so kill, pause and resume signal the whole group (``signal_group``): a worker's heartbeat
+process dies and freezes with it, as every process of a container does under ``docker kill`` /
+``docker pause``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from chaos.errors import InfraError
+from chaos.lifeline import die_with_parent
+from chaos.network.client import (
+    Links,
+    NetworkError,
+    ToxicSpec,
+    ToxiproxyServerInfo,
+    wait_for_api,
+)
+from chaos.protocol.acks import ACKS_DIR
+from chaos.protocol.client import connect
+from chaos.protocol.clock import write_offset
+from chaos.runtime.pids import forget_process, record_process
+from chaos.runtime.valkey import split_password
+from chaos.scenario.model import Scenario
+
+STORE_RETRIES = 40  # the runner's client retries ~15 s: longer than a restart or a failover
+
+
+@dataclass(frozen=True)
+class StoreFault:
+    """What a store fault did, for its history event."""
+
+    node: str  # the node killed (or demoted)
+    killed_ts: int  # wall clock ms at the kill: the same host clock Valkey's TIME reads
+    down_ms: int  # from the kill until the store served again
+    promoted_ms: int | None = None  # failover: from the kill until Sentinel named a new primary
+    new_primary: str | None = None
+
+
+class Member(Protocol):
+    """One process of a run (a child process or a container), as the runner watches it."""
+
+    name: str
+    paused: bool
+    killed: bool  # by a fault, on purpose
+    expected_exit: bool  # asked to stop: no crash if it ends
+
+    @property
+    def alive(self) -> bool: ...
+
+    @property
+    def exit_code(self) -> int | None: ...
+
+
+@dataclass
+class Child:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: IO[bytes]
+    paused: bool = False
+    killed: bool = False  # by a fault, on purpose
+    expected_exit: bool = False  # asked to stop (a load generator at heal): no crash if it ends
+
+    @property
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    @property
+    def exit_code(self) -> int | None:
+        return self.process.returncode
+
+
+@dataclass
+class RuntimeBase(ABC):
+    """What every runtime shares: the Valkey URL and password, the per-process Toxiproxy links,
+    the worker and reaper command lines, clock offsets. A runtime subclass says how a process
+    (Valkey, Toxiproxy, a worker) is started, killed, frozen and torn down."""
+
+    scenario: Scenario
+    run_dir: Path
+    url: str = ""
+    password: str | None = None
+    toxiproxy: ToxiproxyServerInfo | None = None
+    links: Links | None = None
+    link_urls: dict[str, str] = field(default_factory=dict)  # process -> its Valkey URL via proxy
+    # Child processes of the runner: every process locally, host-side helpers (Locust) in Docker
+    children: dict[str, Child] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        _LIVE_RUNTIMES.append(self)
+
+    def _retire(self) -> None:
+        """Closed: a forced exit (kill_all_now) has nothing left to kill here."""
+        with contextlib.suppress(ValueError):
+            _LIVE_RUNTIMES.remove(self)
+
+    @property
+    def logs(self) -> Path:
+        path = self.run_dir / "logs"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    @property
+    def clocks(self) -> Path:
+        path = self.run_dir / "clocks"
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def describe(self) -> dict[str, object]:
+        """For the report: which runtime ran the processes, and with what."""
+        return {"kind": self.scenario.runtime}
+
+    # --- Valkey -------------------------------------------------------------------------
+    def start_valkey(self) -> str:
+        settings = self.scenario.valkey
+        if settings.url:
+            self.url, self.password = split_password(settings.url)
+        else:
+            self.url, self.password = self._start_own_valkey()
+        return self.url
+
+    @abstractmethod
+    def _start_own_valkey(self) -> tuple[str, str]:
+        """Start a Valkey for this run; its (url, password)."""
+
+    def client(self, retrying: bool = True) -> redis.Redis:
+        """The runner's own client: it rides out a store restart or failover by retrying.
+        ``retrying=False`` for the producer, which counts a failed call as an error and moves
+        on (as workers and reaper do with their own loops)."""
+        if not retrying:
+            return connect(self.url, self.password)
+        return connect(self.url, self.password, retry_on_error=[
+            redis.exceptions.ConnectionError, redis.exceptions.TimeoutError],
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), STORE_RETRIES))
+
+    def server_names(self) -> set[str]:
+        """The store's processes (Valkey nodes, Sentinel): only a planned fault may stop one."""
+        return {"valkey"}
+
+    def restart_valkey(self, down_ms: int) -> StoreFault:
+        raise InfraError(f"valkey_restart is not supported by the {self.scenario.runtime} "
+                         "runtime")
+
+    def failover(self, mode: str, down_ms: int, timeout: float = 30.0) -> StoreFault:
+        raise InfraError(f"failover is not supported by the {self.scenario.runtime} runtime")
+
+    def wait_replicated(self, timeout: float = 30.0) -> None:
+        """After a failover: until the old primary serves as the new one's replica (if any)."""
+        return None  # one server: nothing replicates
+
+    def ack_ledger_path(self, name: str) -> Path:
+        """Where process ``name`` records the transitions it was told succeeded (protocol.acks)."""
+        return self.run_dir / ACKS_DIR / f"{name}.jsonl"
+
+    # --- Toxiproxy ------------------------------------------------------------------------
+    def start_network(self) -> ToxiproxyServerInfo | None:
+        """Proxies for the processes the scenario routes through Toxiproxy (none: direct)."""
+        names = self.scenario.proxied_names
+        if not names:
+            return None
+        settings = self.scenario.toxiproxy
+        try:
+            if settings.url:
+                api_url = settings.url.rstrip("/")
+                version = wait_for_api(api_url, alive=lambda: True, timeout=5.0)
+                self.toxiproxy = ToxiproxyServerInfo("external", api_url, version)
+                # A shared server may hold other runs' proxies: keep ours apart by name.
+                prefix = f"emqc-{secrets.token_hex(3)}-"
+            else:
+                self.toxiproxy = self._start_own_toxiproxy()
+                prefix = ""
+            self.links = Links(self.toxiproxy.api_url, prefix)
+            valkey_address = urlsplit(self.url).netloc.rsplit("@", 1)[-1]
+            for name in names:
+                listen = self.links.create(name, valkey_address)
+                self.link_urls[name] = urlunsplit(urlsplit(self.url)._replace(netloc=listen))
+        except NetworkError as error:
+            raise InfraError(f"Toxiproxy: {error}") from None
+        return self.toxiproxy
+
+    @abstractmethod
+    def _start_own_toxiproxy(self) -> ToxiproxyServerInfo:
+        """Start a Toxiproxy server for this run and wait for its API."""
+
+    def _valkey_url_for(self, name: str) -> str:
+        return self.link_urls.get(name, self.url)
+
+    def _clock_file(self, name: str) -> Path:
+        return self.clocks / f"{name}.offset_ms"
+
+    # --- workers and reaper: what they run (the runtime decides where) ------------------
+    def reaper_args(self, name: str, clock_file: str) -> list[str]:
+        """``python`` arguments of a reaper."""
+        topo = self.scenario.topology
+        settings = self.scenario.valkey
+        return ["-m", "chaos.reference.reaper", "--url", self._valkey_url_for(name),
+                "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
+                "--interval-ms", str(topo.reap_interval_ms), "--limit", str(topo.reap_limit),
+                "--protocol", self.scenario.protocol, "--clock-file", clock_file,
+                "--wait-replicas", str(self.scenario.wait_replicas),
+                "--max-stalls", str(topo.max_stalls or 0)]
+
+    def _control_file(self, name: str) -> Path:
+        path = self.run_dir / "control"
+        path.mkdir(parents=True, exist_ok=True)
+        return path / f"{name}.json"
+
+    def worker_args(self, name: str, index: int, clock_file: str, ack_ledger: str,
+                    control_file: str, incarnation: int = 0) -> list[str]:
+        """``python`` arguments of the ``index``-th worker; each incarnation (a restart after a
+        crash) draws other handler times."""
+        topo = self.scenario.topology
+        settings = self.scenario.valkey
+        return ["-m", "chaos.reference.worker", "--url", self._valkey_url_for(name),
+                "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
+                "--lease-ms", str(topo.lease_ms),
+                "--heartbeat-ms", str(topo.effective_heartbeat_ms), "--heartbeat", topo.heartbeat,
+                "--concurrency", str(topo.concurrency), "--poll-ms", str(topo.poll_ms),
+                "--handler", json.dumps(topo.handler.model_dump()),
+                "--seed", str(self.scenario.seed * 7919 + index + 104_729 * incarnation),
+                "--protocol", self.scenario.protocol, "--clock-file", clock_file,
+                "--control-file", control_file,
+                "--ack-ledger", ack_ledger, "--wait-replicas", str(self.scenario.wait_replicas)]
+
+    # --- network and clock faults (the same whatever runs the processes) ------------------
+    def _network(self) -> Links:
+        if self.links is None:
+            raise InfraError("a network fault, but this run has no Toxiproxy proxies")
+        return self.links
+
+    def add_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
+        try:
+            self._network().add_toxics(link, toxics)
+        except NetworkError as error:
+            raise InfraError(str(error)) from None
+
+    def remove_toxics(self, link: str, toxics: list[ToxicSpec]) -> None:
+        try:
+            self._network().remove_toxics(link, toxics)
+        except NetworkError as error:
+            raise InfraError(str(error)) from None
+
+    def set_link_enabled(self, link: str, enabled: bool) -> None:
+        try:
+            self._network().set_enabled(link, enabled)
+        except NetworkError as error:
+            raise InfraError(str(error)) from None
+
+    def set_clock_offset(self, name: str, offset_ms: int) -> None:
+        write_offset(self._clock_file(name), offset_ms)
+
+    # --- child processes of the runner ------------------------------------------------------
+    def child_env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        if self.password:
+            env["ECHOMQ_VALKEY_PASSWORD"] = self.password  # never on a command line
+        return env
+
+    def spawn(self, name: str, argv: list[str]) -> Child:
+        """Start a child logging to ``logs/<name>.log``, torn down with its process group by
+        ``close()`` whatever happens."""
+        log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in close()
+        process = subprocess.Popen(
+            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            env=self.child_env(), start_new_session=True,
+            preexec_fn=die_with_parent,  # also for children that are not ours (toxiproxy-server)
+        )
+        child = Child(name, process, log)
+        self.children[name] = child
+        record_process(self.run_dir, name, process.pid)  # for `echomq-chaos clean`
+        return child
+
+    def _close_children(self) -> None:
+        """Kill every child (thawed first) with its process group, reap it, forget its pid."""
+        for child in self.children.values():
+            if child.paused:
+                signal_group(child.process, signal.SIGCONT)
+            if child.alive:
+                kill_group(child.process)
+        for child in self.children.values():
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.process.wait(timeout=10)
+            if not child.alive:
+                forget_process(self.run_dir, child.name)
+            child.log.close()
+
+    def _kill_children_now(self) -> None:
+        for child in self.children.values():
+            kill_group(child.process)
+
+    def log_tail(self, name: str, chars: int = 1500) -> str:
+        path = self.logs / f"{name}.log"
+        return path.read_text(errors="replace")[-chars:] if path.exists() else ""
+
+    # --- what each runtime does its own way ------------------------------------------------
+    @abstractmethod
+    def members(self) -> Mapping[str, Member]:
+        """Every process started so far (Valkey, Toxiproxy, reapers, workers), by name."""
+
+    @abstractmethod
+    def start_reapers(self) -> Sequence[Member]: ...
+
+    @abstractmethod
+    def start_workers(self) -> Sequence[Member]: ...
+
+    @abstractmethod
+    def restart_worker(self, name: str, incarnation: int = 0) -> Member:
+        """Start a worker again after it died (``capacity --fault`` between steps, or a crash
+        under ``topology.restart_crashed``)."""
+
+    @abstractmethod
+    def control(self, name: str, kind: str, duration_ms: int, fault_id: str) -> None:
+        """A fault the worker applies to itself: the order in its control file, then SIGUSR1."""
+
+    @abstractmethod
+    def kill(self, name: str) -> None: ...
+
+    @abstractmethod
+    def pause(self, name: str) -> None: ...
+
+    @abstractmethod
+    def resume(self, name: str) -> None: ...
+
+    @abstractmethod
+    def stop_workers(self, timeout: float = 15.0) -> None:
+        """Graceful stop of workers and reapers; Valkey and Toxiproxy stay up until close()."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Tear everything down; idempotent, and runs on every exit path."""
+
+    @abstractmethod
+    def kill_now(self) -> None:
+        """Kill everything at once, without waiting (a forced exit: the second Ctrl-C)."""
+
+# Runtimes not yet closed, for kill_all_now() from a signal handler.
+_LIVE_RUNTIMES: list[RuntimeBase] = []
+
+
+def kill_all_now() -> None:
+    for runtime in list(_LIVE_RUNTIMES):
+        runtime.kill_now()
+
+
+def signal_child(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal a child unless it was already reaped (its pid may belong to someone else now)."""
+    with contextlib.suppress(ProcessLookupError):
+        process.send_signal(signum)
+
+
+def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Signal a child and whatever it started (it leads its own session and group: a worker's
+    heartbeat process, Locust's workers). Only while it is not reaped: until then its pid, and
+    so its group id, cannot be anyone else's."""
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signum)
+    signal_child(process, signum)
+
+
+def kill_group(process: subprocess.Popen[bytes]) -> None:
+    signal_group(process, signal.SIGKILL)
