@@ -45,7 +45,7 @@ from chaos.scenario.model import DockerSettings
 
 BASE_IMAGE = "echomq-chaos/base:bookworm"
 CODENAME = "bookworm"  # its python3 (3.11) must match the wheels' Python
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # chaos/runtime/images.py -> the checkout
 IMPORT_CHANGES = [
     "ENV PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
     "ENV LANG=C.UTF-8",

@@ -99,7 +99,7 @@ class SelftestResult:
 def find_mutants(directory: Path) -> list[Path]:
     if not directory.is_dir():
         # Installed elsewhere (editable install, run from another directory): the repo's copy.
-        fallback = Path(__file__).resolve().parent.parent / directory
+        fallback = Path(__file__).resolve().parents[2] / directory
         if directory == DEFAULT_MUTANTS and fallback.is_dir():
             directory = fallback
         else:
