@@ -38,7 +38,8 @@ IO_TIMEOUT = 5.0  # the most any single socket read in this file may wait
 QUIET_WAIT = 0.5  # how long "no bytes arrive" is watched for
 LATE = 0.002  # timer slack allowed below a configured delay (clock and scheduling granularity)
 
-PROXY_KEYS = ["name", "listen", "upstream", "enabled", "toxics"]
+# "Logger": Toxiproxy's Proxy struct has an exported zerolog.Logger field, encoded as {}.
+PROXY_KEYS = ["name", "listen", "upstream", "enabled", "Logger", "toxics"]
 TOXIC_KEYS = ["attributes", "name", "type", "stream", "toxicity"]
 
 
@@ -300,7 +301,7 @@ def test_create_proxy_is_201_with_the_real_listen_port(api: Api, echo_upstream: 
     assert reply.status == 201
     assert reply.headers["content-type"] == "application/json"
     proxy = reply.json
-    assert list(proxy) == PROXY_KEYS
+    assert list(proxy) == PROXY_KEYS and proxy["Logger"] == {}
     assert proxy["name"] == "one" and proxy["upstream"] == echo_upstream.address
     assert proxy["enabled"] is True and proxy["toxics"] == []
     host, port = proxy["listen"].rsplit(":", 1)
@@ -428,6 +429,35 @@ def test_changing_upstream_restarts_the_proxy_on_the_new_upstream(api: Api, upst
             assert recv_exactly(accepted, 3) == b"new"
     finally:
         other.close()
+
+
+def test_every_proxy_object_returned_has_the_same_keys_logger_included(
+        api: Api, echo_upstream: Upstream):
+    """Create, index, show, update (POST and PATCH) and populate, succeeding or failing part way,
+    all return proxies as Toxiproxy does: its keys in its order, ``"Logger": {}`` among them."""
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        upstream = echo_upstream.address
+        proxies = [api.create("keys", upstream),
+                   api.call("GET", "/proxies").json["keys"],
+                   api.call("GET", "/proxies/keys").json,
+                   api.call("POST", "/proxies/keys", {"enabled": False}).json,
+                   api.call("PATCH", "/proxies/keys", {"enabled": True}).json]
+        populated = api.call("POST", "/populate", [
+            {"name": "pop", "listen": "127.0.0.1:0", "upstream": upstream}])
+        assert populated.status == 201
+        proxies += populated.json["proxies"]
+        failed = api.call("POST", "/populate", [
+            {"name": "made", "listen": "127.0.0.1:0", "upstream": upstream},
+            {"name": "unbound", "listen": f"127.0.0.1:{taken.getsockname()[1]}",
+             "upstream": upstream}])
+        assert failed.status == 500
+        assert [proxy["name"] for proxy in failed.json["proxies"]] == ["made"]
+        proxies += failed.json["proxies"]
+        for proxy in proxies:
+            assert list(proxy) == PROXY_KEYS and proxy["Logger"] == {}, proxy
+    finally:
+        taken.close()
 
 
 def test_patch_updates_like_post(api: Api, echo_upstream: Upstream):

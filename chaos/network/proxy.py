@@ -168,8 +168,11 @@ class Proxy:
     links: tuple[set[Link], set[Link]] = field(default_factory=lambda: (set(), set()))
 
     def to_json(self) -> dict[str, Any]:
+        # "Logger": Toxiproxy's Proxy struct has an exported zerolog.Logger field, which Go
+        # encodes as an empty object in every proxy it returns.
         return {"name": self.name, "listen": self.listen, "upstream": self.upstream,
-                "enabled": self.enabled, "toxics": [t.to_json() for t in self.toxics()]}
+                "enabled": self.enabled, "Logger": {},
+                "toxics": [t.to_json() for t in self.toxics()]}
 
     # --- running --------------------------------------------------------------------------
     async def start(self) -> None:
