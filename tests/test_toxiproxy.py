@@ -718,8 +718,10 @@ def test_timeout_closes_the_connection_after_the_timeout(api: Api, upstream: Ups
 
 
 @pytest.mark.parametrize(("stream", "timeout_ms"), [("upstream", 0), ("downstream", 200)])
-def test_reset_peer_resets_the_client_connection(api: Api, echo_upstream: Upstream,
-                                                 stream: str, timeout_ms: int):
+def test_reset_peer_resets_a_connection_opened_while_it_is_on(api: Api, echo_upstream: Upstream,
+                                                              stream: str, timeout_ms: int):
+    """Toxiproxy sets SO_LINGER 0 on a connection that starts with a reset_peer in its chain: the
+    first input is dropped and, ``timeout`` ms later, the connection ends with an RST."""
     proxy = api.create("rst", echo_upstream.address)
     api.add_toxic("rst", type="reset_peer", stream=stream, attributes={"timeout": timeout_ms})
     with connect(proxy["listen"]) as client:
@@ -729,6 +731,30 @@ def test_reset_peer_resets_the_client_connection(api: Api, echo_upstream: Upstre
             while client.recv(1000):
                 pass
         assert time.monotonic() - started >= timeout_ms / 1000 - LATE
+
+
+@pytest.mark.parametrize("stream", ["upstream", "downstream"])
+def test_reset_peer_added_to_an_open_connection_ends_it_with_a_normal_close(
+        api: Api, upstream: Upstream, stream: str):
+    """A connection already open when the toxic is added keeps its normal close (Toxiproxy sets
+    SO_LINGER 0 only as a connection starts): nothing happens until input arrives on the
+    toxic's stream; that input is dropped, and ``timeout`` ms later both ends get a FIN."""
+    client, server, proxy = linked(api, upstream)
+    api.add_toxic("link", type="reset_peer", stream=stream, attributes={"timeout": 200})
+    sender = client if stream == "upstream" else server
+    assert_quiet(client, 0.2)
+    assert_quiet(server, 0.2)
+    started = time.monotonic()
+    sender.sendall(b"dropped")
+    assert recv_to_eof(client) == b""  # a ConnectionResetError here would be an RST
+    assert recv_to_eof(server) == b""
+    assert time.monotonic() - started >= 0.200 - LATE
+    # A connection opened now starts with the toxic in its chain: it is reset.
+    with connect(proxy["listen"]) as again:
+        accepted = upstream.accept()
+        (again if stream == "upstream" else accepted).sendall(b"dropped")
+        with pytest.raises(ConnectionResetError):
+            recv_to_eof(again)
 
 
 def test_limit_data_closes_after_that_many_bytes(api: Api, upstream: Upstream):

@@ -41,7 +41,7 @@ class Sink:
             self.closed = True
             link.fast = False
             if link.dest is not None:
-                link.dest.close()  # flushes what is buffered, then FIN (or RST after a reset)
+                link.dest.close()  # flushes what is buffered, then FIN (RST once it lingers 0)
         elif link.dest is not None:
             link.dest.write(chunk.data)
 
@@ -69,6 +69,9 @@ class Link:
 
     def attach(self, dest: asyncio.Transport, chain: list[Toxic]) -> None:
         self.dest = dest
+        if any(toxic.kind.lingers_zero for toxic in chain):
+            for transport in (self.source, dest):
+                linger_zero(transport)
         for toxic in chain:
             self.add(toxic)
         self.fast = not self.stages
@@ -128,12 +131,10 @@ class Link:
         self.end_timers.append(self.loop.call_later(delay, self._end_at, stage))
 
     def _end_at(self, stage: ToxicStage) -> None:
-        """SO_LINGER 0 on both sockets, then close the link's destination: the peer gets an RST,
-        and so does the other side once its link closes in turn."""
-        for transport in (self.source, self.dest):
-            if transport is not None:
-                linger_zero(transport)
-        self.sink.push(None)
+        if stage in self.stages:
+            stage.close()
+        else:
+            self.sink.push(None)  # the toxic was removed meanwhile: the link ends all the same
 
     # --- the toxic chain, changed through the API ------------------------------------------
     def add(self, toxic: Toxic) -> None:

@@ -65,6 +65,9 @@ class ToxicKind:
     attributes: tuple[str, ...]
     pipe: PipeFunction
     closes_link_on_removal: bool = False  # Toxiproxy's CleanupToxic (the timeout toxic)
+    # Toxiproxy's link.Start sets SO_LINGER 0 on both sockets of a connection whose chain holds
+    # this kind when the connection opens (reset_peer): its every close is then an RST.
+    lingers_zero: bool = False
 
 
 @dataclass
