@@ -86,7 +86,6 @@ class Toxic:
                 "stream": self.stream, "toxicity": go_float32_json(self.toxicity)}
 
 
-
 class Receiver(Protocol):
     """What a stage passes chunks on to: the next stage, or the link's sink."""
 
