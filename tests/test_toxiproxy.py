@@ -38,7 +38,8 @@ IO_TIMEOUT = 5.0  # the most any single socket read in this file may wait
 QUIET_WAIT = 0.5  # how long "no bytes arrive" is watched for
 LATE = 0.002  # timer slack allowed below a configured delay (clock and scheduling granularity)
 
-PROXY_KEYS = ["name", "listen", "upstream", "enabled", "toxics"]
+# "Logger": Toxiproxy's Proxy struct has an exported zerolog.Logger field, encoded as {}.
+PROXY_KEYS = ["name", "listen", "upstream", "enabled", "Logger", "toxics"]
 TOXIC_KEYS = ["attributes", "name", "type", "stream", "toxicity"]
 
 
@@ -300,7 +301,7 @@ def test_create_proxy_is_201_with_the_real_listen_port(api: Api, echo_upstream: 
     assert reply.status == 201
     assert reply.headers["content-type"] == "application/json"
     proxy = reply.json
-    assert list(proxy) == PROXY_KEYS
+    assert list(proxy) == PROXY_KEYS and proxy["Logger"] == {}
     assert proxy["name"] == "one" and proxy["upstream"] == echo_upstream.address
     assert proxy["enabled"] is True and proxy["toxics"] == []
     host, port = proxy["listen"].rsplit(":", 1)
@@ -428,6 +429,35 @@ def test_changing_upstream_restarts_the_proxy_on_the_new_upstream(api: Api, upst
             assert recv_exactly(accepted, 3) == b"new"
     finally:
         other.close()
+
+
+def test_every_proxy_object_returned_has_the_same_keys_logger_included(
+        api: Api, echo_upstream: Upstream):
+    """Create, index, show, update (POST and PATCH) and populate, succeeding or failing part way,
+    all return proxies as Toxiproxy does: its keys in its order, ``"Logger": {}`` among them."""
+    taken = socket.create_server(("127.0.0.1", 0))
+    try:
+        upstream = echo_upstream.address
+        proxies = [api.create("keys", upstream),
+                   api.call("GET", "/proxies").json["keys"],
+                   api.call("GET", "/proxies/keys").json,
+                   api.call("POST", "/proxies/keys", {"enabled": False}).json,
+                   api.call("PATCH", "/proxies/keys", {"enabled": True}).json]
+        populated = api.call("POST", "/populate", [
+            {"name": "pop", "listen": "127.0.0.1:0", "upstream": upstream}])
+        assert populated.status == 201
+        proxies += populated.json["proxies"]
+        failed = api.call("POST", "/populate", [
+            {"name": "made", "listen": "127.0.0.1:0", "upstream": upstream},
+            {"name": "unbound", "listen": f"127.0.0.1:{taken.getsockname()[1]}",
+             "upstream": upstream}])
+        assert failed.status == 500
+        assert [proxy["name"] for proxy in failed.json["proxies"]] == ["made"]
+        proxies += failed.json["proxies"]
+        for proxy in proxies:
+            assert list(proxy) == PROXY_KEYS and proxy["Logger"] == {}, proxy
+    finally:
+        taken.close()
 
 
 def test_patch_updates_like_post(api: Api, echo_upstream: Upstream):
@@ -688,8 +718,10 @@ def test_timeout_closes_the_connection_after_the_timeout(api: Api, upstream: Ups
 
 
 @pytest.mark.parametrize(("stream", "timeout_ms"), [("upstream", 0), ("downstream", 200)])
-def test_reset_peer_resets_the_client_connection(api: Api, echo_upstream: Upstream,
-                                                 stream: str, timeout_ms: int):
+def test_reset_peer_resets_a_connection_opened_while_it_is_on(api: Api, echo_upstream: Upstream,
+                                                              stream: str, timeout_ms: int):
+    """Toxiproxy sets SO_LINGER 0 on a connection that starts with a reset_peer in its chain: the
+    first input is dropped and, ``timeout`` ms later, the connection ends with an RST."""
     proxy = api.create("rst", echo_upstream.address)
     api.add_toxic("rst", type="reset_peer", stream=stream, attributes={"timeout": timeout_ms})
     with connect(proxy["listen"]) as client:
@@ -699,6 +731,30 @@ def test_reset_peer_resets_the_client_connection(api: Api, echo_upstream: Upstre
             while client.recv(1000):
                 pass
         assert time.monotonic() - started >= timeout_ms / 1000 - LATE
+
+
+@pytest.mark.parametrize("stream", ["upstream", "downstream"])
+def test_reset_peer_added_to_an_open_connection_ends_it_with_a_normal_close(
+        api: Api, upstream: Upstream, stream: str):
+    """A connection already open when the toxic is added keeps its normal close (Toxiproxy sets
+    SO_LINGER 0 only as a connection starts): nothing happens until input arrives on the
+    toxic's stream; that input is dropped, and ``timeout`` ms later both ends get a FIN."""
+    client, server, proxy = linked(api, upstream)
+    api.add_toxic("link", type="reset_peer", stream=stream, attributes={"timeout": 200})
+    sender = client if stream == "upstream" else server
+    assert_quiet(client, 0.2)
+    assert_quiet(server, 0.2)
+    started = time.monotonic()
+    sender.sendall(b"dropped")
+    assert recv_to_eof(client) == b""  # a ConnectionResetError here would be an RST
+    assert recv_to_eof(server) == b""
+    assert time.monotonic() - started >= 0.200 - LATE
+    # A connection opened now starts with the toxic in its chain: it is reset.
+    with connect(proxy["listen"]) as again:
+        accepted = upstream.accept()
+        (again if stream == "upstream" else accepted).sendall(b"dropped")
+        with pytest.raises(ConnectionResetError):
+            recv_to_eof(again)
 
 
 def test_limit_data_closes_after_that_many_bytes(api: Api, upstream: Upstream):
