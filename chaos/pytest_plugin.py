@@ -27,6 +27,7 @@ import pytest
 
 if TYPE_CHECKING:  # the plugin loads in every pytest session: keep its import cheap
     from chaos.check.checker import Verdict
+    from chaos.run.evaluate import Evaluation
     from chaos.run.runner import Run, RunResult
     from chaos.scenario.model import Scenario
 
@@ -91,11 +92,11 @@ class ChaosCluster:
 
     def __init__(self, run: Run) -> None:
         self.run = run
-        self._verdict: Verdict | None = None
+        self.evaluation: Evaluation | None = None  # set by check()
 
     @property
     def url(self) -> str:
-        return self.run.runtime.url
+        return self.runtime.url
 
     @property
     def queue(self) -> Any:
@@ -112,15 +113,16 @@ class ChaosCluster:
         return self.run.run_dir
 
     def check(self) -> Verdict:
-        """Stop the workers, export the last events and judge the history."""
-        if self._verdict is None:
-            from chaos.check.checker import check
-            from chaos.history.events import replay_history
+        """Stop the workers, export the last events and judge the run directory, as `run` and
+        `check` do (``self.evaluation`` keeps the ack-ledger comparison too)."""
+        if self.evaluation is None:
+            from chaos.run.evaluate import evaluate
 
-            self.run.producer = None  # the test is the producer here; the runner's never ran
             self.run.wind_down()
-            self._verdict = replay_history(self.run.history_path, check)
-        return self._verdict
+            self.evaluation = evaluate(self.run_dir)
+        if self.evaluation.verdict is None:
+            raise AssertionError(f"{self.run_dir}: no history was recorded")
+        return self.evaluation.verdict
 
 
 @pytest.fixture

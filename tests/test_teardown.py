@@ -3,6 +3,7 @@ Real runs through the CLI, real processes, counted through /proc."""
 
 from __future__ import annotations
 
+import json
 import re
 import signal
 import subprocess
@@ -14,6 +15,7 @@ import pytest
 from procs import children_of, pid_records, report, wait_until_gone
 
 from chaos.history.events import read_history
+from chaos.run.offline import VERDICT_KEYS
 from chaos.runtime.pids import PID_DIR, clean_processes, is_alive, record_process, start_ticks
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -87,7 +89,8 @@ def test_sigkilled_runner_takes_its_children_along_and_clean_is_idempotent(tmp_p
     assert gone_after is not None, [r.name for r in records if is_alive(r)]
     print(f"children gone {gone_after:.3f}s after SIGKILL of the runner")
     # What a SIGKILLed runner leaves: its pid files (nothing alive), and a checkable history.
-    assert cli("check", str(out)).returncode == 130
+    checked = cli("check", str(out), "--json")
+    assert checked.returncode == 130
     assert not (out / "report.json").exists()  # nothing of the runner ran after SIGKILL
     first = cli("clean", "--runs", str(tmp_path))
     assert first.returncode == 0
@@ -97,6 +100,8 @@ def test_sigkilled_runner_takes_its_children_along_and_clean_is_idempotent(tmp_p
     written = report(out)  # clean wrote the report the runner could not
     assert written["verdict"] == "aborted" and written["scenario"] == "pause-worker"
     assert written["jobs"]["enqueued"] > 0 and "killed" in written["error"]
+    rechecked = json.loads(checked.stdout)  # clean judged it as check does
+    assert {k: written.get(k) for k in VERDICT_KEYS} == {k: rechecked.get(k) for k in VERDICT_KEYS}
     again = cli("clean", "--runs", str(tmp_path))
     assert again.returncode == 0 and "nothing left behind" in again.stdout
 

@@ -49,6 +49,7 @@ class LoadSource(Protocol):
     @property
     def enqueued(self) -> int | None: ...  # acknowledged so far, when known live
     def summary(self) -> dict[str, Any]: ...
+    def describe(self) -> dict[str, Any]: ...  # report.json["run"]["load"]: what it was, sent
 
 
 def percentile_of_histogram(histogram: dict[int, int], fraction: float) -> float:
@@ -242,6 +243,9 @@ class LocustLoad:
     def summary(self) -> dict[str, Any]:
         return locust_summary(self.run_dir, self.load.users, self.prefix)
 
+    def describe(self) -> dict[str, Any]:
+        return {"target_rate": self.load.rate, "engine": "locust", "poison_sent": 0}
+
 
 class Producer:
     """The built-in producer: enqueues at ``load.rate`` jobs/s in a background thread.
@@ -317,3 +321,6 @@ class Producer:
                                     dict(self.latency_ms))
         return {"engine": "builtin", "users": 1, "operations": {"enqueue": figures},
                 "files": []}
+
+    def describe(self) -> dict[str, Any]:
+        return {"target_rate": self.load.rate, "engine": "builtin", "poison_sent": self.poisoned}

@@ -19,16 +19,17 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from chaos.check.checker import CheckConfig, Verdict, check
-from chaos.check.ledger import SURVIVING_HISTORY, check_with_ledger
-from chaos.errors import InfraError, exit_code_for
+from chaos.check.checker import Verdict
+from chaos.check.ledger import SURVIVING_HISTORY
+from chaos.errors import InfraError
 from chaos.faults.nemesis import Nemesis, plan
 from chaos.files import write_json_atomic, write_text_atomic
 from chaos.history.events import HistoryExporter, read_history, stream_entries, write_records
-from chaos.load.sources import LoadSource, LocustLoad, Producer
+from chaos.load.sources import LOCUST_PREFIX, LoadSource, LocustLoad, Producer
 from chaos.protocol.acks import ACKS_DIR, AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys
 from chaos.report.summary import build_report, summary_text, write_rendered_reports
+from chaos.run.evaluate import Evaluation, SavedRunError, evaluate
 from chaos.run.preflight import Preflight, preflight
 from chaos.run.progress import Progress, Status
 from chaos.runtime.base import RuntimeBase
@@ -43,7 +44,7 @@ from chaos.runtime.pids import (
     record_process,
 )
 from chaos.runtime.valkey import split_password
-from chaos.scenario.model import Scenario
+from chaos.scenario.model import Load, Scenario
 
 BACKLOG_SAMPLE_S = 0.25
 
@@ -106,6 +107,10 @@ def make_runtime(scenario: Scenario, run_dir: Path) -> RuntimeBase:
 
 
 class Run:
+    """One scenario's machinery: the runtime, the queue, the history exporter, the load source
+    and the nemesis, driven through the stages below. ``run_scenario`` runs them all; the
+    capacity search and the pytest plugin use the pieces they need."""
+
     def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress,
                  strict: bool = False) -> None:
         self.scenario = scenario
@@ -119,7 +124,7 @@ class Run:
         self.keys = QueueKeys(scenario.valkey.prefix, scenario.valkey.queue)
         self.queue: QueueClient | None = None
         self.exporter: HistoryExporter | None = None
-        self.producer: LoadSource | None = None
+        self.load_source: LoadSource | None = None  # chosen by use_load, else the scenario's
         self.nemesis: Nemesis | None = None
         self.drained = False
         self.drain_ms: int | None = None
@@ -165,18 +170,48 @@ class Run:
         reapers = self.runtime.start_reapers()
         self.runtime.start_workers()
         self._wait_for_clients([child.name for child in reapers] + topo.worker_names)
-        self.nemesis = Nemesis(scenario, self.runtime, self.queue)
-        if scenario.load.engine == "locust":
-            self.producer = LocustLoad(self.runtime, scenario.load, self.keys, topo.lease_ms,
-                                       scenario.protocol, self.run_dir, ready=self.queue)
-            self.progress.say(f"locust: {scenario.load.producers} producer(s) + "
-                              f"{scenario.load.consumers} consumer(s) at {scenario.load.rate:g} "
-                              f"jobs/s, {scenario.load.processes} process(es)")
-        else:
-            self.producer = Producer(
-                QueueClient(self.runtime.client(retrying=False), self.keys,
-                            wait_replicas=scenario.wait_replicas),
-                scenario.load, AckLedger(self.runtime.ack_ledger_path("producer")))
+        self.new_nemesis()
+
+    # --- what the capacity search and the pytest plugin use -------------------------------
+    def new_nemesis(self) -> Nemesis:
+        """A fresh nemesis for the scenario's fault schedule (its clock starts at 0); the
+        run's teardown heals what it applied."""
+        assert self.queue is not None
+        self.nemesis = Nemesis(self.scenario, self.runtime, self.queue)
+        return self.nemesis
+
+    def use_load(self, source: LoadSource) -> None:
+        """The load source the run drives (``exercise`` starts it; the teardown stops it).
+        Unless one is chosen, ``exercise`` uses the scenario's own."""
+        self.load_source = source
+
+    def locust_load(self, load: Load, name: str = "locust",
+                    prefix: str = LOCUST_PREFIX) -> LocustLoad:
+        """Locust driving ``load`` at this run's queue (``start`` returns once it enqueues)."""
+        assert self.queue is not None
+        return LocustLoad(self.runtime, load, self.keys, self.scenario.topology.lease_ms,
+                          self.scenario.protocol, self.run_dir, name, prefix, ready=self.queue)
+
+    def scenario_load(self) -> LoadSource:
+        """The scenario's own load source: Locust, or the built-in producer."""
+        load = self.scenario.load
+        if load.engine == "locust":
+            self.progress.say(f"locust: {load.producers} producer(s) + {load.consumers} "
+                              f"consumer(s) at {load.rate:g} jobs/s, {load.processes} "
+                              "process(es)")
+            return self.locust_load(load)
+        return Producer(QueueClient(self.runtime.client(retrying=False), self.keys,
+                                    wait_replicas=self.scenario.wait_replicas),
+                        load, AckLedger(self.runtime.ack_ledger_path("producer")))
+
+    def restart_stopped_workers(self) -> list[str]:
+        """Start again every worker that is not running (a fault killed it); their names."""
+        restarted = []
+        for name, child in self.runtime.members().items():
+            if name in self.scenario.topology.worker_names and not child.alive:
+                self.runtime.restart_worker(name)
+                restarted.append(name)
+        return restarted
 
     def _wait_for_clients(self, names: list[str], timeout: float | None = None) -> None:
         assert self.queue is not None
@@ -200,7 +235,7 @@ class Run:
 
     def _status(self, force: bool = False) -> None:
         """Watch the children; every 250 ms sample the backlog and update the progress."""
-        assert self.queue is not None and self.producer is not None
+        assert self.queue is not None
         self.watch_children()
         now = time.monotonic()
         if not force and now - self.last_sample < BACKLOG_SAMPLE_S:
@@ -230,7 +265,7 @@ class Run:
                 continue
             if child.expected_exit:
                 continue
-            if isinstance(self.producer, LocustLoad) and child is self.producer.child:
+            if isinstance(self.load_source, LocustLoad) and child is self.load_source.child:
                 if not child.alive:
                     raise InfraError(f"locust exited during the run (code "
                                      f"{child.exit_code}; see logs/{child.name}.log)")
@@ -267,19 +302,23 @@ class Run:
             time.sleep(max(0.0, min(0.05, wait_until - time.monotonic())))
 
     def exercise(self) -> None:
-        assert self.producer is not None and self.nemesis is not None
+        assert self.nemesis is not None
+        if self.load_source is None:
+            self.use_load(self.scenario_load())
+        load = self.load_source
+        assert load is not None
         phases = self.scenario.phases
         self._phase("warmup")
-        self.producer.start()
+        load.start()
         self._hold(phases.warmup_ms)
         self._status(force=True)
         self._phase("chaos")
         self._hold(phases.chaos_ms, nemesis_clock_start=time.monotonic())
         self._status(force=True)
         self._phase("heal")
-        self.producer.request_stop()
+        load.request_stop()
         self.nemesis.heal_all()
-        self.producer.stop()  # Locust: waits for it to write its reports
+        load.stop()  # Locust: waits for it to write its reports
         self._hold(phases.heal_ms)
         self._status(force=True)
         self._phase("drain")
@@ -304,8 +343,8 @@ class Run:
         """Stop children gracefully and write the last events (also on failure paths).
         ``cause`` (interrupt | infra | internal) lets an offline re-check tell an aborted run
         from one that broke, exactly as the runner did."""
-        if self.producer is not None:
-            self.producer.stop()
+        if self.load_source is not None:
+            self.load_source.stop()
         if self.nemesis is not None:
             self.nemesis.heal_all()
         self.runtime.stop_workers()
@@ -329,6 +368,47 @@ class Run:
             with open(self.run_dir / SURVIVING_HISTORY, "w", encoding="utf-8") as handle:
                 write_records(handle, surviving)
 
+    def describe(self, wall_ms: int, load: dict[str, Any] | None) -> dict[str, Any]:
+        """``report.json["run"]``: what the run did and saw (``load``: the load source's
+        summary, if it could be read)."""
+        enqueue = load.get("operations", {}).get("enqueue", {}) if load else {}
+        source = self.load_source.describe() if self.load_source is not None else {
+            "target_rate": self.scenario.load.rate, "engine": self.scenario.load.engine,
+            "poison_sent": 0}
+        return {
+            "wall_ms": wall_ms,
+            "drained": self.drained,
+            "drain_ms": self.drain_ms,
+            "valkey_url": self.runtime.url.split("@")[-1],
+            "protocol": self.scenario.protocol,
+            "runtime": self.runtime.describe(),
+            "toxiproxy": self.runtime.describe_network(),
+            "load": {
+                "target_rate": source["target_rate"],
+                "engine": source["engine"],
+                "enqueued_acknowledged": (enqueue.get("requests", 0)
+                                          - enqueue.get("failures", 0)),
+                "enqueue_errors": enqueue.get("failures", 0),
+                "poison_sent": source["poison_sent"],
+            },
+            "crashes": self.crashes,
+            "faults": [vars(applied) for applied in
+                       (self.nemesis.applied if self.nemesis else [])],
+            "faults_skipped": self.nemesis.skipped if self.nemesis else [],
+            "backlog": self.backlog,
+        }
+
+    def load_summary(self) -> dict[str, Any] | None:
+        """``report["load"]``: the load source's figures (None when no load ran, or its figures
+        cannot be read: the report says so under "error" rather than lose the verdict)."""
+        if self.load_source is None:
+            return None
+        try:
+            return self.load_source.summary()
+        except (OSError, ValueError, KeyError) as failure:
+            print(f"   (load figures unreadable: {failure})", file=sys.stderr)
+            return None
+
     def close(self) -> None:
         if self.exporter is not None:
             self.exporter.close()
@@ -348,15 +428,15 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
     # While this record names a live process, `echomq-chaos clean` leaves the run alone.
     record_process(run_dir, RUNNER, os.getpid())
     run = Run(scenario, run_dir, progress, strict)
-    verdict_word, error = "error", None
+    outcome, error = "error", None
     started = time.monotonic()
     try:
         run.bring_up()
         run.exercise()
         run.wind_down()
-        verdict_word = "checked"
+        outcome = "finished"
     except KeyboardInterrupt:
-        verdict_word, error = "aborted", "interrupted (SIGINT or SIGTERM)"
+        outcome, error = "aborted", "interrupted (SIGINT or SIGTERM)"
         progress.say("!! interrupted: tearing down (interrupt again to exit at once)")
         try_teardown(lambda: run.wind_down(aborted=True, cause="interrupt"))
     except InfraError as failure:
@@ -375,7 +455,7 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
             progress.close()
     wall_ms = int((time.monotonic() - started) * 1000)
     try:
-        return finish(scenario, run_dir, verdict_word, error, run, wall_ms, stream)
+        return finish(run, outcome, error, wall_ms, stream)
     except KeyboardInterrupt:  # Ctrl-C while checking: still leave a report (`check` redoes it)
         if not (run_dir / "report.json").exists():
             write_json_atomic(run_dir / "report.json", build_report(
@@ -387,18 +467,6 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
         forget_process(run_dir, RUNNER)
 
 
-def _load_summary(run: Run) -> dict[str, Any] | None:
-    """``report["load"]``: the load source's figures (None when no load ran, or its figures
-    cannot be read: the report says so under "error" rather than lose the verdict)."""
-    if run.producer is None:
-        return None
-    try:
-        return run.producer.summary()
-    except (OSError, ValueError, KeyError) as failure:
-        print(f"   (load figures unreadable: {failure})", file=sys.stderr)
-        return None
-
-
 def try_teardown(action: Any) -> None:
     """One teardown step: a failure is printed, and teardown goes on (the report, or
     capacity.json, says what happened)."""
@@ -408,63 +476,28 @@ def try_teardown(action: Any) -> None:
         print(f"   (teardown step failed: {failure})", file=sys.stderr)
 
 
-def finish(scenario: Scenario, run_dir: Path, verdict_word: str, error: str | None, run: Run,
-           wall_ms: int, stream: TextIO) -> RunResult:
-    history = run.history_path
-    verdict: Verdict | None = None
-    acks: dict[str, Any] | None = None
-    if history.exists() and history.stat().st_size:
-        try:
-            config = CheckConfig(scenario.topology.lease_ms, scenario.topology.reap_interval_ms,
-                                 scenario.check.tolerance_ms, tuple(scenario.check.report_only),
-                                 scenario.topology.max_stalls or 0)
-            final = verdict_word == "checked"
-            verdict, acks = check_with_ledger(
-                run_dir, history, lambda events: check(events, config, final=final))
-        except (ValueError, KeyError) as failure:
-            error = f"history unreadable: {failure}"
-            verdict_word = "error"
-    if verdict_word == "checked":
-        verdict_word = "pass" if verdict is not None and verdict.passed else "fail"
-    exit_code = exit_code_for(verdict_word)
-    load = _load_summary(run)
-    enqueue = load.get("operations", {}).get("enqueue", {}) if load else {}
-    extra: dict[str, Any] = {
-        "run": {
-            "wall_ms": wall_ms,
-            "drained": run.drained,
-            "drain_ms": run.drain_ms,
-            "valkey_url": run.runtime.url.split("@")[-1],
-            "protocol": scenario.protocol,
-            "runtime": run.runtime.describe(),
-            "toxiproxy": ({**vars(run.runtime.toxiproxy), "links": run.runtime.link_urls}
-                          if run.runtime.toxiproxy else None),
-            "load": {
-                "target_rate": scenario.load.rate,
-                "engine": scenario.load.engine,
-                "enqueued_acknowledged": (enqueue.get("requests", 0)
-                                          - enqueue.get("failures", 0)),
-                "enqueue_errors": enqueue.get("failures", 0),
-                "poison_sent": run.producer.poisoned if isinstance(run.producer, Producer) else 0,
-            },
-            "crashes": run.crashes,
-            "faults": [vars(applied) for applied in (run.nemesis.applied if run.nemesis else [])],
-            "faults_skipped": run.nemesis.skipped if run.nemesis else [],
-            "backlog": run.backlog,
-        },
-    }
+def finish(run: Run, outcome: str, error: str | None, wall_ms: int,
+           stream: TextIO) -> RunResult:
+    """Judge the run directory (``chaos.run.evaluate``, as `check` does) and write the reports;
+    ``outcome``: finished | aborted | error."""
+    try:
+        evaluation = evaluate(run.run_dir, outcome)
+    except SavedRunError as failure:
+        error = f"history unreadable: {failure}"
+        evaluation = Evaluation(run.scenario.name, "error", None, None)
+    load = run.load_summary()
+    seen: dict[str, Any] = {"run": run.describe(wall_ms, load)}
     if load is not None:
-        extra["load"] = load
-    if acks is not None:
-        extra["ack_ledger"] = acks
+        seen["load"] = load
     if run.preflight is not None:
-        extra["preflight"] = run.preflight.as_dict()
+        seen["preflight"] = run.preflight.as_dict()
     if error:
-        extra["error"] = error
-    report = build_report(scenario.name, verdict_word, verdict, **extra)
-    write_json_atomic(run_dir / "report.json", report)
-    for problem in write_rendered_reports(run_dir, report, verdict):
+        seen["error"] = error
+    report = evaluation.report(**seen)
+    write_json_atomic(run.run_dir / "report.json", report)
+    for problem in write_rendered_reports(run.run_dir, report, evaluation.verdict):
         print(f"   (report not rendered: {problem})", file=stream, flush=True)
     print(summary_text(report), file=stream, flush=True)
-    print(f"run directory: {run_dir}", file=stream, flush=True)
-    return RunResult(verdict_word, exit_code, run_dir, report, verdict)
+    print(f"run directory: {run.run_dir}", file=stream, flush=True)
+    return RunResult(evaluation.word, evaluation.exit_code, run.run_dir, report,
+                     evaluation.verdict)

@@ -130,6 +130,12 @@ class RuntimeBase(ABC):
         """For the report: which runtime ran the processes, and with what."""
         return {"kind": self.scenario.runtime}
 
+    def describe_network(self) -> dict[str, object] | None:
+        """For the report: the Toxiproxy server and each proxied process's URL (None: direct)."""
+        if self.toxiproxy is None:
+            return None
+        return {**vars(self.toxiproxy), "links": self.link_urls}
+
     # --- Valkey -------------------------------------------------------------------------
     def start_valkey(self) -> str:
         settings = self.scenario.valkey

