@@ -23,6 +23,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from chaos.history import schema
 from chaos.network.client import ToxicSpec
 from chaos.runtime.local import StoreFault
 from chaos.scenario.model import (
@@ -206,7 +207,7 @@ class Nemesis:
         if not targets:
             self.skipped.append(
                 f"{planned.kind} {planned.target} at {planned.at_ms} ms: no live target")
-            self.history.record(type="fault_skipped", kind=planned.kind, target=planned.target)
+            self.history.record(**schema.FaultSkipped(planned.kind, planned.target).fields())
             return
         for name in targets:
             fault_id = f"f{len(self.applied) + 1}"
@@ -234,10 +235,9 @@ class Nemesis:
                 heapq.heappush(self.heals, heal)
             elif fault.kind != "kill":
                 self.heal_at_end.append(heal)  # no duration: holds until the chaos phase ends
-            ts = self.history.record(type="fault", kind=fault.kind, worker=name,
-                                     fault_id=fault_id, target=planned.target,
-                                     duration_ms=fault.duration_ms,
-                                     cuts_off=int(cuts_off(fault)), **fault_parameters(fault))
+            ts = self.history.record(**schema.Fault(
+                fault_id, fault.kind, name, target=planned.target, duration_ms=fault.duration_ms,
+                cuts_off=cuts_off(fault), parameters=fault_parameters(fault)).fields())
             self.applied.append(AppliedFault(fault_id, fault.kind, name, ts))
 
     def _apply_store(self, fault: Fault) -> None:
@@ -248,21 +248,17 @@ class Nemesis:
         else:
             done = self.runtime.failover(fault.mode or "kill", fault.duration_ms or 0)
         fault_id = f"f{len(self.applied) + 1}"
-        extra = {name: value for name, value in (
-            ("promoted_ms", done.promoted_ms), ("new_primary", done.new_primary))
-            if value is not None}
-        ts = self.history.record(type="fault", kind=fault.kind, worker=done.node,
-                                 fault_id=fault_id, target=describe_target(fault),
-                                 duration_ms=fault.duration_ms, cuts_off=1,
-                                 killed_ts=done.killed_ts, down_ms=done.down_ms,
-                                 **fault_parameters(fault), **extra)
+        ts = self.history.record(**schema.Fault(
+            fault_id, fault.kind, done.node, target=describe_target(fault),
+            duration_ms=fault.duration_ms, cuts_off=True, killed_ts=done.killed_ts,
+            down_ms=done.down_ms, promoted_ms=done.promoted_ms, new_primary=done.new_primary,
+            parameters=fault_parameters(fault)).fields())
         self.applied.append(AppliedFault(fault_id, fault.kind, done.node, ts))
 
     def _heal(self, heal: _Heal) -> None:
         # Record first, while the fault still holds: the fault window in the history then lies
         # inside the real one, and everything the target does once healed follows it.
-        ts = self.history.record(type="heal", kind=heal.kind, worker=heal.worker,
-                                 fault_id=heal.fault_id)
+        ts = self.history.record(**schema.Heal(heal.fault_id, heal.kind, heal.worker).fields())
         if heal.kind == "pause":
             self.runtime.resume(heal.worker)
             self.frozen.discard(heal.worker)

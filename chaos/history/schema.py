@@ -333,7 +333,8 @@ class Fault:
     down_ms: int | None = None
     promoted_ms: int | None = None  # failovers: when a replica took over
     new_primary: str | None = None
-    parameters: dict[str, str] = field(default_factory=dict)  # the kind's own settings
+    # The kind's own settings (latency_ms, toxic, ...): as given when written, strings when read.
+    parameters: dict[str, Any] = field(default_factory=dict)
     ts: int = 0
     seq: str = ""
 

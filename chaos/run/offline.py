@@ -19,13 +19,14 @@ from chaos.check.ledger import check_with_ledger
 from chaos.errors import exit_code_for
 from chaos.files import write_json_atomic
 from chaos.history.events import Event, replay_history
-from chaos.report.summary import build_report, write_rendered_reports
+from chaos.history.schema import Phase, Run
+from chaos.report.summary import build_report, read_report, write_rendered_reports
 
 # report.json keys the checker decides; the rest (run, load, error, ...) is what the run saw.
 VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "stranded_leases",
                 "faults", "rejected", "events", "throughput_per_s", "report_only", "store_faults",
                 "outcomes", "dead_letter", "needless_by_fault", "needless_by_duration",
-                "ack_ledger")
+                "ack_ledger", "stranded_lease_count")
 
 
 class SavedRunError(ValueError):
@@ -60,15 +61,15 @@ class _Watched:
 
     def __init__(self, events: Iterable[Event]) -> None:
         self.events = events
-        self.run: Event | None = None
-        self.end: Event | None = None
+        self.run: Run | None = None
+        self.end: Phase | None = None
 
     def __iter__(self) -> Iterator[Event]:
         for event in self.events:
-            if event.type == "run" and self.run is None:
-                self.run = event
-            elif event.type == "phase" and event.extra.get("phase") == "end":
-                self.end = event
+            if event.type == Run.TYPE and self.run is None:
+                self.run = Run.decode(event)
+            elif event.type == Phase.TYPE and (phase := Phase.decode(event)).name == "end":
+                self.end = phase
             yield event
 
 
@@ -99,14 +100,14 @@ def check_config(history: Path) -> CheckConfig:
                                 ) from None
 
 
-def run_outcome(end: Event | None) -> str | None:
+def run_outcome(end: Phase | None) -> str | None:
     """finished | aborted | error from the history's end event; None when it has none (the
     runner could not write it: Valkey gone, or the runner itself killed)."""
     if end is None:
         return None
-    if end.extra.get("aborted", "0") == "0":
+    if not end.aborted:
         return "finished"
-    return "error" if end.extra.get("cause") in ("infra", "internal") else "aborted"
+    return "error" if end.cause in ("infra", "internal") else "aborted"
 
 
 def recheck(run_dir: Path) -> SavedRun:
@@ -118,7 +119,7 @@ def recheck(run_dir: Path) -> SavedRun:
     saved: dict[str, Any] | None = None
     if saved_path.exists():
         try:
-            saved = json.loads(saved_path.read_text())
+            saved = read_report(saved_path)
         except (OSError, ValueError) as error:
             raise SavedRunError(f"{saved_path}: not readable JSON: {error}") from None
     try:
@@ -145,7 +146,7 @@ def recheck(run_dir: Path) -> SavedRun:
         word = str(saved["verdict"]) if saved and saved.get("verdict") in (
             "aborted", "error") else "aborted"
     run = watched[-1].run
-    name = (run.extra.get("scenario") if run is not None else None) \
+    name = (run.scenario if run is not None else None) \
         or (saved or {}).get("scenario", "?")
     judged = {"schema", "scenario", "verdict", "ack_ledger", *verdict.as_dict()}
     extras = {key: value for key, value in (saved or {}).items() if key not in judged}
