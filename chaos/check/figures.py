@@ -75,7 +75,7 @@ def store_fault_recovery(events: Iterable[Event],
 def job_counts(facts: ReplayFacts, jobs: Standing, final: bool) -> JobCounts:
     return JobCounts(
         enqueued=len(facts.enqueued),
-        completed=len(jobs.completed & facts.enqueued),
+        completed=jobs.completed_enqueued,
         lost=len(jobs.lost) if final else 0,
         double_completed=len(jobs.double),
         unexpected=len(jobs.unexpected),

@@ -17,6 +17,7 @@ class Standing:
     """Every job's standing at the end of the history (computed once: sets of every job)."""
 
     completed: set[str]  # at least one accepted complete
+    completed_enqueued: int  # of the enqueued jobs, how many have an accepted complete
     double: dict[str, int]  # job -> accepted completes, of the jobs with more than one
     unexpected: list[str]  # completed, never enqueued
     lost: list[str]  # enqueued, neither completed nor (with a stall limit on) dead-lettered
@@ -29,6 +30,7 @@ def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
     dead_lettered = sorted((set(facts.dead) & facts.enqueued) - completed) if max_stalls else []
     return Standing(
         completed=completed,
+        completed_enqueued=len(completed & facts.enqueued),
         double={job_id: count for job_id, count in facts.completes.items() if count > 1},
         unexpected=sorted(completed - facts.enqueued),
         lost=sorted(facts.enqueued - completed - set(dead_lettered)),
@@ -46,7 +48,7 @@ def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantR
             offences.add({"job": job_id, "state": state,
                           "attempt": lease.attempt if lease else None}, facts.last_ts)
     return InvariantResult.judged(
-        offences, enqueued=len(facts.enqueued), completed=len(jobs.completed & facts.enqueued),
+        offences, enqueued=len(facts.enqueued), completed=jobs.completed_enqueued,
         lost=len(jobs.lost) if final else 0, judged=final)
 
 
