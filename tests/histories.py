@@ -7,8 +7,9 @@
     h.reap("a", attempt=1, ts=1300)
     events = h.events()
 
-Every record carries string values (as the events stream does) and goes through
-``Event.from_record``, so the checker sees what it would see from a real run. Stream ids
+Every record is encoded by its typed event (``chaos.history.schema``), carries string values (as
+the events stream does) and goes through ``Event.from_record``, so the checker sees what it would
+see from a real run. Stream ids
 (``seq``) are assigned automatically: ``<ms>-<n>``, strictly increasing, ``<ms>`` following
 ``ts`` (never going backwards, like a Valkey stream id).
 """
@@ -20,6 +21,21 @@ from pathlib import Path
 from typing import Any
 
 from chaos.history.events import Event
+from chaos.history.schema import (
+    Claim,
+    Complete,
+    CompleteRejected,
+    Dead,
+    Enqueue,
+    Extend,
+    ExtendRejected,
+    Fault,
+    Heal,
+    Phase,
+    Reap,
+    Run,
+    TypedEvent,
+)
 
 
 def _seq_ids(records: list[dict[str, Any]]) -> list[str]:
@@ -67,16 +83,9 @@ class History:
         self._leases: dict[str, tuple[int, str, int]] = {}  # id -> (attempt, worker, deadline)
         self._fault_workers: dict[str, str] = {}
         if run:
-            self.add(
-                "run",
-                ts=ts,
-                scenario="hand-written",
-                seed=1,
-                lease_ms=lease_ms,
-                reap_interval_ms=reap_interval_ms,
-                tolerance_ms=tolerance_ms,
-                max_stalls=max_stalls,
-            )
+            self.write(Run(scenario="hand-written", seed=1, lease_ms=lease_ms,
+                           reap_interval_ms=reap_interval_ms, tolerance_ms=tolerance_ms,
+                           max_stalls=max_stalls), ts)
 
     # --- generic -------------------------------------------------------------------------
     def add(self, type: str, ts: int, **fields: Any) -> dict[str, Any]:
@@ -89,6 +98,11 @@ class History:
         record["ts"] = str(ts)
         self._records.append(record)
         return record
+
+    def write(self, event: TypedEvent, ts: int, **more: Any) -> dict[str, Any]:
+        """Append a typed event, as its encoder writes it (plus ``more`` fields, if any)."""
+        fields = {**event.fields(), **more}
+        return self.add(fields.pop("type"), ts=ts, **fields)
 
     def records(self) -> list[dict[str, Any]]:
         return [dict(record) for record in self._records]
@@ -105,10 +119,10 @@ class History:
 
     # --- queue transitions ---------------------------------------------------------------
     def phase(self, name: str, ts: int, **extra: Any) -> dict[str, Any]:
-        return self.add("phase", ts=ts, phase=name, **extra)
+        return self.write(Phase(name), ts, **extra)
 
     def enqueue(self, job_id: str, ts: int, kind: str | None = None) -> dict[str, Any]:
-        return self.add("enqueue", ts=ts, id=job_id, kind=kind)
+        return self.write(Enqueue(job_id, kind or ""), ts)
 
     def claim(
         self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None
@@ -126,8 +140,8 @@ class History:
         """A claim or an accepted extend: the lease now runs to ts + lease_ms."""
         lease_ms = self.lease_ms if lease_ms is None else lease_ms
         self._leases[job_id] = (attempt, worker, ts + lease_ms)
-        return self.add(kind, ts=ts, id=job_id, attempt=attempt, worker=worker,
-                        lease_ms=lease_ms, deadline=ts + lease_ms)
+        lease = Claim if kind == "claim" else Extend
+        return self.write(lease(job_id, attempt, worker, lease_ms, ts + lease_ms), ts)
 
     def extend_rejected(
         self, job_id: str, attempt: int, worker: str, ts: int, current_attempt: int | None = None
@@ -135,7 +149,7 @@ class History:
         return self._rejected("extend_rejected", job_id, attempt, worker, ts, current_attempt)
 
     def complete(self, job_id: str, attempt: int, worker: str, ts: int) -> dict[str, Any]:
-        return self.add("complete", ts=ts, id=job_id, attempt=attempt, worker=worker)
+        return self.write(Complete(job_id, attempt, worker), ts)
 
     def complete_rejected(
         self, job_id: str, attempt: int, worker: str, ts: int, current_attempt: int | None = None
@@ -147,8 +161,8 @@ class History:
         current_attempt: int | None,
     ) -> dict[str, Any]:
         current = attempt if current_attempt is None else current_attempt
-        return self.add(kind, ts=ts, id=job_id, attempt=attempt, current_attempt=current,
-                        worker=worker)
+        rejected = ExtendRejected if kind == "extend_rejected" else CompleteRejected
+        return self.write(rejected(job_id, attempt, worker, current), ts)
 
     def reap(
         self,
@@ -160,23 +174,16 @@ class History:
     ) -> dict[str, Any]:
         """``worker`` and ``deadline`` default to the last claim/extend written for the job."""
         _, last_worker, last_deadline = self._leases.get(job_id, (attempt, "", ts))
-        return self.add(
-            "reap",
-            ts=ts,
-            id=job_id,
-            attempt=attempt,
-            worker=last_worker if worker is None else worker,
-            deadline=last_deadline if deadline is None else deadline,
-        )
+        return self.write(Reap(job_id, attempt, last_worker if worker is None else worker,
+                               last_deadline if deadline is None else deadline), ts)
 
     def dead(
         self, job_id: str, attempt: int, ts: int, stalls: int, worker: str | None = None,
     ) -> dict[str, Any]:
         """The reaper dead-lettered the job's lapsed lease at its ``stalls``-th stall."""
         _, last_worker, last_deadline = self._leases.get(job_id, (attempt, "", ts))
-        return self.add("dead", ts=ts, id=job_id, attempt=attempt,
-                        worker=last_worker if worker is None else worker,
-                        deadline=last_deadline, stalls=stalls)
+        return self.write(Dead(job_id, attempt, last_worker if worker is None else worker,
+                               last_deadline, stalls), ts)
 
     # --- faults ----------------------------------------------------------------------------
     def fault(
@@ -195,19 +202,12 @@ class History:
                 number += 1
             fault_id = f"f{number}"
         self._fault_workers[fault_id] = worker
-        self.add(
-            "fault",
-            ts=ts,
-            kind=kind,
-            worker=worker,
-            fault_id=fault_id,
-            target=worker,
-            duration_ms="" if duration_ms is None else duration_ms,
-            **({} if cuts_off is None else {"cuts_off": int(cuts_off)}),
-        )
+        fields = Fault(fault_id, kind, worker, target=worker, duration_ms=duration_ms,
+                       cuts_off=True if cuts_off is None else cuts_off).fields()
+        if cuts_off is None:  # as histories written before faults said so: read as cut off
+            del fields["cuts_off"]
+        self.add(fields.pop("type"), ts=ts, **fields)
         return fault_id
 
     def heal(self, fault_id: str, ts: int, kind: str = "resume") -> dict[str, Any]:
-        return self.add(
-            "heal", ts=ts, kind=kind, worker=self._fault_workers.get(fault_id), fault_id=fault_id
-        )
+        return self.write(Heal(fault_id, kind, self._fault_workers.get(fault_id, "")), ts)

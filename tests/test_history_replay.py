@@ -4,19 +4,21 @@ mutated so that failing verdicts are compared too, in and out of stream order.""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from histories import resequence
+from histories import resequence, to_events
 from hypothesis import given
 from hypothesis import strategies as st
 from test_checker import PROPERTY, ProtocolModel, protocol_runs
 
 import chaos.history.events as history_module
 from chaos.check.checker import check, run_completed
+from chaos.history import schema
 from chaos.history.events import HistoryOrderError, iter_history, read_history, replay_history
 
 
@@ -148,3 +150,57 @@ def test_tricky_lines_get_the_precise_check(line: bytes):
     fast = _outcome(lambda: history_module._event(parsed, line, "h.jsonl", 7))
     precise = _outcome(lambda: history_module._checked_event(parsed, "h.jsonl:7"))
     assert fast == precise
+
+
+# --- the typed events: every encoder's fields decode back to the same event ----------------
+TYPED_EXAMPLES = [
+    schema.Enqueue("j1"), schema.Enqueue("j2", kind="poison"),
+    schema.Claim("j1", 1, "w1", lease_ms=1000, deadline=2010),
+    schema.Extend("j1", 1, "w1", lease_ms=1000, deadline=2500, rtt_ms=3),
+    schema.Extend("j1", 1, "w1", lease_ms=1000, deadline=2600),
+    schema.ExtendRejected("j1", 1, "w1", current_attempt=2, rtt_ms=4),
+    schema.Complete("j1", 2, "w2"), schema.CompleteRejected("j1", 1, "w1", current_attempt=2),
+    schema.Reap("j1", 1, "w1", deadline=2010, stalls=1),
+    schema.Dead("j1", 3, "w2", deadline=5010, stalls=3),
+    schema.HandlerHog("j1", 1, "w1", duration_ms=4000),
+    schema.Run(scenario="s", seed=7, lease_ms=1000, reap_interval_ms=250, reap_limit=100,
+               heartbeat_ms=333, tolerance_ms=100, workers=("w1", "w2"), concurrency=4,
+               protocol="sound", reapers=1, report_only=("no_loss", "exclusive_lease"),
+               wait_replicas=0, max_stalls=3, heartbeat="process"),
+    schema.Phase("chaos"), schema.Phase("end", drained=True, aborted=True, cause="infra"),
+    schema.Phase("capacity-step-2", rate=250.5),
+    schema.Fault("f1", "latency", "w1", target="random 1", duration_ms=2000, cuts_off=False,
+                 parameters={"latency_ms": "300", "stream": "both"}),
+    schema.Fault("f2", "failover", "valkey-1", target="primary", cuts_off=True, killed_ts=90,
+                 down_ms=1500, promoted_ms=1200, new_primary="valkey-2"),
+    schema.Heal("f1", "latency", "w1"), schema.FaultSkipped("kill", "random 1"),
+]
+
+
+@pytest.mark.parametrize("typed", TYPED_EXAMPLES, ids=lambda typed: typed.TYPE)
+def test_every_typed_event_round_trips_through_a_history_line(tmp_path: Path, typed):
+    """As the stream holds it (strings) and history.jsonl keeps it, then decoded again."""
+    fields = {name: str(value) for name, value in typed.fields().items()}
+    path = write(tmp_path / "history.jsonl", [{"seq": "1500-3", **fields, "ts": "1500"}])
+    (event,) = read_history(path)
+    assert schema.decode(event) == dataclasses.replace(typed, ts=1500, seq="1500-3")
+    assert set(schema.EVENT_TYPES) >= {type(typed).TYPE}
+
+
+def test_every_event_type_has_an_example_above():
+    assert {type(typed) for typed in TYPED_EXAMPLES} == set(schema.EVENT_TYPES.values())
+
+
+def test_old_histories_decode_with_their_defaults():
+    """Lines as older runners wrote them: a fault without ``cuts_off`` (a cut-off fault), an
+    empty ``duration_ms``, an end phase without ``aborted``, a type this version does not know."""
+    (fault, end, unknown) = to_events(resequence([
+        {"type": "fault", "kind": "pause", "worker": "w1", "fault_id": "f1", "duration_ms": "",
+         "ts": "5"},
+        {"type": "phase", "phase": "end", "drained": "1", "ts": "9"},
+        {"type": "note", "text": "hi", "ts": "9"},
+    ]))
+    decoded = schema.Fault.decode(fault)
+    assert decoded.cuts_off and decoded.duration_ms is None and not decoded.is_store
+    assert schema.Phase.decode(end).ended_normally
+    assert schema.decode(unknown) is None

@@ -25,7 +25,13 @@ from chaos.cli import main
 from chaos.names import INVARIANTS
 from chaos.report.html import external_urls, render_html
 from chaos.report.junit import junit_document
-from chaos.report.summary import build_report, summary_text, write_rendered_reports
+from chaos.report.summary import (
+    build_report,
+    read_report,
+    summary_text,
+    upgrade_report,
+    write_rendered_reports,
+)
 from chaos.run.offline import VERDICT_KEYS
 from chaos.run.progress import Progress, Status
 from chaos.scenario.loading import scenario_from_dict
@@ -283,6 +289,83 @@ def test_report_without_a_saved_report_writes_one(tmp_path: Path, capsys):
     assert json.loads((run_dir / "report.json").read_text())["verdict"] == "pass"
     assert (run_dir / "report.html").stat().st_size > 10_000
     assert cli_here(capsys, "report", str(tmp_path / "nowhere")).returncode == 2
+
+
+def test_report_json_lists_the_stranded_leases_and_counts_them():
+    report = judged(paused_worker_history())
+    assert report["schema"] == 2
+    assert report["stranded_lease_count"] == 2
+    assert report["stranded_leases"] == [
+        {"job": "a", "attempt": 1, "worker": "w1", "fault_id": "f1", "fault_ts": 500,
+         "reap_ts": 1500, "reclaim_ts": 1550, "recomplete_ts": 1800},
+        {"job": "b", "attempt": 1, "worker": "w1", "fault_id": "f1", "fault_ts": 500,
+         "reap_ts": 1500, "reclaim_ts": 1560, "recomplete_ts": 1850},
+    ]
+
+
+# A run directory as schema 1 left it, written by hand: the history as the runner and the Lua
+# scripts wrote it then (faults without ``cuts_off``, a ``duration_ms`` of ""), and report.json
+# with the stranded-lease count under ``stranded_leases``.
+SCHEMA_1_HISTORY = """\
+{"seq":"0-0","type":"run","scenario":"old-run","seed":"7","lease_ms":"1000","reap_interval_ms":"250","tolerance_ms":"100","workers":"w1,w2","report_only":"","max_stalls":"0","ts":"0"}
+{"seq":"0-1","type":"phase","phase":"warmup","ts":"0"}
+{"seq":"10-0","type":"enqueue","id":"a","ts":"10"}
+{"seq":"11-0","type":"enqueue","id":"b","ts":"11"}
+{"seq":"20-0","type":"claim","id":"a","attempt":"1","worker":"w1","lease_ms":"1000","deadline":"1020","ts":"20"}
+{"seq":"30-0","type":"claim","id":"b","attempt":"1","worker":"w2","lease_ms":"1000","deadline":"1030","ts":"30"}
+{"seq":"200-0","type":"fault","kind":"kill","worker":"w1","fault_id":"f1","target":"w1","duration_ms":"","ts":"200"}
+{"seq":"300-0","type":"complete","id":"b","attempt":"1","worker":"w2","ts":"300"}
+{"seq":"1100-0","type":"reap","id":"a","attempt":"1","worker":"w1","deadline":"1020","stalls":"1","ts":"1100"}
+{"seq":"1150-0","type":"claim","id":"a","attempt":"2","worker":"w2","lease_ms":"1000","deadline":"2150","ts":"1150"}
+{"seq":"1400-0","type":"complete","id":"a","attempt":"2","worker":"w2","ts":"1400"}
+{"seq":"1500-0","type":"phase","phase":"end","drained":"1","aborted":"0","ts":"1500"}
+"""
+
+
+def schema_1_run(tmp_path: Path) -> tuple[Path, dict]:
+    run_dir = tmp_path / "schema-1"
+    run_dir.mkdir()
+    (run_dir / "history.jsonl").write_text(SCHEMA_1_HISTORY)
+    # The verdict as schema 1 wrote it: this version's keys, with the count under the old name.
+    report = build_report("old-run", "pass", check(to_events([
+        json.loads(line) for line in SCHEMA_1_HISTORY.splitlines()])))
+    del report["stranded_leases"]
+    report = {**report, "schema": 1, "stranded_leases": report.pop("stranded_lease_count"),
+              "run": {"wall_ms": 1500, "drained": True}}
+    (run_dir / "report.json").write_text(json.dumps(report))
+    return run_dir, report
+
+
+def test_check_and_report_read_a_schema_1_run_directory(tmp_path: Path, capsys):
+    run_dir, saved = schema_1_run(tmp_path)
+    assert saved["stranded_leases"] == 1
+    again = cli_here(capsys, "check", str(run_dir), "--json")
+    assert again.returncode == 0, again.stderr
+    rechecked = json.loads(again.stdout)
+    assert rechecked["schema"] == 2 and rechecked["verdict"] == "pass"
+    assert rechecked["stranded_lease_count"] == saved["stranded_leases"]
+    assert [item["job"] for item in rechecked["stranded_leases"]] == ["a"]
+    assert rechecked["run"] == saved["run"]  # what the run saw is carried over
+    unchanged = [key for key in VERDICT_KEYS if key not in ("stranded_leases",
+                                                            "stranded_lease_count")]
+    assert {k: rechecked.get(k) for k in unchanged} == {k: saved.get(k) for k in unchanged}
+    # Schema 1 never wrote the list: that is the one difference the re-check notes.
+    assert "differs from the saved report.json in stranded_leases " in again.stderr
+    rendered_again = cli_here(capsys, "report", str(run_dir))
+    assert rendered_again.returncode == 0, rendered_again.stderr
+    assert "PASS" in (run_dir / "report.html").read_text()
+    assert ET.parse(run_dir / "junit.xml").getroot().get("failures") == "0"
+    assert json.loads((run_dir / "report.json").read_text()) == saved  # left as it was
+
+
+def test_a_schema_1_report_reads_in_the_schema_2_shape(tmp_path: Path):
+    run_dir, saved = schema_1_run(tmp_path)
+    upgraded = read_report(run_dir / "report.json")
+    assert upgraded["stranded_lease_count"] == 1 and "stranded_leases" not in upgraded
+    assert upgraded["schema"] == 1  # still says which version wrote it
+    assert read_report(run_dir / "report.json") == upgrade_report(upgraded)  # idempotent
+    current = judged(paused_worker_history())
+    assert upgrade_report(current) is current
 
 
 def test_a_drawing_that_fails_costs_no_verdict(tmp_path: Path):

@@ -36,7 +36,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from chaos.check.checker import Verdict, store_fault_recovery
+from chaos.check.figures import store_fault_recovery
+from chaos.check.verdict import Verdict
+from chaos.history import schema
 from chaos.history.events import Event, read_history, replay_history, seq_key
 from chaos.protocol.acks import ACK_OPS, ACKS_DIR
 
@@ -154,7 +156,7 @@ def events_not_surviving(history: Iterable[Event], surviving: Iterable[Event]) -
 
 # Events the runner writes about the run (not queue transitions): kept from the exporter's copy
 # even if the store lost them, since they describe what was done to the store.
-RUNNER_EVENTS = ("run", "phase", "fault", "heal", "fault_skipped")
+RUNNER_EVENTS = frozenset(kind.TYPE for kind in schema.RUNNER_EVENTS)
 
 
 def judged_history(history: list[Event], surviving: list[Event],

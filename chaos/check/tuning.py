@@ -18,14 +18,15 @@ Three things, all without Valkey, so every rule is unit-testable on hand-written
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check.checker import LatencySummary
+from chaos.check.verdict import LatencySummary
 from chaos.history.events import Event
+from chaos.history.schema import CLIENT_CALLS, Claim, Extend, ExtendRejected, rtt_ms
+from chaos.history.windows import UNKNOWN_WORKER, fault_windows
 
-RENEWALS = ("claim", "extend", "extend_rejected", "complete", "complete_rejected")
+RENEWALS = CLIENT_CALLS  # a holder's calls on its lease: each one reached the server
 ROUND_TO_MS = 50  # interpolated settings are rounded to this (a setting, not a measurement)
 
 
@@ -46,41 +47,25 @@ class HistoryMeasurements:
         self.renewal_gap_ms += other.renewal_gap_ms
 
 
-def _cut_off_windows(events: Iterable[Event]) -> dict[str, list[tuple[int, float]]]:
-    """Per worker, the server-time spans during which a fault cut it off (kill, pause,
-    partition): its renewal gaps then measure the fault, not the lease it needs."""
-    windows: dict[str, list[tuple[int, float]]] = {}
-    open_faults: dict[str, tuple[str, int]] = {}
-    for event in events:
-        if event.type == "fault" and event.extra.get("cuts_off", "1") != "0":
-            worker = event.worker or "?"
-            fault_id = event.extra.get("fault_id", event.seq)
-            open_faults[fault_id] = (worker, event.ts)
-        elif event.type == "heal" and event.extra.get("fault_id") in open_faults:
-            worker, start = open_faults.pop(event.extra["fault_id"])
-            windows.setdefault(worker, []).append((start, event.ts))
-    for worker, start in open_faults.values():
-        windows.setdefault(worker, []).append((start, float("inf")))
-    return windows
-
-
 def measure_history(events: list[Event]) -> HistoryMeasurements:
     """Handler durations, extend round trips and renewal gaps of one run's history."""
-    cut_off = _cut_off_windows(events)
+    # A holder cut off (killed, frozen, partitioned) meanwhile: its renewal gaps measure the
+    # fault, not the lease it needs.
+    windows = fault_windows(events)
     # (job, attempt) -> (holder, server times of its claim and every later call it made)
     attempts: dict[tuple[str, int], tuple[str, list[int]]] = {}
     finished: dict[tuple[str, int], int] = {}  # claim -> complete (accepted or rejected)
     measured = HistoryMeasurements()
     for event in events:
-        if event.type in ("extend", "extend_rejected"):
-            rtt = event.extra.get("rtt_ms", "")
-            if rtt.isdigit():
-                measured.extend_rtt_ms.append(int(rtt))
+        if event.type in (Extend.TYPE, ExtendRejected.TYPE):
+            rtt = rtt_ms(event)
+            if rtt is not None:
+                measured.extend_rtt_ms.append(rtt)
         if event.type not in RENEWALS or event.job_id is None or event.attempt is None:
             continue
         key = (event.job_id, event.attempt)
-        if event.type == "claim":
-            attempts[key] = (event.worker or "?", [event.ts])
+        if event.type == Claim.TYPE:
+            attempts[key] = (event.worker or UNKNOWN_WORKER, [event.ts])
             continue
         holder = attempts.get(key)
         if holder is None or holder[0] != event.worker or key in finished:
@@ -95,7 +80,7 @@ def measure_history(events: list[Event]) -> HistoryMeasurements:
         if key not in finished:
             continue  # never finished (its worker died): no duration, no full set of gaps
         start, end = times[0], times[-1]
-        if any(begin <= end and start <= stop for begin, stop in cut_off.get(worker, [])):
+        if windows.cut_off_during(worker, start, end):
             continue  # the holder was frozen or cut off meanwhile: a needed redelivery's span
         measured.handler_ms.append(finished[key])
         measured.renewal_gap_ms.append(max(b - a for a, b in zip(times, times[1:], strict=False)))

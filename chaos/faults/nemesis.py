@@ -25,6 +25,7 @@ from typing import Protocol
 
 from chaos.faults.kinds import ON_STORE, ON_TARGETS
 from chaos.faults.target import FaultTarget
+from chaos.history import schema
 from chaos.scenario.faults import (
     HOLDING_OLDEST_LEASE,
     Fault,
@@ -135,7 +136,7 @@ class Nemesis:
         if not targets:
             self.skipped.append(
                 f"{planned.kind} {planned.target} at {planned.at_ms} ms: no live target")
-            self.history.record(type="fault_skipped", kind=planned.kind, target=planned.target)
+            self.history.record(**schema.FaultSkipped(planned.kind, planned.target).fields())
             return
         kind = ON_TARGETS[fault.kind]
         for name in targets:
@@ -151,10 +152,9 @@ class Nemesis:
                     heapq.heappush(self.heals, heal)
                 else:
                     self.heal_at_end.append(heal)  # holds until the chaos phase ends
-            ts = self.history.record(type="fault", kind=fault.kind, worker=name,
-                                     fault_id=fault_id, target=planned.target,
-                                     duration_ms=fault.duration_ms,
-                                     cuts_off=int(fault.cuts_off()), **fault_parameters(fault))
+            ts = self.history.record(**schema.Fault(
+                fault_id, fault.kind, name, target=planned.target, duration_ms=fault.duration_ms,
+                cuts_off=fault.cuts_off(), parameters=fault_parameters(fault)).fields())
             self.applied.append(AppliedFault(fault_id, fault.kind, name, ts))
 
     def _apply_store(self, fault: FaultBase) -> None:
@@ -162,21 +162,17 @@ class Nemesis:
         carries the kill instant (``killed_ts``), so client recovery is measured from there."""
         done = ON_STORE[fault.kind].strike(self.runtime, fault)
         fault_id = f"f{len(self.applied) + 1}"
-        extra = {name: value for name, value in (
-            ("promoted_ms", done.promoted_ms), ("new_primary", done.new_primary))
-            if value is not None}
-        ts = self.history.record(type="fault", kind=fault.kind, worker=done.node,
-                                 fault_id=fault_id, target=describe_target(fault),
-                                 duration_ms=fault.duration_ms, cuts_off=int(fault.cuts_off()),
-                                 killed_ts=done.killed_ts, down_ms=done.down_ms,
-                                 **fault_parameters(fault), **extra)
+        ts = self.history.record(**schema.Fault(
+            fault_id, fault.kind, done.node, target=describe_target(fault),
+            duration_ms=fault.duration_ms, cuts_off=fault.cuts_off(), killed_ts=done.killed_ts,
+            down_ms=done.down_ms, promoted_ms=done.promoted_ms, new_primary=done.new_primary,
+            parameters=fault_parameters(fault)).fields())
         self.applied.append(AppliedFault(fault_id, fault.kind, done.node, ts))
 
     def _heal(self, heal: _Heal) -> None:
         # Record first, while the fault still holds: the fault window in the history then lies
         # inside the real one, and everything the target does once healed follows it.
-        ts = self.history.record(type="heal", kind=heal.kind, worker=heal.worker,
-                                 fault_id=heal.fault_id)
+        ts = self.history.record(**schema.Heal(heal.fault_id, heal.kind, heal.worker).fields())
         heal.undo()
         self.busy[heal.group].discard(heal.worker)
         for applied in self.applied:

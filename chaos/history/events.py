@@ -275,7 +275,12 @@ def stream_entries(client: redis.Redis, stream: str,
         last = entries[-1][0]
 
 
+def decode_entries(entries: Iterable[tuple[str, dict[str, str]]]) -> Iterator[Event]:
+    """Stream entries (id, fields) as events."""
+    for entry_id, fields in entries:
+        yield Event.from_record({"seq": entry_id, **fields})
+
+
 def iter_stream(client: redis.Redis, stream: str, batch: int = 5000) -> Iterator[Event]:
     """Every event of a stream, oldest first (for tests and tools that read Valkey directly)."""
-    for entry_id, fields in stream_entries(client, stream, batch):
-        yield Event.from_record({"seq": entry_id, **fields})
+    return decode_entries(stream_entries(client, stream, batch))

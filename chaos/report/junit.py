@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos.check.checker import WHAT_IT_CHECKS
+from chaos.check.verdict import WHAT_IT_CHECKS
 from chaos.names import INVARIANTS
 
 SUITE_PREFIX = "echomq-chaos"

@@ -1,4 +1,5 @@
-"""Reports: ``report.json`` (stable shape, schema 1) and the terminal summary."""
+"""Reports: ``report.json`` (stable shape, schema 2: docs/reports-schema.md) and the terminal
+summary."""
 
 from __future__ import annotations
 
@@ -6,10 +7,30 @@ import json
 from pathlib import Path
 from typing import Any
 
-from chaos.check.checker import Verdict
+from chaos.check.verdict import Verdict
 from chaos.history.events import Event
 
-SCHEMA = 1
+SCHEMA = 2
+
+
+def read_report(path: Path) -> dict[str, Any]:
+    """A saved ``report.json``, in this version's shape whatever schema wrote it (raises
+    ValueError or OSError when it cannot be read)."""
+    report = json.loads(path.read_text())
+    if not isinstance(report, dict):
+        raise ValueError("not a JSON object")
+    return upgrade_report(report)
+
+
+def upgrade_report(report: dict[str, Any]) -> dict[str, Any]:
+    """Schema 1 wrote the number of stranded leases as ``stranded_leases``: schema 2 calls it
+    ``stranded_lease_count`` and lists the leases under the old name. A schema-1 report never
+    recorded the list, so it gets none (re-check the history to get it); its ``schema`` still
+    says which version wrote it."""
+    if report.get("schema", 1) != 1 or not isinstance(report.get("stranded_leases"), int):
+        return report
+    return {("stranded_lease_count" if key == "stranded_leases" else key): value
+            for key, value in report.items()}
 
 
 def build_report(
@@ -128,6 +149,9 @@ def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdi
     """``junit.xml`` and ``report.html`` beside ``report.json``, the page drawn from ``history``
     (default: the run directory's history.jsonl, streamed). Returns the problems met: a drawing
     that fails must not cost the verdict, which report.json already holds."""
+    # Imported here, not at the top: the page's modules (and matplotlib behind them) load only
+    # when a page is drawn, so the CLI's summary and ``check`` stay light. No cycle either way:
+    # the html package never imports this module.
     from chaos.report.html import write_html
     from chaos.report.junit import write_junit
 

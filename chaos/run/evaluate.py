@@ -28,7 +28,8 @@ from chaos.check.checker import CheckConfig, Verdict, check
 from chaos.check.ledger import check_with_ledger
 from chaos.errors import exit_code_for
 from chaos.history.events import Event, replay_history
-from chaos.report.summary import build_report
+from chaos.history.schema import Phase, Run
+from chaos.report.summary import build_report, read_report
 
 HISTORY = "history.jsonl"
 OUTCOMES = ("finished", "aborted", "error")
@@ -66,15 +67,15 @@ class _Watched:
 
     def __init__(self, events: Iterable[Event]) -> None:
         self.events = events
-        self.run: Event | None = None
-        self.end: Event | None = None
+        self.run: Run | None = None
+        self.end: Phase | None = None
 
     def __iter__(self) -> Iterator[Event]:
         for event in self.events:
-            if event.type == "run" and self.run is None:
-                self.run = event
-            elif event.type == "phase" and event.extra.get("phase") == "end":
-                self.end = event
+            if event.type == Run.TYPE and self.run is None:
+                self.run = Run.decode(event)
+            elif event.type == Phase.TYPE and (phase := Phase.decode(event)).name == "end":
+                self.end = phase
             yield event
 
 
@@ -105,14 +106,14 @@ def check_config(history: Path) -> CheckConfig:
                                 ) from None
 
 
-def run_outcome(end: Event | None) -> str | None:
+def run_outcome(end: Phase | None) -> str | None:
     """finished | aborted | error from the history's end event; None when it has none (the
     runner could not write it: Valkey gone, or the runner itself killed)."""
     if end is None:
         return None
-    if end.extra.get("aborted", "0") == "0":
+    if not end.aborted:
         return "finished"
-    return "error" if end.extra.get("cause") in ("infra", "internal") else "aborted"
+    return "error" if end.cause in ("infra", "internal") else "aborted"
 
 
 def saved_report(run_dir: Path) -> dict[str, Any] | None:
@@ -121,20 +122,17 @@ def saved_report(run_dir: Path) -> dict[str, Any] | None:
     if not path.exists():
         return None
     try:
-        saved = json.loads(path.read_text())
+        return read_report(path)  # in this version's shape, whatever schema wrote it
     except (OSError, ValueError) as error:
         raise SavedRunError(f"{path}: not readable JSON: {error}") from None
-    if not isinstance(saved, dict):
-        raise SavedRunError(f"{path}: not a JSON object")
-    return saved
 
 
-def scenario_name(run_dir: Path, run: Event | None = None,
+def scenario_name(run_dir: Path, run: Run | None = None,
                   saved: dict[str, Any] | None = None) -> str:
     """The run's scenario: its run event's, else scenario.json's, else report.json's, else the
     run directory's name."""
-    if run is not None and run.extra.get("scenario"):
-        return str(run.extra["scenario"])
+    if run is not None and run.scenario:
+        return run.scenario
     try:
         return str(json.loads((run_dir / "scenario.json").read_text())["name"])
     except (OSError, ValueError, KeyError, TypeError):

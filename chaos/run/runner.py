@@ -24,6 +24,7 @@ from chaos.check.ledger import SURVIVING_HISTORY
 from chaos.errors import InfraError
 from chaos.faults.nemesis import Nemesis, plan
 from chaos.files import write_json_atomic, write_text_atomic
+from chaos.history import schema
 from chaos.history.events import HistoryExporter, read_history, stream_entries, write_records
 from chaos.load.sources import LOCUST_PREFIX, LoadSource, LocustLoad, Producer
 from chaos.protocol.acks import ACKS_DIR, AckLedger
@@ -155,16 +156,16 @@ class Run:
                 f"queue {self.keys.base!r} on {self.runtime.url} already has keys; "
                 "point the scenario at a fresh queue name (valkey.queue)"
             )
-        self.queue.record(
-            type="run", scenario=scenario.name, seed=scenario.seed, lease_ms=topo.lease_ms,
+        self.queue.record(**schema.Run(
+            scenario=scenario.name, seed=scenario.seed, lease_ms=topo.lease_ms,
             reap_interval_ms=topo.reap_interval_ms, reap_limit=topo.reap_limit,
             heartbeat_ms=topo.effective_heartbeat_ms, tolerance_ms=scenario.check.tolerance_ms,
-            workers=",".join(topo.worker_names), concurrency=topo.concurrency,
+            workers=tuple(topo.worker_names), concurrency=topo.concurrency,
             protocol=scenario.protocol, reapers=topo.reapers,
-            report_only=",".join(scenario.check.report_only),
+            report_only=tuple(scenario.check.report_only),
             wait_replicas=scenario.wait_replicas,
             max_stalls=topo.max_stalls or 0, heartbeat=topo.heartbeat,
-        )
+        ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path)
         self.exporter.start()
         reapers = self.runtime.start_reapers()
@@ -276,17 +277,15 @@ class Run:
                 fault_id = f"crash-{child.name}" + (f"-{crashes}" if crashes > 1 else "")
                 self.progress.say(f"!! {child.name} exited unexpectedly "
                                   f"(code {child.exit_code}); recorded as a crash")
-                self.queue.record(type="fault", kind="crash", worker=child.name,
-                                  fault_id=fault_id)
+                self.queue.record(**schema.Fault(fault_id, "crash", child.name).fields())
                 if (self.scenario.topology.restart_crashed
                         and child.name in self.scenario.topology.worker_names):
                     self.runtime.restart_worker(child.name, crashes)
-                    self.queue.record(type="heal", kind="restart", worker=child.name,
-                                      fault_id=fault_id)
+                    self.queue.record(**schema.Heal(fault_id, "restart", child.name).fields())
 
     def _phase(self, name: str) -> None:
         assert self.queue is not None
-        self.queue.record(type="phase", phase=name)
+        self.queue.record(**schema.Phase(name).fields())
         self.progress.enter(name)
 
     def _hold(self, duration_ms: int, nemesis_clock_start: float | None = None) -> None:
@@ -349,8 +348,8 @@ class Run:
             self.nemesis.heal_all()
         self.runtime.stop_workers()
         if self.queue is not None:
-            self.queue.record(type="phase", phase="end", drained=int(self.drained),
-                              aborted=int(aborted), **({"cause": cause} if cause else {}))
+            self.queue.record(**schema.Phase("end", drained=self.drained, aborted=aborted,
+                                             cause=cause).fields())
         if self.exporter is not None:
             self.exporter.drain()
             self.save_surviving_history()

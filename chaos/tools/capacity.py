@@ -30,6 +30,8 @@ from typing import Any, TextIO
 
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, InfraError
 from chaos.files import write_json_atomic
+from chaos.history.events import decode_entries
+from chaos.history.schema import Claim, Enqueue, Phase
 from chaos.run.progress import Progress
 from chaos.run.runner import Run, try_teardown
 from chaos.scenario.loading import ScenarioError
@@ -174,14 +176,14 @@ def claim_waits(entries: list[tuple[str, dict[str, str]]], end_ts: int) -> tuple
     a job not yet claimed by ``end_ts`` counts with ``end_ts - enqueue``. Also: how many."""
     enqueued: dict[str, int] = {}
     claimed: dict[str, int] = {}
-    for _, fields in entries:
-        kind, job_id = fields.get("type"), fields.get("id")
+    for event in decode_entries(entries):
+        kind, job_id = event.type, event.job_id
         if job_id is None:
             continue
-        if kind == "enqueue":
-            enqueued[job_id] = int(fields["ts"])
-        elif kind == "claim" and job_id in enqueued and job_id not in claimed:
-            claimed[job_id] = int(fields["ts"])
+        if kind == Enqueue.TYPE:
+            enqueued[job_id] = event.ts
+        elif kind == Claim.TYPE and job_id in enqueued and job_id not in claimed:
+            claimed[job_id] = event.ts
     waits = [float(claimed.get(job_id, end_ts) - ts) for job_id, ts in enqueued.items()]
     return waits, sum(1 for job_id in enqueued if job_id not in claimed)
 
@@ -267,7 +269,7 @@ class CapacityRun:
         load = self.scenario.load.model_copy(update={"rate": rate})
         locust = run.locust_load(load, name=f"locust-step{index:02d}", prefix=f"step{index:02d}")
         # Stream ids carry the server's ms, so this record's time starts the step's range.
-        start_ts = queue.record(type="phase", phase=f"capacity-step-{index}", rate=rate)
+        start_ts = queue.record(**Phase(f"capacity-step-{index}", rate=rate).fields())
         step.backlog_start = queue.backlog()[0]
         run.use_load(locust)
         locust.start()
@@ -291,8 +293,8 @@ class CapacityRun:
         step.backlog_growth_per_s = round(backlog_slope(samples), 2)
         entries = queue.client.xrange(run.keys.events, min=f"{start_ts}-0")
         waits, step.unclaimed_at_end = claim_waits(entries, end_ts)
-        enqueue_ts = [int(fields["ts"]) for _, fields in entries
-                      if fields.get("type") == "enqueue"]
+        enqueue_ts = [event.ts for event in decode_entries(entries)
+                      if event.type == Enqueue.TYPE]
         step.enqueued = len(enqueue_ts)
         in_window = [ts for ts in enqueue_ts if ts <= end_ts]
         if in_window:

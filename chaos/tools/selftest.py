@@ -17,6 +17,7 @@ from typing import Any, TextIO
 
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS
 from chaos.history.events import read_history
+from chaos.history.schema import Phase
 from chaos.run.runner import RunResult, run_scenario
 from chaos.scenario.loading import ScenarioError, load_scenario
 from chaos.scenario.model import Scenario
@@ -142,7 +143,8 @@ def _time_to_catch(row: SelftestRow, run_dir: Path, result: RunResult) -> int | 
     firsts = [result.checked.invariants[name].first_violation_ts for name in row.expected]
     caught_ts = min(ts for ts in firsts if ts is not None)
     load_start_ts = next((event.ts for event in read_history(run_dir / "history.jsonl")
-                          if event.type == "phase" and event.extra.get("phase") == "warmup"), None)
+                          if event.type == Phase.TYPE and Phase.decode(event).name == "warmup"),
+                         None)
     return None if load_start_ts is None else caught_ts - load_start_ts
 
 

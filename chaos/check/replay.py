@@ -1,0 +1,264 @@
+"""The lease replay: one pass over a history, in stream order, that tracks every job's live lease
+(attempt, holder, deadline) and every worker's fault windows, and collects the facts the
+judgements (``judgements.py``) rule on.
+
+Facts that are offences the moment they happen (a call outside the live lease, a claim that
+reuses a fencing token, a reap before the deadline) are noted as they are met, with the server
+time, so a report can say how soon the history showed the bug. Everything else (who was enqueued,
+completed, dead-lettered; which leases a fault stranded and when they were recovered) is kept
+for the end-of-run judgements.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from chaos.check.verdict import Offences, Redeliveries, StrandedLease
+from chaos.history.events import Event
+from chaos.history.schema import Enqueue, Fault, Heal, Phase, Run
+from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
+
+
+@dataclass(slots=True)
+class Lease:
+    attempt: int
+    worker: str
+    deadline: int
+    renewed: str  # history position (seq) of the claim or latest accepted extend
+    claimed_ts: int  # when its handler started (for needless_by_duration)
+
+
+def lease_deadline(event: Event) -> int:
+    """The lease deadline on the server clock: renewal time + lease length."""
+    if event.lease_ms is not None:
+        return event.ts + event.lease_ms
+    return event.deadline if event.deadline is not None else event.ts
+
+
+@dataclass
+class ReplayFacts:
+    """What one pass over the history established."""
+
+    events: int = 0
+    last_ts: int = 0
+    run: Run | None = None  # the first run event: the checker's default configuration
+    ended_normally: bool = False  # the history shows the run's normal end (``run_completed``)
+    enqueued: set[str] = field(default_factory=set)
+    poison: set[str] = field(default_factory=set)  # enqueued as poison jobs
+    first_enqueue_ts: int | None = None
+    completes: Counter[str] = field(default_factory=Counter)  # accepted completes per job
+    second_complete_ts: dict[str, int] = field(default_factory=dict)  # job -> its 2nd complete
+    last_complete_ts: int | None = None
+    leases: dict[str, Lease] = field(default_factory=dict)  # still live at the end
+    reap_times: dict[str, list[int]] = field(default_factory=dict)  # job -> each recovery's ts
+    dead: dict[str, tuple[int, int]] = field(default_factory=dict)  # job -> (recoveries, ts)
+    stranded: list[StrandedLease] = field(default_factory=list)  # dismissed ones left out
+    windows: FaultWindows = field(default_factory=FaultWindows)
+    faults: int = 0
+    store_faults: list[Fault] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)
+    redeliveries: Redeliveries = field(default_factory=Redeliveries)
+    needless_by_fault: Counter[str] = field(default_factory=Counter)
+    # Handler durations (claim to the holder's own complete, accepted or rejected), in ms ->
+    # attempts: of leases completed live, and of leases needlessly reaped first.
+    ran_ms: dict[int, int] = field(default_factory=dict)
+    ran_needless_ms: dict[int, int] = field(default_factory=dict)
+    # Offences met on the way:
+    stray_calls: Offences = field(default_factory=Offences)  # claim/extend/complete vs live
+    stale_claims: Offences = field(default_factory=Offences)  # fencing token not above earlier
+    early_reaps: Offences = field(default_factory=Offences)  # reap/dead of a non-live lease
+
+
+def replay(events: Iterable[Event]) -> ReplayFacts:
+    """One pass over the history (a list or a stream) in stream order."""
+    facts = ReplayFacts()
+    enqueued, poison, completes = facts.enqueued, facts.poison, facts.completes
+    second_complete_ts, reap_times, dead = facts.second_complete_ts, facts.reap_times, facts.dead
+    ran_ms, ran_needless_ms = facts.ran_ms, facts.ran_needless_ms
+    stray_calls, stale_claims, early_reaps = (facts.stray_calls, facts.stale_claims,
+                                              facts.early_reaps)
+    redeliveries, windows, rejected = facts.redeliveries, facts.windows, facts.rejected
+    leases = facts.leases
+    highest_claim: dict[str, int] = {}  # job -> the highest attempt any claim of it carried
+    held_by: dict[str, set[str]] = {}  # worker -> job ids it holds a live lease on
+    lapsed: dict[tuple[str, int], tuple[str, int, bool]] = {}  # (job, attempt) -> (worker,
+    # claimed_ts, needless): leases reaped from under a holder that may still complete late
+    stranded: list[StrandedLease] = []
+    open_stranded: dict[str, list[StrandedLease]] = {}  # job -> stranded leases not yet resolved
+    awaiting_reclaim: dict[str, list[StrandedLease]] = {}
+    awaiting_recomplete: dict[str, list[StrandedLease]] = {}
+    first_enqueue_ts: int | None = None
+    last_complete_ts: int | None = None
+    last_ts = 0
+    event_count = 0
+
+    def release(job_id: str) -> None:
+        lease = leases.pop(job_id, None)
+        if lease is not None:
+            held_by.get(lease.worker, set()).discard(job_id)
+
+    def ended_late(event: Event) -> None:
+        """The complete (rejected, or accepted by a broken protocol) of a lease reaped earlier:
+        how long that handler ran."""
+        late = lapsed.pop((job_id, event.attempt or 0), None)
+        if late is not None and late[0] == event.worker:
+            counts = ran_needless_ms if late[2] else ran_ms
+            ran = event.ts - late[1]
+            counts[ran] = counts.get(ran, 0) + 1
+
+    def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
+        """The holder acted after its fault: it was back, the lease was not stranded."""
+        kept = []
+        for item in open_stranded.get(job_id, []):
+            if item.attempt == attempt and item.worker == worker:
+                item.dismissed = True
+            else:
+                kept.append(item)
+        if kept:
+            open_stranded[job_id] = kept
+        else:
+            open_stranded.pop(job_id, None)
+
+    # The hot path: a history is mostly enqueue, claim, extend, complete, millions of them in a
+    # long run, so these branches avoid calls and allocations; the recovery bookkeeping is only
+    # touched for a job it holds.
+    for event in events:
+        event_count += 1
+        job_id = event.job_id or ""
+        kind = event.type
+        if event.ts > last_ts:
+            last_ts = event.ts
+        if kind == "enqueue":
+            enqueued.add(job_id)
+            if event.extra and Enqueue.decode(event).poison:  # only a kind makes extra fields
+                poison.add(job_id)
+            if first_enqueue_ts is None:
+                first_enqueue_ts = event.ts
+
+        elif kind == "claim":
+            previous = leases.get(job_id)
+            if previous is not None:  # two holders of one job at once
+                stray_calls.add({"job": job_id, "op": "claim", "attempt": event.attempt,
+                                 "worker": event.worker, "seq": event.seq,
+                                 "live_attempt": previous.attempt,
+                                 "live_worker": previous.worker}, event.ts)
+                release(job_id)
+            attempt = event.attempt or 0
+            worker = event.worker or UNKNOWN_WORKER
+            highest = highest_claim.get(job_id)  # one lookup: this is the hot path
+            if highest is None or attempt > highest:
+                highest_claim[job_id] = attempt
+            else:
+                stale_claims.add({"job": job_id, "attempt": attempt, "worker": worker,
+                                  "seq": event.seq, "earlier_attempt": highest}, event.ts)
+            leases[job_id] = Lease(attempt, worker, lease_deadline(event), event.seq, event.ts)
+            holding = held_by.get(worker)
+            if holding is None:
+                held_by[worker] = {job_id}
+            else:
+                holding.add(job_id)
+            if job_id in awaiting_reclaim:
+                for item in awaiting_reclaim.pop(job_id):
+                    item.reclaim_ts = event.ts
+                    awaiting_recomplete.setdefault(job_id, []).append(item)
+
+        elif kind == "complete" or kind == "extend":
+            lease = leases.get(job_id)
+            live = lease is not None and lease.attempt == event.attempt
+            if not live:
+                stray_calls.add({
+                    "job": job_id, "op": kind, "attempt": event.attempt,
+                    "worker": event.worker, "seq": event.seq,
+                    "live_attempt": lease.attempt if lease else None,
+                }, event.ts)
+            if kind == "extend":
+                if live:
+                    assert lease is not None
+                    lease.deadline = lease_deadline(event)
+                    lease.renewed = event.seq
+            else:
+                count = completes.get(job_id, 0) + 1
+                completes[job_id] = count
+                last_complete_ts = event.ts
+                if count == 2:
+                    second_complete_ts[job_id] = event.ts
+                if live:
+                    assert lease is not None
+                    if lease.worker == event.worker:
+                        ran = event.ts - lease.claimed_ts
+                        ran_ms[ran] = ran_ms.get(ran, 0) + 1
+                    release(job_id)
+                elif lapsed:
+                    ended_late(event)
+                if job_id in awaiting_recomplete:
+                    for item in awaiting_recomplete.pop(job_id):
+                        item.recomplete_ts = event.ts
+            if job_id in open_stranded:
+                holder_acted(job_id, event.attempt, event.worker)
+
+        elif kind == "reap" or kind == "dead":
+            # A dead-letter is the reaper's recovery of a lapsed lease too (the same checks on
+            # the lease), but the job leaves the queue instead of going back to pending.
+            lease = leases.get(job_id)
+            if lease is None or lease.attempt != event.attempt:
+                early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
+                                 "reason": "reaped a lease that was not live"}, event.ts)
+            else:
+                if event.ts < lease.deadline:
+                    early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
+                                     "reap_ts": event.ts, "deadline": lease.deadline,
+                                     "early_ms": lease.deadline - event.ts}, event.ts)
+                needless = False
+                if kind == "dead":
+                    pass  # not redelivered: the job left the queue
+                elif windows.cut_off_between(lease.worker, lease.renewed, event.seq):
+                    redeliveries.needed += 1
+                else:
+                    redeliveries.needless += 1
+                    needless = True
+                    facts.needless_by_fault[
+                        windows.slowed_by(lease.worker, lease.renewed, event.seq)] += 1
+                lapsed[(job_id, lease.attempt)] = (lease.worker, lease.claimed_ts, needless)
+            if kind == "reap":
+                reap_times.setdefault(job_id, []).append(event.ts)
+            else:
+                dead[job_id] = (len(reap_times.get(job_id, [])), event.ts)
+            release(job_id)
+            for item in open_stranded.pop(job_id, []):
+                if item.attempt == event.attempt:
+                    item.reap_ts = event.ts
+                    awaiting_reclaim.setdefault(job_id, []).append(item)
+
+        elif kind == Fault.TYPE:
+            fault = Fault.decode(event)
+            facts.faults += 1
+            if fault.is_store:  # figures only, it strands no lease
+                facts.store_faults.append(fault)
+            window = windows.opened(fault)
+            for held in sorted(held_by.get(window.worker, set())):
+                lease = leases[held]
+                item = StrandedLease(held, lease.attempt, window.worker, event.ts,
+                                     fault.fault_id)
+                stranded.append(item)
+                open_stranded.setdefault(held, []).append(item)
+
+        elif kind == Heal.TYPE:
+            windows.healed(Heal.decode(event))
+
+        elif kind.endswith("_rejected"):
+            rejected[kind] += 1
+            if kind == "complete_rejected" and lapsed:
+                ended_late(event)
+
+        elif kind == Run.TYPE and facts.run is None:
+            facts.run = Run.decode(event)
+
+        elif kind == Phase.TYPE and Phase.decode(event).ended_normally:
+            facts.ended_normally = True
+
+    facts.events, facts.last_ts = event_count, last_ts
+    facts.first_enqueue_ts, facts.last_complete_ts = first_enqueue_ts, last_complete_ts
+    facts.stranded = [item for item in stranded if not item.dismissed]
+    return facts

@@ -1,0 +1,255 @@
+"""What the checker hands back: its configuration, each invariant's result, and the verdict.
+
+``Verdict.as_dict()`` is the checker's part of ``report.json`` (schema 2: see
+docs/reports-schema.md).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from chaos.history.events import Event
+from chaos.history.schema import Phase, Run
+from chaos.names import INVARIANTS
+
+EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
+# Every invariant, in report order, with the one line junit.xml and report.html show for it.
+WHAT_IT_CHECKS = {
+    "no_loss": "every enqueued job has an accepted complete after the drain",
+    "no_double_completion": "no job has more than one accepted complete",
+    "recovery_bound": "every stranded lease is reaped within lease_ms + reap_interval_ms "
+                      "+ tolerance_ms of its fault",
+    "no_premature_reap": "no lease is reaped before its deadline",
+    "exclusive_lease": "no accepted extend/complete from anything but the live lease",
+    "attempts_monotonic": "every claim of a job carries a higher attempt (fencing token) than "
+                          "any earlier claim of it",
+    "stall_limit": "with max_stalls set, a job is recovered at most max_stalls times and "
+                   "dead-lettered only after exactly max_stalls",
+}
+assert tuple(WHAT_IT_CHECKS) == INVARIANTS, "chaos.names lists the invariants judged here"
+# Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).
+DURATION_BUCKETS = ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0),
+                    (3.0, math.inf))
+
+
+@dataclass(frozen=True)
+class CheckConfig:
+    lease_ms: int
+    reap_interval_ms: int
+    tolerance_ms: int = 250
+    # Invariants judged and reported but left out of the verdict: what a store set up to lose
+    # acknowledged writes (fsync everysec, failover without WAIT) may break by design.
+    report_only: tuple[str, ...] = ()
+    max_stalls: int = 0  # the reaper's stall limit; 0: none (nothing may be dead-lettered)
+
+    @property
+    def bound_ms(self) -> int:
+        return self.lease_ms + self.reap_interval_ms + self.tolerance_ms
+
+    @classmethod
+    def from_history(cls, events: Iterable[Event]) -> CheckConfig:
+        """From the ``run`` event the runner writes first."""
+        for event in events:
+            if event.type == Run.TYPE:
+                return cls.from_run(Run.decode(event))
+        raise ValueError("history has no 'run' event: cannot tell lease_ms and reap_interval_ms")
+
+    @classmethod
+    def from_run(cls, run: Run) -> CheckConfig:
+        if run.lease_ms is None or run.reap_interval_ms is None:
+            raise ValueError("the 'run' event lacks lease_ms or reap_interval_ms")
+        return cls(
+            lease_ms=run.lease_ms,
+            reap_interval_ms=run.reap_interval_ms,
+            tolerance_ms=250 if run.tolerance_ms is None else run.tolerance_ms,
+            report_only=run.report_only,
+            max_stalls=run.max_stalls or 0,
+        )
+
+
+@dataclass
+class LatencySummary:
+    count: int = 0
+    min_ms: int | None = None
+    p50_ms: int | None = None
+    p99_ms: int | None = None
+    max_ms: int | None = None
+
+    @classmethod
+    def of(cls, values: list[int]) -> LatencySummary:
+        if not values:
+            return cls()
+        ordered = sorted(values)
+        return cls(
+            count=len(ordered),
+            min_ms=ordered[0],
+            p50_ms=percentile(ordered, 50),
+            p99_ms=percentile(ordered, 99),
+            max_ms=ordered[-1],
+        )
+
+
+def run_completed(events: Iterable[Event]) -> bool:
+    """Did the run reach its end normally (not aborted)? Only then is the drain judged."""
+    return any(e.type == Phase.TYPE and Phase.decode(e).ended_normally for e in events)
+
+
+def percentile(ordered: list[int], pct: float) -> int:
+    """Nearest-rank percentile of an already sorted, non-empty list."""
+    rank = max(1, math.ceil(pct / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+@dataclass
+class Offences:
+    """Offending observations of one invariant: all counted, the first few kept as examples."""
+
+    count: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    # Server time at which the history first showed one (how fast a bug is caught).
+    first_ts: int | None = None
+
+    def add(self, example: dict[str, Any], at_ts: int) -> None:
+        self.count += 1
+        if self.first_ts is None or at_ts < self.first_ts:
+            self.first_ts = at_ts
+        if len(self.examples) < EXAMPLES:
+            self.examples.append(example)
+
+
+@dataclass
+class InvariantResult:
+    ok: bool
+    violations: int = 0
+    examples: list[dict[str, Any]] = field(default_factory=list)
+    figures: dict[str, Any] = field(default_factory=dict)
+    # Server time at which the history first showed a violation (how fast a bug is caught).
+    first_violation_ts: int | None = None
+
+    @classmethod
+    def judged(cls, offences: Offences, **figures: Any) -> InvariantResult:
+        return cls(offences.count == 0, offences.count, offences.examples, figures,
+                   offences.first_ts)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "violations": self.violations, **self.figures,
+                "first_violation_ts": self.first_violation_ts, "examples": self.examples}
+
+
+@dataclass
+class JobCounts:
+    enqueued: int = 0
+    completed: int = 0
+    lost: int = 0
+    double_completed: int = 0
+    unexpected: int = 0  # completed but never enqueued
+    dead_lettered: int = 0  # never completed, dead-lettered past the stall limit
+
+
+@dataclass
+class Outcomes:
+    """Every job's outcome at the end of the drain, in Jepsen's queue vocabulary. Each enqueued
+    job is exactly one of completed, dead_lettered, lost, duplicated; unexpected jobs were
+    completed but never enqueued. Counted only for a finished run (``judged``)."""
+
+    completed: int = 0  # exactly one accepted complete
+    dead_lettered: int = 0  # no accepted complete; dead-lettered (a stall limit is on)
+    lost: int = 0  # neither completed nor dead-lettered (or dead-lettered with no stall limit)
+    duplicated: int = 0  # more than one accepted complete
+    unexpected: int = 0  # completed, never enqueued
+    judged: bool = True
+
+
+@dataclass
+class DeadLetter:
+    """Jobs dead-lettered past the stall limit, and how many recoveries each had before."""
+
+    max_stalls: int = 0
+    jobs: int = 0
+    poison: int = 0  # of which enqueued as poison jobs
+    poison_enqueued: int = 0
+    # how many recoveries (reaps) each dead job had before its dead event -> how many jobs
+    recoveries_before_dead: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass
+class Redeliveries:
+    needed: int = 0  # the holder was killed, frozen or cut off: recovery did its job
+    # the holder was alive and could reach Valkey (maybe slowly): the lease was too short for it
+    needless: int = 0
+
+
+@dataclass
+class Verdict:
+    passed: bool
+    config: CheckConfig
+    invariants: dict[str, InvariantResult]
+    jobs: JobCounts
+    redeliveries: Redeliveries
+    recovery: dict[str, LatencySummary]
+    stranded: int
+    faults: int
+    rejected: dict[str, int]
+    events: int
+    throughput_per_s: float  # accepted completes per second, first enqueue to last complete
+    # The latencies behind ``recovery`` (ms after the fault), so runs can be pooled (``sweep``).
+    recovery_samples: dict[str, list[int]] = field(default_factory=dict)
+    final: bool = True  # the end-of-run judgements (no loss, never recovered) were made
+    # Per store fault (valkey_restart, failover): its figure; the clients' recovery is filled in
+    # by ``store_fault_recovery``, a second pass over the history made only when there are some.
+    store_faults: list[dict[str, Any]] = field(default_factory=list)
+    outcomes: Outcomes = field(default_factory=Outcomes)
+    dead_letter: DeadLetter = field(default_factory=DeadLetter)
+    needless_by_fault: dict[str, int] = field(default_factory=dict)
+    needless_by_duration: list[dict[str, Any]] = field(default_factory=list)
+    stranded_leases: list[StrandedLease] = field(default_factory=list)  # ``stranded`` of them
+
+    def failed_invariants(self) -> list[str]:
+        return [name for name, result in self.invariants.items() if not result.ok]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "invariants": {name: result.as_dict() for name, result in self.invariants.items()},
+            "jobs": asdict(self.jobs),
+            "redeliveries": asdict(self.redeliveries),
+            "recovery": {name: asdict(summary) for name, summary in self.recovery.items()},
+            "stranded_lease_count": self.stranded,
+            "faults": self.faults,
+            "rejected": self.rejected,
+            "events": self.events,
+            "throughput_per_s": self.throughput_per_s,
+            "report_only": list(self.config.report_only),
+            "store_faults": self.store_faults,
+            "outcomes": asdict(self.outcomes),
+            "dead_letter": asdict(self.dead_letter),
+            "needless_by_fault": self.needless_by_fault,
+            "needless_by_duration": self.needless_by_duration,
+            "stranded_leases": [item.as_dict() for item in self.stranded_leases],
+        }
+
+
+@dataclass
+class StrandedLease:
+    """A lease its holder held when a fault hit it; open until the holder renews it or it ends.
+    The verdict keeps them all, so reports can draw each recovery (fault → reap → re-claim)."""
+
+    job_id: str
+    attempt: int
+    worker: str
+    fault_ts: int
+    fault_id: str
+    reap_ts: int | None = None
+    reclaim_ts: int | None = None
+    recomplete_ts: int | None = None
+    dismissed: bool = False  # its holder acted after the fault: it was not stranded after all
+
+    def as_dict(self) -> dict[str, Any]:
+        """As report.json lists it (``dismissed`` is the replay's own note, always false here)."""
+        return {"job": self.job_id, "attempt": self.attempt, "worker": self.worker,
+                "fault_id": self.fault_id, "fault_ts": self.fault_ts, "reap_ts": self.reap_ts,
+                "reclaim_ts": self.reclaim_ts, "recomplete_ts": self.recomplete_ts}
+
+

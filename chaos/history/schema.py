@@ -1,0 +1,426 @@
+"""Every event type of the history, typed: one definition each, with its encoder and decoder.
+
+Two writers fill the events stream, both with flat string fields: the queue's Lua scripts write
+the transitions (enqueue, claim, extend, complete, their rejections, reap, dead), and the runner,
+the nemesis and the workers write their own events through ``record.lua`` (run, phase, fault,
+heal, fault_skipped, handler_hog). ``history.jsonl`` keeps each entry as it was, one JSON object
+per line, so the file format is the stream's own and every old run directory stays readable.
+
+Reading goes in two steps, for speed: every line first becomes an ``events.Event``, the envelope
+(stream id, type, server time and the lease fields the transitions share, already ints), which
+is all the checker's hot path reads. A type's own fields stay strings in ``Event.extra`` until a
+reader asks for the typed event: ``Fault.decode(event)``, or ``decode(event)`` for any type.
+Only the decoders below read ``Event.extra``.
+
+Writing: ``fields()`` is an event's stream fields, e.g. ``queue.record(**Heal(...).fields())``
+(``None`` fields are left out); the server stamps ``ts`` and the stream assigns ``seq``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from chaos.history.events import Event
+
+
+def _int(value: str | None) -> int | None:
+    """A stored number: absent and "" read as None."""
+    return int(value) if value else None
+
+
+def _fields(type_: str, pairs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
+    """The stream fields of an event: ``None`` values left out, everything else as given."""
+    return {"type": type_, **{name: value for name, value in pairs if value is not None}}
+
+
+# --- queue transitions (written by the Lua scripts; the encoders serve tests and tools) -------
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueue:
+    TYPE: ClassVar[str] = "enqueue"
+    job_id: str
+    kind: str = ""  # the job's kind, when it has one (``poison``: its handler never finishes)
+    ts: int = 0
+    seq: str = ""
+
+    @property
+    def poison(self) -> bool:
+        return self.kind == "poison"
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("kind", self.kind or None)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Enqueue:
+        return cls(event.job_id or "", event.extra.get("kind", ""), event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """A lease handed out: ``attempt`` is its fencing token, it runs to ``deadline``."""
+
+    TYPE: ClassVar[str] = "claim"
+    job_id: str
+    attempt: int
+    worker: str
+    lease_ms: int | None = None
+    deadline: int | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
+                                   ("worker", self.worker), ("lease_ms", self.lease_ms),
+                                   ("deadline", self.deadline)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Claim:
+        return cls(event.job_id or "", event.attempt or 0, event.worker or "", event.lease_ms,
+                   event.deadline, event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Extend:
+    """An accepted renewal; ``rtt_ms``: the client's previous extend round trip, if measured."""
+
+    TYPE: ClassVar[str] = "extend"
+    job_id: str
+    attempt: int
+    worker: str
+    lease_ms: int | None = None
+    deadline: int | None = None
+    rtt_ms: int | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
+                                   ("worker", self.worker), ("lease_ms", self.lease_ms),
+                                   ("deadline", self.deadline), ("rtt_ms", self.rtt_ms)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Extend:
+        return cls(event.job_id or "", event.attempt or 0, event.worker or "", event.lease_ms,
+                   event.deadline, rtt_ms(event), event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class ExtendRejected:
+    """A renewal of a lease that is no longer live (``current_attempt``: the live one's)."""
+
+    TYPE: ClassVar[str] = "extend_rejected"
+    job_id: str
+    attempt: int
+    worker: str
+    current_attempt: int | None = None
+    rtt_ms: int | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
+                                   ("current_attempt", self.current_attempt),
+                                   ("worker", self.worker), ("rtt_ms", self.rtt_ms)))
+
+    @classmethod
+    def decode(cls, event: Event) -> ExtendRejected:
+        return cls(event.job_id or "", event.attempt or 0, event.worker or "",
+                   event.current_attempt, rtt_ms(event), event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    TYPE: ClassVar[str] = "complete"
+    job_id: str
+    attempt: int
+    worker: str
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
+                                   ("worker", self.worker)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Complete:
+        return cls(event.job_id or "", event.attempt or 0, event.worker or "", event.ts,
+                   event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class CompleteRejected:
+    TYPE: ClassVar[str] = "complete_rejected"
+    job_id: str
+    attempt: int
+    worker: str
+    current_attempt: int | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
+                                   ("current_attempt", self.current_attempt),
+                                   ("worker", self.worker)))
+
+    @classmethod
+    def decode(cls, event: Event) -> CompleteRejected:
+        return cls(event.job_id or "", event.attempt or 0, event.worker or "",
+                   event.current_attempt, event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Reap:
+    """The reaper took back a lapsed lease (the job is pending again); ``stalls``: how many
+    times the job has now been recovered."""
+
+    TYPE: ClassVar[str] = "reap"
+    job_id: str
+    attempt: int
+    worker: str
+    deadline: int | None = None
+    stalls: int | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
+                                   ("worker", self.worker), ("deadline", self.deadline),
+                                   ("stalls", self.stalls)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Reap:
+        return cls(event.job_id or "", event.attempt or 0, event.worker or "", event.deadline,
+                   _int(event.extra.get("stalls")), event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Dead(Reap):
+    """The reaper took back a lapsed lease past the stall limit: the job is dead-lettered."""
+
+    TYPE: ClassVar[str] = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class HandlerHog:
+    """A worker's handler held a lease for ``duration_ms`` on purpose (a ``cpu_hog`` fault)."""
+
+    TYPE: ClassVar[str] = "handler_hog"
+    job_id: str
+    attempt: int
+    worker: str
+    duration_ms: int | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
+                                   ("worker", self.worker), ("duration_ms", self.duration_ms)))
+
+    @classmethod
+    def decode(cls, event: Event) -> HandlerHog:
+        return cls(event.job_id or "", event.attempt or 0, event.worker or "",
+                   _int(event.extra.get("duration_ms")), event.ts, event.seq)
+
+
+def rtt_ms(event: Event) -> int | None:
+    """An extend's (or rejected extend's) client-measured round trip, if it carries one."""
+    value = event.extra.get("rtt_ms", "")
+    return int(value) if value.isdigit() else None
+
+
+# --- the runner's own events (written through record.lua) -------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """The run's settings, written first: the checker's configuration comes from here."""
+
+    TYPE: ClassVar[str] = "run"
+    scenario: str = ""
+    seed: int | None = None
+    lease_ms: int | None = None
+    reap_interval_ms: int | None = None
+    reap_limit: int | None = None
+    heartbeat_ms: int | None = None
+    tolerance_ms: int | None = None
+    workers: tuple[str, ...] = ()
+    concurrency: int | None = None
+    protocol: str = ""
+    reapers: int | None = None
+    report_only: tuple[str, ...] = ()  # invariants judged but left out of the verdict
+    wait_replicas: int | None = None
+    max_stalls: int | None = None
+    heartbeat: str = ""  # process | thread
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (
+            ("scenario", self.scenario), ("seed", self.seed), ("lease_ms", self.lease_ms),
+            ("reap_interval_ms", self.reap_interval_ms), ("reap_limit", self.reap_limit),
+            ("heartbeat_ms", self.heartbeat_ms), ("tolerance_ms", self.tolerance_ms),
+            ("workers", ",".join(self.workers)), ("concurrency", self.concurrency),
+            ("protocol", self.protocol), ("reapers", self.reapers),
+            ("report_only", ",".join(self.report_only)), ("wait_replicas", self.wait_replicas),
+            ("max_stalls", self.max_stalls), ("heartbeat", self.heartbeat)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Run:
+        get = event.extra.get
+        return cls(
+            get("scenario", ""), _int(get("seed")), event.lease_ms,
+            _int(get("reap_interval_ms")), _int(get("reap_limit")), _int(get("heartbeat_ms")),
+            _int(get("tolerance_ms")), _names(get("workers")), _int(get("concurrency")),
+            get("protocol", ""), _int(get("reapers")), _names(get("report_only")),
+            _int(get("wait_replicas")), _int(get("max_stalls")), get("heartbeat", ""),
+            event.ts, event.seq)
+
+
+def _names(value: str | None) -> tuple[str, ...]:
+    return tuple(name for name in (value or "").split(",") if name)
+
+
+@dataclass(frozen=True, slots=True)
+class Phase:
+    """A phase begins (warmup, chaos, drain, ``capacity-step-N``) or the run ends (``end``)."""
+
+    TYPE: ClassVar[str] = "phase"
+    name: str
+    drained: bool | None = None  # end only: the queue emptied before the drain timed out
+    aborted: bool = False  # end only: the run was cut short
+    cause: str = ""  # end of an aborted run: interrupt | infra | internal
+    rate: float | None = None  # capacity steps: the offered rate
+    ts: int = 0
+    seq: str = ""
+
+    @property
+    def ended_normally(self) -> bool:
+        """The run's normal end: only then is the drain judged."""
+        return self.name == "end" and not self.aborted
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (
+            ("phase", self.name), ("drained", None if self.drained is None else int(self.drained)),
+            ("aborted", int(self.aborted) if self.name == "end" else None),
+            ("cause", self.cause or None), ("rate", self.rate)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Phase:
+        get = event.extra.get
+        drained = get("drained")
+        rate = get("rate")
+        return cls(get("phase", ""), None if not drained else drained != "0",
+                   get("aborted", "0") != "0", get("cause", ""), float(rate) if rate else None,
+                   event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Fault:
+    """A fault took effect on ``worker`` (a worker, or a store node for a store fault)."""
+
+    TYPE: ClassVar[str] = "fault"
+    fault_id: str
+    kind: str
+    worker: str
+    target: str = ""  # as the scenario named it (``random 1``, ``holding_oldest_lease``, ...)
+    duration_ms: int | None = None
+    # The holder could not act (kill, pause, partition), not just slowed (latency, clock skew):
+    # a lease lost under it is a needed redelivery, not a needless one. Absent reads as cut off.
+    cuts_off: bool = True
+    killed_ts: int | None = None  # store faults: when the node went down
+    down_ms: int | None = None
+    promoted_ms: int | None = None  # failovers: when a replica took over
+    new_primary: str | None = None
+    # The kind's own settings (latency_ms, toxic, ...): as given when written, strings when read.
+    parameters: dict[str, Any] = field(default_factory=dict)
+    ts: int = 0
+    seq: str = ""
+
+    @property
+    def is_store(self) -> bool:
+        """A store fault (``valkey_restart``, ``failover``): figures only, it strands no lease."""
+        return self.killed_ts is not None
+
+    def fields(self) -> dict[str, Any]:
+        return {**_fields(self.TYPE, (
+            ("kind", self.kind), ("worker", self.worker), ("fault_id", self.fault_id),
+            ("target", self.target or None), ("duration_ms", self.duration_ms),
+            ("cuts_off", int(self.cuts_off)), ("killed_ts", self.killed_ts),
+            ("down_ms", self.down_ms))), **self.parameters, **_fields(self.TYPE, (
+                ("promoted_ms", self.promoted_ms), ("new_primary", self.new_primary)))}
+
+    @classmethod
+    def decode(cls, event: Event) -> Fault:
+        extra = event.extra
+        get = extra.get
+        return cls(
+            get("fault_id") or event.seq, get("kind", ""), event.worker or "", get("target", ""),
+            _int(get("duration_ms")), get("cuts_off", "1") != "0", _int(get("killed_ts")),
+            _int(get("down_ms")), _int(get("promoted_ms")), get("new_primary"),
+            {name: value for name, value in extra.items() if name not in _FAULT_FIELDS},
+            event.ts, event.seq)
+
+
+_FAULT_FIELDS = frozenset(("fault_id", "kind", "target", "duration_ms", "cuts_off", "killed_ts",
+                           "down_ms", "promoted_ms", "new_primary"))
+
+
+@dataclass(frozen=True, slots=True)
+class Heal:
+    """The fault ``fault_id`` ends (recorded while it still holds, so the window in the history
+    lies inside the real one). A kill is never healed; a crashed worker's restart is."""
+
+    TYPE: ClassVar[str] = "heal"
+    fault_id: str
+    kind: str
+    worker: str
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("kind", self.kind), ("worker", self.worker),
+                                   ("fault_id", self.fault_id)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Heal:
+        get = event.extra.get
+        return cls(get("fault_id", ""), get("kind", ""), event.worker or "", event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class FaultSkipped:
+    """A planned fault found no live target when it was due."""
+
+    TYPE: ClassVar[str] = "fault_skipped"
+    kind: str
+    target: str
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("kind", self.kind), ("target", self.target)))
+
+    @classmethod
+    def decode(cls, event: Event) -> FaultSkipped:
+        get = event.extra.get
+        return cls(get("kind", ""), get("target", ""), event.ts, event.seq)
+
+
+TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Reap
+              | Dead | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped)
+TRANSITIONS: tuple[type[TypedEvent], ...] = (
+    Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Reap, Dead)
+RUNNER_EVENTS: tuple[type[TypedEvent], ...] = (Run, Phase, Fault, Heal, FaultSkipped)
+EVENT_TYPES: dict[str, type[TypedEvent]] = {
+    kind.TYPE: kind for kind in (*TRANSITIONS, HandlerHog, *RUNNER_EVENTS)}
+# A worker's own calls on a lease it was handed (accepted or rejected): each one reached the store.
+CLIENT_CALLS = (Claim.TYPE, Extend.TYPE, Complete.TYPE, ExtendRejected.TYPE,
+                CompleteRejected.TYPE)
+
+
+def decode(event: Event) -> TypedEvent | None:
+    """The typed event of a history line; None for a type this version does not know."""
+    kind = EVENT_TYPES.get(event.type)
+    return kind.decode(event) if kind is not None else None
