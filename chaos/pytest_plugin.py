@@ -5,20 +5,26 @@
 
     def test_my_worker(chaos_cluster):            # valkey + reaper + workers, no load, no faults
         chaos_cluster.queue.enqueue("job-1")
-        ...
-        assert chaos_cluster.check().passed
+        assert chaos_cluster.check().passed       # waits until the queue drained, then judges
 
 ``chaos_run(path, out=None, **overrides)`` runs one scenario (overrides as ``--set`` takes them,
-``__`` for the dots: ``phases__chaos_ms=1000``) in a run directory under the test's ``tmp_path``
+``__`` for the dots: ``phases__chaos_ms=2500``) in a run directory under the test's ``tmp_path``
 (or ``out``) and returns the run's result (``.passed``, ``.verdict``, ``.report``, ``.run_dir``,
-``.checked``). When a test that used it fails, the report shows each run's invariant table.
-``chaos_cluster`` takes its scenario from ``@pytest.mark.chaos_scenario(path, **overrides)``,
-else a small default (2 workers, 1 s leases, 250 ms reaps).
+``.checked``). ``chaos_cluster`` takes its scenario from
+``@pytest.mark.chaos_scenario(path, **overrides)``, else a small default (2 workers, 1 s leases,
+250 ms reaps). ``chaos_cluster.wait_until_drained(timeout=None)`` waits until nothing is pending
+or leased (``NotDrained``, naming the jobs left, on timeout); ``check(timeout=None)`` waits so,
+then stops the workers and judges the run directory, writing report.json, report.html and
+junit.xml there. When a test that used either fixture fails, the report shows each run's
+invariant table and its run directory (a cluster the test had not judged is judged then, its
+end-of-run invariants only if it had drained).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -32,6 +38,7 @@ if TYPE_CHECKING:  # the plugin loads in every pytest session: keep its import c
     from chaos.scenario.model import Scenario
 
 RUNS = pytest.StashKey[list["RunResult"]]()
+CLUSTERS = pytest.StashKey["ChaosCluster"]()
 DEFAULT_CLUSTER = {"name": "pytest-cluster",
                    "topology": {"workers": 2, "concurrency": 2, "lease_ms": 1000,
                                 "reap_interval_ms": 250}}
@@ -87,12 +94,19 @@ def chaos_run(request: pytest.FixtureRequest, tmp_path: Path) -> ChaosRunner:
     return runner
 
 
+class NotDrained(AssertionError):
+    """``chaos_cluster`` still had jobs pending or leased when its wait ran out."""
+
+
 class ChaosCluster:
     """A running local cluster (Valkey, reaper(s), workers) whose history is being recorded."""
 
+    SHOWN_IDS = 5  # job ids a NotDrained message names, per set
+
     def __init__(self, run: Run) -> None:
         self.run = run
-        self.evaluation: Evaluation | None = None  # set by check()
+        self.evaluation: Evaluation | None = None  # set once judged (check(), or a failure)
+        self.report: dict[str, Any] | None = None  # report.json as written then
 
     @property
     def url(self) -> str:
@@ -112,17 +126,75 @@ class ChaosCluster:
     def run_dir(self) -> Path:
         return self.run.run_dir
 
-    def check(self) -> Verdict:
-        """Stop the workers, export the last events and judge the run directory, as `run` and
-        `check` do (``self.evaluation`` keeps the ack-ledger comparison too)."""
-        if self.evaluation is None:
-            from chaos.run.evaluate import evaluate
+    def wait_until_drained(self, timeout: float | None = None) -> None:
+        """Return once nothing is pending or leased. ``timeout``: seconds in all; by default
+        wait as long as the backlog keeps shrinking, and give up once it has not for the
+        scenario's drain timeout (lease + reap interval + drain margin), the runner's bound
+        for one drain. Raises ``NotDrained`` naming the jobs still pending and active."""
+        queue = self.run.queue
+        assert queue is not None
+        started = last_progress = time.monotonic()
+        stall_s = self.run.scenario.drain_timeout_ms / 1000
+        smallest = None
+        while True:
+            backlog = queue.backlog()
+            if backlog == (0, 0):
+                self.run.drained = True
+                return
+            now = time.monotonic()
+            if smallest is None or sum(backlog) < smallest:
+                smallest, last_progress = sum(backlog), now
+            if timeout is not None and now - started >= timeout:
+                raise NotDrained(self._left(f"after {timeout:g} s"))
+            if timeout is None and now - last_progress >= stall_s:
+                raise NotDrained(self._left(f"after {now - started:.1f} s (no job left the "
+                                            f"backlog for {stall_s:g} s)"))
+            time.sleep(0.05)
 
-            self.run.wind_down()
-            self.evaluation = evaluate(self.run_dir)
+    def _left(self, when: str) -> str:
+        assert self.run.queue is not None
+        keys, client = self.run.keys, self.run.queue.client
+        parts = []
+        for label, key in (("pending", keys.pending), ("active", keys.active)):
+            count = client.zcard(key)
+            ids = [_text(member) for member in client.zrange(key, 0, self.SHOWN_IDS - 1)]
+            more = ", …" if count > len(ids) else ""
+            parts.append(f"{count} {label}" + (f" ({', '.join(ids)}{more})" if ids else ""))
+        return (f"chaos_cluster not drained {when}: {', '.join(parts)}; run directory "
+                f"{self.run_dir}")
+
+    def check(self, timeout: float | None = None) -> Verdict:
+        """Wait until drained (``wait_until_drained(timeout)``), stop the workers, export the
+        last events and judge the run directory as `run` and `check` do, writing report.json,
+        report.html and junit.xml there (``self.evaluation`` keeps the ack-ledger comparison
+        too). Judging a queue with jobs still in flight would call them lost: a cluster that
+        does not drain raises ``NotDrained`` instead of a verdict."""
+        if self.evaluation is None:
+            self.wait_until_drained(timeout)
+            self.judge()
+        assert self.evaluation is not None
         if self.evaluation.verdict is None:
             raise AssertionError(f"{self.run_dir}: no history was recorded")
         return self.evaluation.verdict
+
+    def judge(self) -> None:
+        """Stop the workers and judge the run as it stands; a cluster that had not drained is
+        judged as an aborted run (no end-of-run judgements: what is in flight is not lost)."""
+        from chaos.files import write_json_atomic
+        from chaos.report.summary import write_rendered_reports
+        from chaos.run.evaluate import evaluate
+
+        drained = self.run.drained
+        self.run.wind_down(aborted=not drained, cause="" if drained else "interrupt")
+        self.evaluation = evaluate(self.run_dir)
+        extra = {} if drained else {"error": "chaos_cluster judged before the queue drained"}
+        self.report = self.evaluation.report(**extra)
+        write_json_atomic(self.run_dir / "report.json", self.report)
+        write_rendered_reports(self.run_dir, self.report, self.evaluation.verdict)
+
+
+def _text(member: Any) -> str:
+    return member.decode() if isinstance(member, bytes) else str(member)
 
 
 @pytest.fixture
@@ -143,24 +215,46 @@ def chaos_cluster(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ch
         try:
             run.bring_up()
             cluster = ChaosCluster(run)
+            request.node.stash[CLUSTERS] = cluster
             yield cluster
-            cluster.check()
+            if cluster.evaluation is None:  # not judged by the test: stop the workers only
+                run.wind_down(aborted=not run.drained, cause="" if run.drained else "interrupt")
         finally:
             run.close()
 
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
-    """A failed test that ran scenarios shows each run's invariant table."""
+    """A failed test that ran scenarios, or used a cluster, shows each run's invariant table
+    and run directory."""
     outcome = yield
     report = outcome.get_result()  # type: ignore[attr-defined]
-    results = item.stash.get(RUNS, None)
-    if report.when != "call" or not report.failed or not results:
+    if report.when != "call" or not report.failed:
         return
     from chaos.report.summary import summary_text
 
-    for result in results:
+    for result in item.stash.get(RUNS, []):
         report.sections.append(
             (f"chaos run {result.report.get('scenario')}: {result.verdict.upper()}",
              f"{summary_text(result.report)}\nrun directory: {result.run_dir} "
              "(report.html, junit.xml, history.jsonl)"))
+    cluster = item.stash.get(CLUSTERS, None)
+    if cluster is None:
+        return
+    if cluster.report is None:
+        try:
+            # As the runner drains before it judges; if it does not drain, judged as it
+            # stands, without calling lost what is still in flight.
+            with contextlib.suppress(NotDrained):
+                cluster.wait_until_drained()
+            cluster.judge()
+        except Exception as failure:  # the test's own failure matters more than this one
+            report.sections.append(("chaos cluster", f"not judged: {failure}\n"
+                                                     f"run directory: {cluster.run_dir}"))
+            return
+    assert cluster.report is not None
+    report.sections.append(
+        (f"chaos cluster {cluster.report.get('scenario')}: "
+         f"{str(cluster.report['verdict']).upper()}",
+         f"{summary_text(cluster.report)}\nrun directory: {cluster.run_dir} "
+         "(report.html, junit.xml, history.jsonl)"))

@@ -1,5 +1,5 @@
 """Reports people read and CI consumes: report.html, junit.xml, `check`/`report` offline, a suite
-of scenarios in one `run`, live progress, and the pytest plugin (this file uses its fixtures).
+of scenarios in one `run` and live progress (the pytest plugin: test_pytest_plugin.py).
 
 Rendering is tested on hand-written histories (pass, fail, aborted) and on real runs; the page is
 opened in headless Chromium once and its screenshot must show the verdict."""
@@ -37,7 +37,6 @@ from chaos.run.progress import Progress, Status
 from chaos.scenario.loading import scenario_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
-pytest_plugins = ["pytester"]  # runs a user's test file that uses the chaos_run fixture
 SECTIONS = ("invariants", "timeline", "recovery", "leases", "load", "settings")
 
 
@@ -528,38 +527,3 @@ def test_report_html_in_headless_chromium_is_not_blank(suite, tmp_path: Path):
     red = ((abs(top[:, :, 0] - 0xCF) < 12) & (abs(top[:, :, 1] - 0x22) < 12)
            & (abs(top[:, :, 2] - 0x2E) < 12)).sum()
     assert red > 1500, red
-
-
-# --- the pytest plugin, used as a user would -------------------------------------------------
-@pytest.mark.integration
-def test_chaos_run_fixture_returns_the_verdict(chaos_run):
-    result = chaos_run("scenarios/steady-state.toml", phases__chaos_ms=1000)
-    assert result.passed, result
-    assert result.report["scenario"] == "steady-state"
-    assert (result.run_dir / "report.html").exists() and (result.run_dir / "junit.xml").exists()
-    assert "phase chaos" in (result.run_dir / "console.log").read_text()
-
-
-@pytest.mark.integration
-def test_chaos_cluster_fixture_runs_a_queue_and_judges_its_history(chaos_cluster):
-    for number in range(12):
-        assert chaos_cluster.queue.enqueue(f"job-{number}")
-    deadline = time.monotonic() + 20
-    while chaos_cluster.queue.backlog() != (0, 0) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    verdict = chaos_cluster.check()
-    assert verdict.passed and verdict.jobs.completed == 12
-
-
-@pytest.mark.integration
-def test_a_failing_chaos_run_prints_its_invariant_table(pytester: pytest.Pytester):
-    pytester.makepyfile(f"""
-        def test_release(chaos_run):
-            assert chaos_run({str(ROOT / 'scenarios/mutants/unfenced-complete.toml')!r}).passed
-        """)
-    result = pytester.runpytest("-p", "no:cacheprovider")
-    assert result.ret == 1
-    output = result.stdout.str()
-    assert "chaos run unfenced-complete: FAIL" in output
-    assert "[FAIL] no_double_completion" in output and "[ok  ] no_loss" in output
-    assert "RunResult(unfenced-complete: fail, failed no_double_completion" in output
