@@ -147,7 +147,11 @@ def cmd_check(args: argparse.Namespace) -> int:
         print(json.dumps(saved.report, indent=2))
     else:
         print(summary_text(saved.report))
-    if saved.saved is not None:
+    if saved.saved_is_stub:
+        print(f"the saved report.json is the stub of a run stopped before it was judged "
+              f"({(saved.saved or {}).get('error') or 'no verdict'}); `echomq-chaos report "
+              f"{args.run_dir}` replaces it with this verdict", file=sys.stderr)
+    elif saved.saved is not None:
         differences = saved.differences()
         if differences:
             print(f"note: differs from the saved report.json in {', '.join(differences)} "
@@ -160,9 +164,10 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     run_dir = Path(args.run_dir)
     saved = recheck(run_dir)
-    if saved.saved is None:  # a run killed before it could write one
+    if saved.saved is None or saved.saved_is_stub:  # a run stopped before it wrote a verdict
         write_json_atomic(run_dir / "report.json", saved.report)
-        print(f"wrote {run_dir / 'report.json'} (there was none)", file=sys.stderr)
+        was = "there was none" if saved.saved is None else "replacing the unjudged stub"
+        print(f"wrote {run_dir / 'report.json'} ({was})", file=sys.stderr)
     problems = write_rendered_reports(run_dir, saved.report, saved.verdict)
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)

@@ -24,7 +24,7 @@ from chaos.check.checker import CheckConfig, check
 from chaos.cli import main
 from chaos.names import INVARIANTS
 from chaos.report.html import external_urls, render_html
-from chaos.report.junit import junit_document
+from chaos.report.junit import NOT_JUDGED, junit_document
 from chaos.report.summary import (
     build_report,
     read_report,
@@ -151,7 +151,7 @@ def test_aborted_run_renders_without_judging_loss():
     verdict = check(events, final=False)
     report = build_report("hand-written", "aborted", verdict, error="interrupted")
     page = render_html(report, events, verdict)
-    assert "ABORTED" in page and "not judged (run aborted)" in page and "interrupted" in page
+    assert "ABORTED" in page and NOT_JUDGED in page and "interrupted" in page
     suite = ET.fromstring(junit_document([(report, None)])).find("testsuite")
     assert suite is not None
     cases = {case.get("name"): case for case in suite.iter("testcase")}
@@ -159,6 +159,74 @@ def test_aborted_run_renders_without_judging_loss():
     assert cases["run"].find("error") is not None
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
             suite.get("skipped")) == (str(len(INVARIANTS) + 1), "0", "1", "1")
+
+
+def test_an_aborted_run_says_not_judged_in_the_summary_junit_and_page_alike():
+    """The terminal summary must not print [ok] for what junit skips and the page leaves
+    unjudged: the end-of-run invariants of a run stopped mid-way."""
+    h = paused_worker_history()
+    records = [r for r in h.records() if r.get("phase") not in ("drain", "end")]
+    records.append({"seq": "3700-0", "type": "phase", "phase": "end", "drained": "0",
+                    "aborted": "1", "cause": "interrupt", "ts": "3700"})
+    events = to_events(records)
+    verdict = check(events, final=False)
+    report = build_report("hand-written", "aborted", verdict, error="interrupted")
+    unjudged = [name for name, result in report["invariants"].items()
+                if result.get("judged") is False]
+    assert unjudged, report["invariants"]
+    text = summary_text(report)
+    suite = ET.fromstring(junit_document([(report, None)])).find("testsuite")
+    assert suite is not None
+    skipped = {case.get("name"): case.find("skipped") for case in suite.iter("testcase")}
+    page = render_html(report, events, verdict)
+    for name in unjudged:
+        assert f"[ok  ] {name}" not in text
+        assert f"[skip] {name}  {NOT_JUDGED}" in text
+        assert skipped[name] is not None and skipped[name].get("message") == NOT_JUDGED
+    assert page.count(NOT_JUDGED) == len(unjudged)
+    for name in set(report["invariants"]) - set(unjudged):
+        assert f"[ok  ] {name}" in text
+
+
+def stopped_twice_run_dir(tmp_path: Path) -> Path:
+    """What a double Ctrl-C leaves: a history cut off without its end event, a client's
+    acknowledgement of a transition the runner never exported, and the stub report.json."""
+    run_dir = tmp_path / "run"
+    (run_dir / "acks").mkdir(parents=True)
+    h = History()
+    h.phase("warmup", ts=0)
+    h.enqueue("a", ts=10)
+    h.claim("a", 1, "w1", ts=20)
+    h.write_jsonl(run_dir / "history.jsonl")
+    (run_dir / "acks" / "producer.jsonl").write_text(
+        '{"op": "enqueue", "id": "a", "t": 10}\n{"op": "enqueue", "id": "b", "t": 30}\n')
+    (run_dir / "report.json").write_text(json.dumps(build_report(
+        "hand-written", "aborted", None,
+        error="interrupted twice: children SIGKILLed, orderly teardown skipped")))
+    return run_dir
+
+
+def test_check_after_a_double_interrupt_names_the_stub_and_no_store_loss(tmp_path: Path,
+                                                                          capsys):
+    run_dir = stopped_twice_run_dir(tmp_path)
+    result = cli_here(capsys, "check", str(run_dir), "--json")
+    assert result.returncode == 130
+    assert "checker version" not in result.stderr
+    assert "report.json is the stub" in result.stderr and "echomq-chaos report" in result.stderr
+    acks = json.loads(result.stdout)["ack_ledger"]
+    assert (acks["lost"], acks["unexported"]) == (0, 1), acks
+    text = cli_here(capsys, "check", str(run_dir)).stdout
+    assert "0 lost" in text and "1 not in the history" in text
+
+
+def test_report_replaces_the_stub_a_double_interrupt_left(tmp_path: Path, capsys):
+    run_dir = stopped_twice_run_dir(tmp_path)
+    result = cli_here(capsys, "report", str(run_dir))
+    assert result.returncode == 130, result.stderr
+    written = json.loads((run_dir / "report.json").read_text())
+    assert written["verdict"] == "aborted" and "invariants" in written
+    assert written["error"].startswith("interrupted twice")  # what the run saw is kept
+    assert "same verdict" in cli_here(capsys, "check", str(run_dir)).stderr
 
 
 def judged(h: History) -> dict:

@@ -9,6 +9,7 @@ from typing import Any
 
 from chaos.check.verdict import Verdict
 from chaos.history.events import Event
+from chaos.report.junit import NOT_JUDGED
 
 SCHEMA = 2
 
@@ -114,6 +115,8 @@ def summary_text(report: dict[str, Any]) -> str:
         mark = "ok  " if result["ok"] else ("WARN" if name in report_only else "FAIL")
         detail = "" if result["ok"] else f"  {result['violations']} violation(s), e.g. " + \
             json.dumps(result["examples"][:2])
+        if result["ok"] and result.get("judged") is False:
+            mark, detail = "skip", f"  {NOT_JUDGED}"
         lines.append(f"  [{mark}] {name}{detail}")
     if report_only:
         lines.append(f"  (report only, not in the verdict: {', '.join(sorted(report_only))})")
@@ -132,6 +135,10 @@ def summary_text(report: dict[str, Any]) -> str:
             f"  acks      {acked} acknowledged transitions, {acks['lost']} lost "
             f"{acks['lost_by_op']} ({acks['jobs_affected']} jobs); "
             f"{acks['history_events_lost']} exported events rolled back by the store")
+        if acks.get("unexported"):
+            lines.append(
+                f"            {acks['unexported']} not in the history (the runner stopped "
+                "before exporting them; not counted as store losses)")
     preflight = report.get("preflight")
     if preflight:
         settings = preflight["settings"]

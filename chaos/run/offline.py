@@ -8,6 +8,7 @@ before its own.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 from chaos.check.checker import Verdict
 from chaos.errors import exit_code_for
 from chaos.files import write_json_atomic
+from chaos.history.events import Event, replay_history
+from chaos.history.schema import Phase
 from chaos.report.summary import write_rendered_reports
 from chaos.run.evaluate import HISTORY, Evaluation, SavedRunError, evaluate, scenario_name
 
@@ -42,9 +45,16 @@ class SavedRun:
     def exit_code(self) -> int:
         return exit_code_for(self.word)
 
+    @property
+    def saved_is_stub(self) -> bool:
+        """The saved report.json holds no verdict: the stub a runner stopped before judging
+        leaves (a second Ctrl-C, or Ctrl-C while checking)."""
+        return self.saved is not None and "invariants" not in self.saved
+
     def differences(self) -> list[str]:
-        """Verdict keys on which the re-check disagrees with the saved report.json."""
-        if self.saved is None:
+        """Verdict keys on which the re-check disagrees with the saved report.json (none
+        for a stub: it judged nothing to disagree with)."""
+        if self.saved is None or self.saved_is_stub:
             return []
         return [key for key in VERDICT_KEYS if (key in self.saved or key in self.report)
                 and self.saved.get(key) != self.report.get(key)]
@@ -57,9 +67,29 @@ def recheck(run_dir: Path) -> SavedRun:
         history = run_dir / HISTORY
         raise SavedRunError(f"{history}: " + ("empty: nothing to check" if history.exists()
                                               else "no such file"))
+    _count_unexported_acks(run_dir, evaluation)
     judged = {"schema", "scenario", "verdict", "ack_ledger", *evaluation.verdict.as_dict()}
     seen = {key: value for key, value in (evaluation.saved or {}).items() if key not in judged}
     return SavedRun(run_dir, evaluation.verdict, evaluation.report(**seen), evaluation.saved)
+
+
+def _has_end(events: Iterable[Event]) -> bool:
+    return any(event.type == Phase.TYPE and Phase.decode(event).name == "end"
+               for event in events)
+
+
+def _count_unexported_acks(run_dir: Path, evaluation: Evaluation) -> None:
+    """A history without its end event was cut off (the runner was SIGKILLed, or exited on a
+    second Ctrl-C before exporting the last events): an acknowledged transition it lacks may
+    still have been in the store, so it counts as ``unexported``, not as a store loss."""
+    acks = evaluation.ack_ledger
+    if not acks or not acks["lost"] or acks.get("compared_with") != HISTORY:
+        return
+    if replay_history(run_dir / HISTORY, _has_end):
+        return
+    acks["unexported"], acks["unexported_examples"] = acks["lost"], acks["examples"]
+    acks["lost"], acks["examples"], acks["jobs_affected"] = 0, [], 0
+    acks["lost_by_op"] = dict.fromkeys(acks["lost_by_op"], 0)
 
 
 def write_missing_report(run_dir: Path) -> str:
@@ -68,6 +98,7 @@ def write_missing_report(run_dir: Path) -> str:
     error = "the runner was killed before it wrote a report; written by `echomq-chaos clean`"
     try:
         evaluation = evaluate(run_dir)
+        _count_unexported_acks(run_dir, evaluation)
         if evaluation.verdict is None:
             error += " (no history to check)"
     except SavedRunError as failure:

@@ -25,7 +25,7 @@ from chaos.history.events import Event, replay_history
 from chaos.names import INVARIANTS
 from chaos.report.html.analysis import Timeline, build_timeline, events_of_jobs, fault_jobs
 from chaos.report.html.figures import lease_chart_svg, recovery_svg, timeline_svg
-from chaos.report.junit import offending_jobs
+from chaos.report.junit import NOT_JUDGED, offending_jobs
 
 T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
@@ -95,7 +95,7 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
             continue
         result = invariants[name]
         if result.get("judged") is False:
-            status = '<span class="muted">not judged (run aborted)</span>'
+            status = f'<span class="muted">{_e(NOT_JUDGED)}</span>'
         elif not result["ok"] and name in report_only:
             status = '<span class="warn">FAIL</span><br><span class="muted">report only</span>'
         else:
