@@ -9,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from chaos.tools.capacity import CapacitySearch, Step, backlog_slope, claim_waits, judge
+from chaos.tools.capacity import (
+    CapacityResult,
+    CapacitySearch,
+    Step,
+    backlog_slope,
+    claim_waits,
+    fresh_pending,
+    judge,
+    table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_WORKER = str(ROOT / "scenarios" / "kill-worker.toml")
@@ -38,6 +47,42 @@ def test_claim_waits_count_unclaimed_jobs_with_the_wait_so_far():
     ]
     waits, unclaimed = claim_waits(entries, end_ts=1600)
     assert sorted(waits) == [30.0, 500.0] and unclaimed == 1
+
+
+@pytest.mark.integration
+def test_the_backlog_sampled_leaves_out_the_jobs_the_reaper_returned(queue):
+    """The slope test measures the pool falling behind the new load; a job the reaper returned
+    (scored 0 in pending, so it goes first) is recovery, not growth."""
+    for job in ("a", "b"):
+        assert queue.enqueue(job)
+    assert queue.claim(1, "w1") is not None
+    deadline = queue.server_time_ms() + 5
+    while queue.server_time_ms() <= deadline:
+        pass
+    assert queue.reap(10) == 1
+    assert queue.backlog() == (2, 0)
+    assert fresh_pending(queue) == 1
+
+
+def test_the_knee_line_reads_as_one_statement():
+    search = CapacitySearch(start_rate=30, step_rate=30, max_steps=3, step_ms=4000, p99_ms=200)
+    fits = [Step(1, 30.0, within=True), Step(2, 60.0, within=True)]
+    over = Step(3, 90.0, within=False, reason="backlog grows 9.0/s")
+    result = CapacityResult("s", search, [*fits, over], 60.0, "over capacity")
+    assert table(result).splitlines()[-1] == (
+        "knee: 60 jobs/s, the highest rate that fit; 90 jobs/s did not (backlog grows 9.0/s)")
+    result = CapacityResult("s", search, [*fits, Step(3, 90.0, within=True)], 90.0,
+                            "max steps (knee not reached)")
+    assert table(result).splitlines()[-1] == (
+        "knee: not reached; every step fit, up to 90 jobs/s (more with --steps or --step-rate)")
+    result = CapacityResult("s", search, [over], None, "over capacity")
+    assert table(result).splitlines()[-1] == (
+        "knee: none; the first step, 90 jobs/s, did not fit (backlog grows 9.0/s)")
+    limited = Step(2, 60.0, within=False, reason="generator delivered 40.0 < 90% of target")
+    result = CapacityResult("s", search, [fits[0], limited], 30.0, "generator limited")
+    assert table(result).splitlines()[-1] == (
+        "knee: at least 30 jobs/s; at 60 jobs/s the load generator, not the pool, was the limit "
+        "(generator delivered 40.0 < 90% of target)")
 
 
 @pytest.mark.parametrize(("delivered", "growth", "p99", "within", "why"), [
@@ -84,7 +129,7 @@ def test_capacity_finds_the_knee_of_a_small_pool(tmp_path: Path):
                      "--start-rate", "4", "--step-rate", "8", "--steps", "3",
                      "--step-ms", "2500", "--out", str(out))
     assert result.returncode == 0, result.stderr[-3000:]
-    assert "knee: 4 jobs/s (over capacity)" in result.stdout
+    assert "knee: 4 jobs/s, the highest rate that fit; 12 jobs/s did not" in result.stdout
     report = json.loads((out / "capacity.json").read_text())
     assert report["knee_rate"] == 4 and report["stopped_by"] == "over capacity"
     first, second = report["steps"]
@@ -93,3 +138,23 @@ def test_capacity_finds_the_knee_of_a_small_pool(tmp_path: Path):
     assert not second["within"] and "backlog grows" in second["reason"]
     assert second["delivered_rate"] >= 0.9 * 12  # the pool, not the generator, was the limit
     assert (out / "step01_stats.csv").exists() and (out / "history.jsonl").stat().st_size
+
+
+@pytest.mark.integration
+def test_capacity_with_faults_judges_the_step_not_the_recovery(tmp_path: Path):
+    """The documented ``capacity --fault`` at 30 jobs/s: the kills strand leases and the reaper
+    returns their jobs inside the step; those are not backlog growth. Stderr shows each step's
+    phase (the live progress) and the rows under a header."""
+    out = tmp_path / "cap"
+    result = run_cli("capacity", KILL_WORKER, "--p99-ms", "1000", "--fault", "--steps", "1",
+                     "--step-ms", "4000", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    report = json.loads((out / "capacity.json").read_text())
+    (step,) = report["steps"]
+    assert step["within"] and step["faults"] == 2, step
+    history = [json.loads(line) for line in (out / "history.jsonl").read_text().splitlines()]
+    assert any(event["type"] == "reap" for event in history)
+    assert "phase step 1 at 30 jobs/s" in result.stderr
+    header = result.stderr.index("step    target")
+    assert header < result.stderr.index("   1        30 ")
+    assert "knee: not reached; every step fit, up to 30 jobs/s" in result.stdout

@@ -7,7 +7,10 @@ steps, each a fresh headless Locust run (producers only, the scenario's ``load``
 - the load generator delivered its rate (at least ``MIN_DELIVERED`` of the target; otherwise
   Locust, not the pool, is the limit and the search stops saying so),
 - the backlog stayed bounded: pending grew by at most ``backlog_growth`` x rate jobs per second
-  over the step's second half (a least-squares slope of the 250 ms samples), and
+  over the step's second half (a least-squares slope of the 250 ms samples). Only the step's
+  own jobs count: a job the reaper returned to pending (scored 0 there) is a fault's recovery,
+  not the pool falling behind, so with ``fault`` the verdict does not depend on where the
+  fault schedule's reaps fall in the step; and
 - the claim wait p99 (enqueue -> first claim, both on the Valkey clock from the history; a job
   still unclaimed when the step ends counts with the wait so far) is at most ``p99_ms``.
 
@@ -32,6 +35,7 @@ from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, InfraEr
 from chaos.files import write_json_atomic
 from chaos.history.events import decode_entries
 from chaos.history.schema import Claim, Enqueue, Phase
+from chaos.protocol.client import QueueClient
 from chaos.run.progress import Progress
 from chaos.run.runner import Run, try_teardown
 from chaos.scenario.loading import ScenarioError
@@ -136,19 +140,44 @@ HEADER = ("step    target  delivered  wait p99ms   backlog  growth/s  cap   why\
           "----  --------  ---------  ----------  --------  --------  ----  ---")
 
 
+def knee_line(result: CapacityResult) -> str:
+    """The search's answer in one statement: the knee and the step that bounded it."""
+    last = result.steps[-1] if result.steps else None
+    why = f" ({last.reason})" if last is not None and last.reason else ""
+    if result.stopped_by.startswith("max steps") and last is not None:
+        return (f"knee: not reached; every step fit, up to {last.target_rate:g} jobs/s "
+                "(more with --steps or --step-rate)")
+    if result.stopped_by == "generator limited" and last is not None:
+        floor = (f"at least {result.knee_rate:g} jobs/s" if result.knee_rate is not None
+                 else "unknown")
+        return (f"knee: {floor}; at {last.target_rate:g} jobs/s the load generator, not the "
+                f"pool, was the limit{why}")
+    if result.stopped_by == "over capacity" and last is not None:
+        if result.knee_rate is None:
+            return (f"knee: none; the first step, {last.target_rate:g} jobs/s, did not "
+                    f"fit{why}")
+        return (f"knee: {result.knee_rate:g} jobs/s, the highest rate that fit; "
+                f"{last.target_rate:g} jobs/s did not{why}")
+    so_far = (f"{result.knee_rate:g} jobs/s fit so far" if result.knee_rate is not None
+              else "no step finished")
+    return f"knee: not found, the search {result.stopped_by or 'stopped'}; {so_far}"
+
+
 def table(result: CapacityResult) -> str:
     lines = [f"capacity of {result.scenario}: claim wait p99 <= {result.search.p99_ms:g} ms, "
              f"backlog growth <= {result.search.backlog_growth:g} x rate /s"
              + (", faults in every step" if result.search.fault else ""), HEADER]
     lines += [step.row() for step in result.steps]
-    if result.knee_rate is None:
-        lines.append(f"knee: none (not even {result.search.start_rate:g} jobs/s fit; "
-                     f"{result.stopped_by})")
-    else:
-        lines.append(f"knee: {result.knee_rate:g} jobs/s ({result.stopped_by})")
+    lines.append(knee_line(result))
     if result.error:
         lines.append(f"error: {result.error}")
     return "\n".join(lines)
+
+
+def fresh_pending(queue: QueueClient) -> int:
+    """Pending jobs, less those the reaper returned (a recovered job is scored 0, so it goes
+    first): what grows when the pool cannot keep up with the new load."""
+    return int(queue.client.zcount(queue.keys.pending, "(0", "+inf"))
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -210,6 +239,8 @@ class CapacityRun:
         self.out = out
         self.stream = stream
         self.progress = Progress(stream, self.scenario)
+        self.progress.planned_s = search.max_steps * search.step_ms / 1000  # the panel's bar
+        self.progress.status.planned_faults = len(scenario.faults) if search.fault else 0
         self.run = Run(self.scenario, out, self.progress)
         self.result = CapacityResult(scenario.name, search)
 
@@ -234,7 +265,10 @@ class CapacityRun:
                               "(traceback in capacity-error.txt)")
             try_teardown(lambda: self.run.wind_down(aborted=True))
         finally:
-            self.run.close()
+            try:
+                self.run.close()
+            finally:
+                self.progress.close()  # before the table is printed: no panel drawn after it
         write_json_atomic(self.out / "capacity.json", self.result.as_dict())
         return self.result
 
@@ -244,6 +278,9 @@ class CapacityRun:
             self._settle()
             step = self._step(index, rate)
             result.steps.append(step)
+            if index == 1:
+                for line in HEADER.splitlines():
+                    self.progress.say(line)
             self.progress.say(step.row())
             if not step.within:
                 generator = step.delivered_rate < MIN_DELIVERED * step.target_rate
@@ -270,6 +307,8 @@ class CapacityRun:
         locust = run.locust_load(load, name=f"locust-step{index:02d}", prefix=f"step{index:02d}")
         # Stream ids carry the server's ms, so this record's time starts the step's range.
         start_ts = queue.record(**Phase(f"capacity-step-{index}", rate=rate).fields())
+        self.progress.enter(f"step {index} at {rate:g} jobs/s",
+                            f"for {self.search.step_ms} ms")
         step.backlog_start = queue.backlog()[0]
         run.use_load(locust)
         locust.start()
@@ -280,8 +319,8 @@ class CapacityRun:
         while (now := time.monotonic()) < end:
             if nemesis is not None:
                 nemesis.tick(int((now - began) * 1000))
-            run.watch_children()
-            samples.append((now - began, queue.backlog()[0]))
+            samples.append((now - began, fresh_pending(queue)))
+            run._status()  # watches the children; feeds the live panel (jobs, backlog, faults)
             time.sleep(min(SAMPLE_S, max(0.0, end - time.monotonic())))
         end_ts = queue.server_time_ms()
         locust.request_stop()
