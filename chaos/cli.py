@@ -25,7 +25,7 @@ from chaos.report.summary import build_report, summary_text, write_rendered_repo
 from chaos.run.offline import SavedRunError, recheck, write_missing_report
 from chaos.run.plan import describe_plan
 from chaos.run.runner import RunDirError, RunResult, default_run_dir, prepare_run_dir, run_scenario
-from chaos.run.suite import suite_table, worst_exit_code
+from chaos.run.suite import suite_junit_runs, suite_table, worst_exit_code
 from chaos.runtime.pids import clean_processes
 from chaos.scenario.loading import ScenarioError, load_scenario
 from chaos.tools import selftest
@@ -65,7 +65,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             results.append(run_scenario(scenario, run_dir, strict=args.strict))
         if results[-1].verdict == "aborted":
             break  # Ctrl-C stops the suite, not only the scenario running
-    junit_runs = [(result.report, result.run_dir) for result in results]
+    junit_runs = suite_junit_runs(results, [s.name for s in scenarios], run_dirs)
     if suite_dir is not None:
         write_junit(suite_dir / "junit.xml", junit_runs)
         print(suite_table(results, [s.name for s in scenarios]))

@@ -34,6 +34,7 @@ from chaos.report.summary import (
 )
 from chaos.run.offline import VERDICT_KEYS
 from chaos.run.progress import Progress, Status
+from chaos.run.suite import suite_table
 from chaos.scenario.loading import scenario_from_dict
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -459,6 +460,25 @@ def test_suite_helpers_name_run_dirs_and_pick_the_worst_exit_code(tmp_path: Path
                      str(ROOT / "scenarios" / "pause-worker.toml"), "--dry-run")
     assert plans.returncode == 0
     assert "scenario kill-worker" in plans.stdout and "scenario pause-worker" in plans.stdout
+
+
+def test_a_suite_stopped_by_ctrl_c_lists_the_scenarios_not_run_in_junit(tmp_path: Path):
+    """As its table does: a scenario after the interrupted one is a skipped testcase."""
+    from chaos.run.runner import RunResult
+    from chaos.run.suite import suite_junit_runs
+
+    aborted = RunResult("aborted", 130, tmp_path / "a",
+                        build_report("a", "aborted", None, error="interrupted"), None)
+    runs = suite_junit_runs([aborted], ["a", "b"], [tmp_path / "a", tmp_path / "b"])
+    assert "not run" in suite_table([aborted], ["a", "b"])
+    root = ET.fromstring(junit_document(runs))
+    suites = {suite.get("name"): suite for suite in root.iter("testsuite")}
+    assert list(suites) == ["echomq-chaos.a", "echomq-chaos.b"]
+    (case,) = suites["echomq-chaos.b"].iter("testcase")
+    skipped = case.find("skipped")
+    assert skipped is not None and "not run" in str(skipped.get("message"))
+    assert (suites["echomq-chaos.b"].get("skipped"), suites["echomq-chaos.b"].get("errors")) \
+        == ("1", "0")
 
 
 # --- live progress ------------------------------------------------------------------------------

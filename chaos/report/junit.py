@@ -4,7 +4,8 @@ Built from ``report.json``'s shape only, so a saved run can be re-rendered offli
 invariant's ``<failure>`` names the offending job ids in its message and carries the figures and
 the examples in its body. ``<skipped>``: loss in an aborted run (not judged), and a failed
 invariant the scenario made report-only. A run that ended in an error (or was aborted) gets one
-more testcase, ``run``, with an ``<error>``.
+more testcase, ``run``, with an ``<error>``; a suite's scenario a Ctrl-C kept from running gets
+that ``run`` testcase ``<skipped>``.
 """
 
 from __future__ import annotations
@@ -92,7 +93,12 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
             skipped += 1
             ET.SubElement(case, "skipped", message=NOT_JUDGED)
     verdict = report.get("verdict")
-    if verdict in ("aborted", "error") or not invariants:
+    if verdict == "not run":  # a suite stopped before this scenario: listed, not an error
+        tests += 1
+        skipped += 1
+        case = ET.SubElement(suite, "testcase", classname=classname, name="run", time="0")
+        ET.SubElement(case, "skipped", message=str(report.get("error") or verdict))
+    elif verdict in ("aborted", "error") or not invariants:
         tests += 1
         errors += 1
         case = ET.SubElement(suite, "testcase", classname=classname, name="run",

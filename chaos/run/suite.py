@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE
+from chaos.report.summary import build_report
 from chaos.run.runner import RunResult
+
+NOT_RUN = "not run"  # a scenario after the one a Ctrl-C stopped
 
 
 def worst_exit_code(codes: list[int]) -> int:
@@ -19,7 +25,7 @@ def suite_table(results: list[RunResult], names: list[str]) -> str:
     rows = []
     for index, name in enumerate(names):
         if index >= len(results):
-            rows.append((name, "not run", "", "", "", "", "", ""))
+            rows.append((name, NOT_RUN, "", "", "", "", "", ""))
             continue
         report = results[index].report
         failed = [n for n, r in (report.get("invariants") or {}).items() if not r["ok"]]
@@ -36,3 +42,15 @@ def suite_table(results: list[RunResult], names: list[str]) -> str:
     widths = [max(len(row[i]) for row in [header, *rows]) for i in range(len(header))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
                      .rstrip() for row in [header, *rows])
+
+
+def suite_junit_runs(results: list[RunResult], names: list[str],
+                     run_dirs: list[Path]) -> list[tuple[dict[str, Any], Path | None]]:
+    """junit.xml's runs, in order, as the table lists them: a scenario a Ctrl-C kept from
+    running is there too, as a skipped ``run`` testcase."""
+    runs: list[tuple[dict[str, Any], Path | None]] = [
+        (result.report, result.run_dir) for result in results]
+    for name in names[len(results):]:
+        runs.append((build_report(name, NOT_RUN, None,
+                                  error="not run: the suite was interrupted before it"), None))
+    return runs
