@@ -60,6 +60,15 @@ def test_recommends_the_passing_cell_with_the_widest_margin_of_both_headrooms():
     assert "0 needless redeliveries" in rec.text and "p99" in rec.text
 
 
+def test_a_recommendation_with_no_safety_margin_carries_a_warning():
+    """Lease 1000 + reap 250 against a 1250 ms target: recovery headroom 0."""
+    tight = cell(1000, 250, recovery=[900, 1240])
+    rec = recommend([tight], 1250, evidence_for([tight]))
+    assert rec.cell == tight.key and rec.margin_ms == 0
+    assert rec.warning is not None and "safety margin is 0 ms" in rec.warning
+    assert recommend(GRID, 3000, evidence_for(GRID)).warning is None
+
+
 def test_never_recommends_a_cell_that_failed_an_invariant_even_with_the_widest_margin():
     broken = [cell(2000, 100, verdict="fail", failed=["recovery_bound"]),
               cell(1000, 100), cell(500, 250)]

@@ -235,6 +235,7 @@ class Recommendation:
     interpolated: dict[str, int] | None  # a balanced setting between measured cells, if better
     binding: str | None  # which constraint binds when no cell meets the target
     text: str
+    warning: str | None = None  # said loudly beside the text (a 0 ms safety margin)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -336,10 +337,15 @@ def _chosen(best: Assessment, meeting: list[Assessment], target_ms: int, evidenc
             f"would balance the two headrooms at about {interpolated['margin_ms']} ms by the "
             f"model; it was not measured, so sweep it before relying on it."
         )
+    warning = None
+    if best.margin_ms <= 0:
+        warning = (f"the chosen cell's safety margin is {best.margin_ms} ms: it meets the target "
+                   "with nothing to spare, so any slower handler, late renewal or late reaper "
+                   "tick breaks it; sweep a wider grid before relying on it")
     return Recommendation(target_ms, cell.key, {"lease_ms": cell.lease_ms,
                                                 "reap_interval_ms": cell.reap_interval_ms,
                                                 "heartbeat_ms": cell.heartbeat_ms},
-                          best.margin_ms, interpolated, None, text + dropped_text)
+                          best.margin_ms, interpolated, None, text + dropped_text, warning)
 
 
 def _binding(assessed: list[Assessment], target_ms: int, evidence: Evidence,

@@ -236,9 +236,18 @@ def run_sweep(plans: list[CellPlan], out: Path, repeat: int, target_ms: int,
         print(f"!! sweep interrupted after {len(result.cells)} of {len(plans)} cells; "
               "reporting those", file=stream, flush=True)
     result.wall_ms = int((time.monotonic() - started) * 1000)
-    if result.cells:
+    if result.cells and not result.aborted:  # the best of part of a grid is no answer
         result.recommendation = recommend(result.cells, target_ms, result.evidence)
     return result
+
+
+def no_recommendation(result: SweepResult) -> str:
+    """Why a sweep recommends nothing (it always recommends once its grid is complete)."""
+    if result.aborted:
+        return (f"no recommendation: the sweep was interrupted after {len(result.cells)} of "
+                f"{result.planned_cells} cells, and the best of part of a grid says nothing "
+                "about the cells not run (run the whole sweep)")
+    return "no recommendation: no cell completed"
 
 
 def write_outputs(result: SweepResult, out: Path) -> None:
@@ -297,6 +306,10 @@ def table(result: SweepResult) -> str:
     if result.recommendation:
         lines.append(f"recommendation (target {result.target_ms} ms, {result.target_source}):")
         lines.append(_wrap(result.recommendation.text, 100, "  "))
+        if result.recommendation.warning:
+            lines.append(_wrap(f"!! warning: {result.recommendation.warning}", 100, ""))
+    else:
+        lines.append(f"!! {no_recommendation(result)}")
     return "\n".join(lines)
 
 
@@ -389,7 +402,9 @@ tr.bad td {{ background: #fdd; }}
 <p>{escape(status)}. Recovery target {result.target_ms} ms ({escape(result.target_source)}).</p>
 <h2>Recommendation</h2>
 <div class="rec{'' if recommendation and recommendation.cell else ' none'}">
-<p>{escape(recommendation.text if recommendation else 'no cell completed')}</p></div>
+<p>{escape(recommendation.text if recommendation else no_recommendation(result))}</p>
+{f"<p><strong>Warning: {escape(recommendation.warning)}</strong></p>"
+ if recommendation and recommendation.warning else ""}</div>
 <h2>Cells</h2>
 <table><tr>{header}</tr>{body}</table>
 <p>Recovery is reap − fault on the Valkey clock (ms). The model range is what the analytic model
