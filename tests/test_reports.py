@@ -7,8 +7,10 @@ opened in headless Chromium once and its screenshot must show the verdict."""
 from __future__ import annotations
 
 import io
+import itertools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -24,6 +26,8 @@ from chaos.check.checker import CheckConfig, check
 from chaos.cli import main
 from chaos.names import INVARIANTS
 from chaos.report.html import external_urls, render_html
+from chaos.report.html.analysis import build_timeline
+from chaos.report.html.figures import timeline_svg
 from chaos.report.junit import NOT_JUDGED, junit_document
 from chaos.report.summary import (
     build_report,
@@ -228,6 +232,40 @@ def test_report_replaces_the_stub_a_double_interrupt_left(tmp_path: Path, capsys
     assert written["verdict"] == "aborted" and "invariants" in written
     assert written["error"].startswith("interrupted twice")  # what the run saw is kept
     assert "same verdict" in cli_here(capsys, "check", str(run_dir)).stderr
+
+
+def test_a_job_dead_lettered_by_design_is_not_shown_as_missing():
+    """A passing poison-pill run completes all but the dead-lettered job: no red card."""
+    h = paused_worker_history()
+    events = h.events()
+    verdict = check(events)
+    report = build_report("hand-written", "pass", verdict)
+    jobs = report["jobs"]
+    jobs["completed"], jobs["dead_lettered"] = jobs["enqueued"] - 1, 1
+    page = render_html(report, events, verdict)
+    figure = f"{jobs['completed']} / {jobs['enqueued']}</b>"
+    assert f"<b>{figure}<span>jobs completed / enqueued (1 dead-lettered)</span>" in page
+    jobs["dead_lettered"] = 0  # one job really missing: that is bad news
+    assert f"<b class=bad>{figure}" in render_html(report, events, verdict)
+
+
+def test_fault_labels_close_in_time_do_not_overlap_on_the_timeline():
+    h = History(lease_ms=1000, reap_interval_ms=250, tolerance_ms=100)
+    h.phase("warmup", ts=0)
+    h.enqueue("a", ts=10)
+    h.phase("chaos", ts=100)
+    for index in range(3):
+        h.fault("kill", f"worker-{index + 1}", ts=500 + 50 * index)
+    h.claim("a", 1, "w9", ts=600)
+    h.complete("a", 1, "w9", ts=700)
+    h.phase("end", ts=10_000, drained=1, aborted=0)
+    svg = timeline_svg(build_timeline(h.events()))
+    labels = [(float(x), float(y), text) for x, y, text in re.findall(
+        r'x="([0-9.]+)" y="([0-9.]+)"[^>]*>(f\d kill worker-\d)<', svg)]
+    assert len(labels) == 3, labels
+    for (x1, y1, text1), (x2, y2, _) in itertools.combinations(sorted(labels), 2):
+        # 8 px text: same line if closer than that; DejaVu Sans is under 5 px a character
+        assert abs(y1 - y2) >= 8 or x2 - x1 >= 4 * len(text1), labels
 
 
 def judged(h: History) -> dict:

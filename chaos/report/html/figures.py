@@ -18,6 +18,9 @@ from chaos.scenario.faults import FAULT_COLORS as KIND_COLORS
 from chaos.scenario.faults import GREY
 
 MAX_FAULT_LABELS = 8  # fault names written on the timeline; beyond that only the bands
+MAX_LABEL_ROWS = 4  # fault names close in time stack in rows, at most this many
+LABEL_CHAR_PT = 5.0  # a generous width of one 8 pt character
+LABEL_ROW_PT = 10.0
 
 # Each fault kind's colour is declared with the kind; "crash" is the runner's own fault event
 # (a worker killed by a poison job), not a kind a scenario plans.
@@ -76,6 +79,23 @@ def _shade_faults(ax: Any, timeline: Timeline, label: bool) -> None:
                        alpha=0.16, linewidth=0, label=name)
 
 
+def label_rows(starts: list[float], widths: list[float],
+               rows: int = MAX_LABEL_ROWS) -> list[int | None]:
+    """A row for each label (start and width in the same units), so that no two on a row
+    overlap: the lowest free row, in start order; None when every row is taken there."""
+    ends: list[float] = []  # per row: where its last label ends
+    placed: list[int | None] = [None] * len(starts)
+    for index in sorted(range(len(starts)), key=lambda i: starts[i]):
+        row = next((r for r, end in enumerate(ends) if end <= starts[index]), None)
+        if row is None and len(ends) < rows:
+            row = len(ends)
+            ends.append(0.0)
+        if row is not None:
+            ends[row] = starts[index] + widths[index]
+            placed[index] = row
+    return placed
+
+
 def timeline_svg(timeline: Timeline) -> str:
     figure = _figure(11, 5.2)
     rates_ax, backlog_ax = figure.subplots(2, 1, sharex=True, gridspec_kw={"hspace": 0.12})
@@ -120,11 +140,20 @@ def timeline_svg(timeline: Timeline) -> str:
                           xytext=(3, 2), textcoords="offset points", fontsize=9,
                           color="#374151", va="bottom")
     labelled = timeline.faults if len(timeline.faults) <= MAX_FAULT_LABELS else []
-    for span in labelled:  # more would overlap into noise: the faults table names them all
-        rates_ax.annotate(f"{span.fault_id} {span.kind} {span.worker}",
-                          (timeline.s(span.start_ts), 0.97), xycoords=("data", "axes fraction"),
-                          xytext=(3, -2), textcoords="offset points", fontsize=8,
-                          color=FAULT_COLORS.get(span.kind, "#555555"), va="top")
+    # more would overlap into noise: the faults table names them all
+    left, right = rates_ax.get_xlim()
+    axes_pt = rates_ax.get_position().width * figure.get_figwidth() * 72
+    seconds_per_pt = (right - left) / axes_pt if axes_pt else 0.0
+    texts = [f"{span.fault_id} {span.kind} {span.worker}" for span in labelled]
+    rows = label_rows([timeline.s(span.start_ts) for span in labelled],
+                      [(3 + len(text) * LABEL_CHAR_PT) * seconds_per_pt for text in texts])
+    for span, text, row in zip(labelled, texts, rows, strict=True):
+        if row is None:
+            continue
+        rates_ax.annotate(text, (timeline.s(span.start_ts), 0.97),
+                          xycoords=("data", "axes fraction"),
+                          xytext=(3, -2 - row * LABEL_ROW_PT), textcoords="offset points",
+                          fontsize=8, color=FAULT_COLORS.get(span.kind, "#555555"), va="top")
     rates_ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9, frameon=False)
     backlog_ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=9, frameon=False)
     return figure_svg(figure, "timeline")

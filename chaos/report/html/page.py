@@ -147,8 +147,10 @@ def _cards(report: dict[str, Any]) -> str:
     rejected = report.get("rejected") or {}
     slowest = bound.get("max_ms")
     cards = [  # (figure, what it is, is it bad news)
-        (f"{jobs['completed']} / {jobs['enqueued']}", "jobs completed / enqueued",
-         jobs["completed"] < jobs["enqueued"]),
+        # A dead-lettered job (max_stalls) left the queue by design: not bad news here.
+        (f"{jobs['completed']} / {jobs['enqueued']}", "jobs completed / enqueued"
+         + (f" ({dead} dead-lettered)" if (dead := jobs.get("dead_lettered", 0)) else ""),
+         jobs["completed"] + dead < jobs["enqueued"]),
         (f"{jobs['lost']} · {jobs['double_completed']}", "lost · double-completed",
          bool(jobs["lost"] or jobs["double_completed"])),
         (f"{report['faults']} · {bound['stranded']}", "faults · stranded leases", False),
