@@ -419,7 +419,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "redeliveries and the widest safety margin (never a cell that failed an "
                     "invariant), or says which constraint binds. Exit 0 every cell passed, 1 a "
                     "cell failed an invariant, 2 bad input, 3 infrastructure, 130 interrupted "
-                    "(the cells done are still reported).")
+                    "(the cells done are still reported, with no recommendation: part of a "
+                    "grid cannot say which setting is best).")
     sweep_cmd.add_argument("scenario", help="scenario file (TOML)")
     sweep_cmd.add_argument("--lease-ms", required=True, metavar="LIST",
                            help="lease_ms values, e.g. 500,1000,2000")
@@ -443,8 +444,10 @@ def build_parser() -> argparse.ArgumentParser:
         "capacity", help="find the enqueue rate a scenario's worker pool sustains (the knee)",
         description="Bring up the scenario's Valkey, reaper(s) and workers, then ramp the "
                     "enqueue rate in steps (each a headless Locust run) and report the highest "
-                    "rate at which the backlog stays bounded and the claim wait p99 (enqueue to "
-                    "first claim, Valkey clock) stays under --p99-ms. Exit 0: a knee was found; "
+                    "rate at which the backlog of the step's own jobs stays bounded (jobs the "
+                    "reaper returned after a fault do not count) and the claim wait p99 "
+                    "(enqueue to first claim, Valkey clock) stays under --p99-ms. Exit 0: a "
+                    "knee was found (or every step fit: knee not reached); "
                     "1: not even the first step fits; 2: bad arguments; 3: infrastructure; "
                     "130: interrupted.")
     capacity_cmd.add_argument("scenario", help="scenario file (TOML): its topology is the pool")
