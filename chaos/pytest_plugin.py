@@ -170,7 +170,8 @@ class ChaosCluster:
         too). Judging a queue with jobs still in flight would call them lost: a cluster that
         does not drain raises ``NotDrained`` instead of a verdict."""
         if self.evaluation is None:
-            self.wait_until_drained(timeout)
+            if self.run.queue is not None:  # a live cluster (not a saved run directory)
+                self.wait_until_drained(timeout)
             self.judge()
         assert self.evaluation is not None
         if self.evaluation.verdict is None:
@@ -184,10 +185,10 @@ class ChaosCluster:
         from chaos.report.summary import write_rendered_reports
         from chaos.run.evaluate import evaluate
 
-        drained = self.run.drained
-        self.run.wind_down(aborted=not drained, cause="" if drained else "interrupt")
+        unfinished = self.run.queue is not None and not self.run.drained
+        self.run.wind_down(aborted=unfinished, cause="interrupt" if unfinished else "")
         self.evaluation = evaluate(self.run_dir)
-        extra = {} if drained else {"error": "chaos_cluster judged before the queue drained"}
+        extra = {"error": "chaos_cluster judged before the queue drained"} if unfinished else {}
         self.report = self.evaluation.report(**extra)
         write_json_atomic(self.run_dir / "report.json", self.report)
         write_rendered_reports(self.run_dir, self.report, self.evaluation.verdict)
