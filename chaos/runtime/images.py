@@ -1,4 +1,5 @@
-"""Offline images (``echomq-chaos images build``) for machines that cannot pull any (DESIGN §6).
+"""Offline images (``echomq-chaos images build``) for machines that cannot pull any
+(docs/design.md §6).
 
   base            debootstrap --variant=minbase --include=python3 <codename> from the Debian
                   mirror in this machine's own apt sources, tarred and ``docker import``-ed; the
