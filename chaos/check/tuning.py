@@ -10,7 +10,8 @@ Three things, all without Valkey, so every rule is unit-testable on hand-written
   redelivery.
 * **The analytic model** (docs/design.md §4): a fault strands a lease last renewed at most one
   heartbeat before it, so the deadline falls in ``[fault + L − H, fault + L]`` and the reap at
-  most R after that: recovery ∈ ``[max(0, L − H), L + R]`` (without a heartbeat, H is the handler duration).
+  most R after that: recovery ∈ ``[max(0, L − H), L + R]`` (without a heartbeat, H is the
+  handler duration).
 * **The recommendation**: among the cells that passed every invariant, the one that meets the
   recovery target with zero needless redeliveries and the widest safety margin, where
   margin = min(recovery headroom, lease headroom); or which constraint binds when none does.
