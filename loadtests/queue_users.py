@@ -21,10 +21,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import gevent
 from locust import User, events, task
 from locust.env import Environment
+from redis import AuthenticationError, RedisError
 
 from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
@@ -34,6 +36,7 @@ from chaos.protocol.client import QueueClient, QueueKeys, connect
 T = TypeVar("T")
 
 REQUEST_TYPE = "EVALSHA"
+PASSWORD_VARIABLE = "ECHOMQ_VALKEY_PASSWORD"
 
 
 # What this process's users were told succeeded (chaos.check.ledger), when --ack-ledger-dir is set.
@@ -99,6 +102,8 @@ def _check_options(environment: Environment, **_: Any) -> None:
                 ) if not ok]
     if problems:
         raise SystemExit("loadtests/queue.py: " + "; ".join(problems))
+    if not options.worker:  # a worker learns the host from its master, which checked it
+        _check_credentials(options.host or QueueUser.host)
     if options.processes and options.worker:
         # A worker forked by --processes: die with the Locust process that forked it (the
         # runner's teardown reaches that one; the kernel then takes care of us).
@@ -114,6 +119,29 @@ def _check_options(environment: Environment, **_: Any) -> None:
     # Exact counts, when given, decide the mix (Locust spawns fixed_count users first).
     ProducerUser.fixed_count = options.producers
     ConsumerUser.fixed_count = options.consumers
+
+
+def _check_credentials(url: str) -> None:
+    """Stop here, once, if Valkey refuses our credentials: every user would die on it, each with
+    the same traceback. Any other connection failure (a server still starting) is left to the
+    users, as it was before this check."""
+    client = connect(url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        client.ping()
+    except AuthenticationError as error:
+        parts = urlsplit(url)
+        if parts.password:
+            hint = "the password in --host was refused"
+        elif os.environ.get(PASSWORD_VARIABLE):
+            hint = f"{PASSWORD_VARIABLE} is set, but the server refused it"
+        else:
+            hint = f"set {PASSWORD_VARIABLE} to the server's password (never on a command line)"
+        raise SystemExit(f"loadtests/queue.py: Valkey at {parts.hostname}:{parts.port} "
+                         f"refused the connection ({error}): {hint}") from None
+    except RedisError:
+        pass
+    finally:
+        client.close()
 
 
 def _quit_gracefully(environment: Environment) -> None:
