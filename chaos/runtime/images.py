@@ -77,8 +77,10 @@ def source_root() -> Path:
 
 
 def source_hash(root: Path, *extra: Path) -> str:
-    """A hash of what the worker image contains: the package, its metadata, the Dockerfile."""
-    files = sorted([root / "pyproject.toml", root / "compose" / "Dockerfile", *extra,
+    """A hash of what the worker image contains: the package, its metadata, the Dockerfile
+    (and the Toxiproxy stand-in's, which is rebuilt with it)."""
+    files = sorted([root / "pyproject.toml", root / "compose" / "Dockerfile",
+                    root / "compose" / "offline" / "toxiproxy.Dockerfile", *extra,
                     *(root / "chaos").rglob("*.py"), *(root / "chaos").rglob("*.lua")])
     digest = hashlib.sha256()
     for path in files:
