@@ -2,7 +2,7 @@
 baseline measured in the same run (medians of several rounds), printed as a table and written to
 bench.json.
 
-Sections (README "Benchmarks" says what each row means):
+Sections (docs/benchmarks.md says what each row means):
   queue    claim path vs redis-benchmark, cost of the events stream, history export
   checker  a synthetic history (1M jobs in the full run): events/s checked, peak RSS
   startup  `echomq-chaos run` -> first claim with 8 workers vs a bare valkey-server start

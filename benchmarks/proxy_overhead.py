@@ -10,8 +10,8 @@ ways, direct to Valkey and through the proxy, in alternating rounds so machine n
 * throughput: ``--jobs`` jobs enqueued, then ``--threads`` threads claim + complete until the
   queue is empty (jobs per second; the median over rounds, modes alternating which goes first).
 
-Targets (DESIGN §3, a proxy must not be what a chaos run measures): proxy p50 at most 2x direct,
-proxy throughput at least 50% of direct.
+Targets (docs/design.md §3, a proxy must not be what a chaos run measures): proxy p50 at most
+2x direct, proxy throughput at least 50% of direct.
 
     .venv/bin/python -m benchmarks.proxy_overhead [--jobs 1000] [--rounds 5] [--threads 4]
                                                   [--json out.json]

@@ -21,10 +21,12 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import gevent
 from locust import User, events, task
 from locust.env import Environment
+from redis import AuthenticationError, RedisError
 
 from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
@@ -34,6 +36,7 @@ from chaos.protocol.client import QueueClient, QueueKeys, connect
 T = TypeVar("T")
 
 REQUEST_TYPE = "EVALSHA"
+PASSWORD_VARIABLE = "ECHOMQ_VALKEY_PASSWORD"
 
 
 # What this process's users were told succeeded (chaos.check.ledger), when --ack-ledger-dir is set.
@@ -51,32 +54,38 @@ class StaleLease(Exception):
 @events.init_command_line_parser.add_listener
 def _queue_options(parser: Any) -> None:
     group = parser.add_argument_group("echomq queue (loadtests/queue.py)")
-    group.add_argument("--queue-prefix", default="emq:", help="key prefix (default emq:)")
-    group.add_argument("--queue-name", default="jobs", help="queue name (default jobs)")
-    group.add_argument("--protocol", default="sound", choices=PROTOCOLS,
-                       help="protocol variant the consumers speak (default sound)")
-    group.add_argument("--producer-rate", type=float, default=100.0,
-                       help="jobs/s each producer user enqueues; 0 = as fast as it can "
-                            "(default 100)")
-    group.add_argument("--batch", type=int, default=1,
-                       help="jobs per pipelined enqueue round trip (default 1)")
-    group.add_argument("--payload-bytes", type=int, default=16, help="job payload size")
-    group.add_argument("--producers", type=int, default=0,
-                       help="exactly this many users are producers (0: by weight, 1:1)")
-    group.add_argument("--consumers", type=int, default=0,
-                       help="exactly this many users are consumers (0: by weight, 1:1)")
-    group.add_argument("--lease-ms", type=int, default=30_000, help="consumer lease (ms)")
-    group.add_argument("--work-min-ms", type=float, default=10.0,
-                       help="consumer's simulated work per job, uniform min (ms)")
-    group.add_argument("--work-max-ms", type=float, default=50.0,
-                       help="consumer's simulated work per job, uniform max (ms)")
-    group.add_argument("--poll-ms", type=float, default=20.0,
-                       help="consumer's wait after finding the queue empty (ms)")
-    group.add_argument("--wait-replicas", type=int, default=0,
-                       help="WAIT for this many replicas after each call (a batch: one WAIT)")
-    group.add_argument("--ack-ledger-dir", default="",
-                       help="append every acknowledged enqueue, claim and accepted complete to "
-                            "DIR/locust-<pid>.jsonl (chaos.check.ledger; the runner sets it)")
+
+    def option(flag: str, **settings: Any) -> None:
+        # Each also LOCUST_<NAME> in the environment, like Locust's own options (the compose
+        # stack hands its master these variables).
+        group.add_argument(flag, env_var="LOCUST_" + flag[2:].upper().replace("-", "_"),
+                           **settings)
+
+    option("--queue-prefix", default="emq:", help="key prefix (default emq:)")
+    option("--queue-name", default="jobs", help="queue name (default jobs)")
+    option("--protocol", default="sound", choices=PROTOCOLS,
+           help="protocol variant the consumers speak (default sound)")
+    option("--producer-rate", type=float, default=100.0,
+           help="jobs/s each producer user enqueues; 0 = as fast as it can (default 100)")
+    option("--batch", type=int, default=1,
+           help="jobs per pipelined enqueue round trip (default 1)")
+    option("--payload-bytes", type=int, default=16, help="job payload size")
+    option("--producers", type=int, default=0,
+           help="exactly this many users are producers (0: by weight, 1:1)")
+    option("--consumers", type=int, default=0,
+           help="exactly this many users are consumers (0: by weight, 1:1)")
+    option("--lease-ms", type=int, default=30_000, help="consumer lease (ms)")
+    option("--work-min-ms", type=float, default=10.0,
+           help="consumer's simulated work per job, uniform min (ms)")
+    option("--work-max-ms", type=float, default=50.0,
+           help="consumer's simulated work per job, uniform max (ms)")
+    option("--poll-ms", type=float, default=20.0,
+           help="consumer's wait after finding the queue empty (ms)")
+    option("--wait-replicas", type=int, default=0,
+           help="WAIT for this many replicas after each call (a batch: one WAIT)")
+    option("--ack-ledger-dir", default="",
+           help="append every acknowledged enqueue, claim and accepted complete to "
+                "DIR/locust-<pid>.jsonl (chaos.check.ledger; the runner sets it)")
 
 
 @events.init.add_listener
@@ -99,6 +108,8 @@ def _check_options(environment: Environment, **_: Any) -> None:
                 ) if not ok]
     if problems:
         raise SystemExit("loadtests/queue.py: " + "; ".join(problems))
+    if not options.worker:  # a worker learns the host from its master, which checked it
+        _check_credentials(options.host or QueueUser.host)
     if options.processes and options.worker:
         # A worker forked by --processes: die with the Locust process that forked it (the
         # runner's teardown reaches that one; the kernel then takes care of us).
@@ -114,6 +125,29 @@ def _check_options(environment: Environment, **_: Any) -> None:
     # Exact counts, when given, decide the mix (Locust spawns fixed_count users first).
     ProducerUser.fixed_count = options.producers
     ConsumerUser.fixed_count = options.consumers
+
+
+def _check_credentials(url: str) -> None:
+    """Stop here, once, if Valkey refuses our credentials: every user would die on it, each with
+    the same traceback. Any other connection failure (a server still starting) is left to the
+    users, as it was before this check."""
+    client = connect(url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        client.ping()
+    except AuthenticationError as error:
+        parts = urlsplit(url)
+        if parts.password:
+            hint = "the password in --host was refused"
+        elif os.environ.get(PASSWORD_VARIABLE):
+            hint = f"{PASSWORD_VARIABLE} is set, but the server refused it"
+        else:
+            hint = f"set {PASSWORD_VARIABLE} to the server's password (never on a command line)"
+        raise SystemExit(f"loadtests/queue.py: Valkey at {parts.hostname}:{parts.port} "
+                         f"refused the connection ({error}): {hint}") from None
+    except RedisError:
+        pass
+    finally:
+        client.close()
 
 
 def _quit_gracefully(environment: Environment) -> None:

@@ -681,7 +681,7 @@ class SimWorker:
 
 
 class ProtocolModel:
-    """The correct protocol of DESIGN §2 on a simulated server clock, emitting its history.
+    """The correct protocol of docs/design.md §2 on a simulated server clock, emitting its history.
 
     The server side (pending, active, attempts) follows the Lua scripts; workers heartbeat every
     lease_ms // 3 while alive and not slow; a reaper sweeps at fixed multiples of the interval.

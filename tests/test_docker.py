@@ -11,52 +11,24 @@ import contextlib
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 import docker
+import docker_support
 import pytest
+from docker_support import ROOT, docker_compose
 
-from chaos.errors import InfraError
 from chaos.history.events import read_history
 from chaos.runtime.docker import LABEL_RUN_DIR
-from chaos.runtime.engine import LABEL_ROLE, LABEL_RUNNER, LABEL_TOOL, connect_engine, runner_label
+from chaos.runtime.engine import LABEL_ROLE, LABEL_RUNNER, LABEL_TOOL, runner_label
 
-ROOT = Path(__file__).resolve().parent.parent
-REQUIRED = os.environ.get("ECHOMQ_CHAOS_REQUIRE_DOCKER") == "1"
-HOW_TO_ENABLE = ("start a Docker engine (apt-get install docker.io; dockerd &), build the images "
-                 "(echomq-chaos images build), and set ECHOMQ_CHAOS_REQUIRE_DOCKER=1 to make "
-                 "their absence a failure")
 pytestmark = pytest.mark.integration
-
-
-def unavailable(reason: str) -> None:
-    if REQUIRED:
-        pytest.fail(f"Docker tests are required here (ECHOMQ_CHAOS_REQUIRE_DOCKER=1): {reason}")
-    pytest.skip(f"Docker tests skipped: {reason}; to run them, {HOW_TO_ENABLE}")
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[docker.DockerClient]:
-    try:
-        client = connect_engine()
-    except InfraError as error:
-        unavailable(str(error))
-    from chaos.runtime.engine import has_image
-    from chaos.runtime.images import BASE_IMAGE, build_images
-
-    if not has_image(client, BASE_IMAGE):
-        unavailable(f"no base image {BASE_IMAGE}")
-    # Current images: reused when present, the worker rebuilt if the sources changed since.
-    build_images(say=lambda text: None)
-    yield client
-    client.close()
+engine = docker_support.engine  # the fixture, under its own name
 
 
 def run_cli(*args: str, timeout: float = 120,
@@ -208,14 +180,6 @@ def test_clean_removes_containers_whose_runner_is_gone(engine: docker.DockerClie
         for container in started:
             with contextlib.suppress(docker.errors.NotFound):
                 container.remove(force=True)
-
-
-def docker_compose() -> str:
-    compose = shutil.which("docker-compose")
-    if compose is None:
-        unavailable("docker-compose is not installed (apt-get install docker-compose)")
-    assert compose is not None
-    return compose
 
 
 def test_compose_file_validates(tmp_path: Path):

@@ -23,7 +23,7 @@ from chaos.run.offline import VERDICT_KEYS
 from chaos.run.progress import Progress
 from chaos.run.runner import Run
 from chaos.runtime.pids import PID_DIR, RUNNER, record_process
-from chaos.scenario.model import load_scenario
+from chaos.scenario.loading import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.integration

@@ -1,4 +1,5 @@
-"""Conformance suite for the Toxiproxy-compatible server (``chaos.network.server``), DESIGN §3.
+"""Conformance suite for the Toxiproxy-compatible server (``chaos.network.server``),
+docs/design.md §3.
 
 Written against Toxiproxy 2.x's published API and behaviour (README, api.go, toxics/*.go), over
 real TCP on 127.0.0.1: raw HTTP for exact status codes and bodies, ``toxiproxy-python`` the way

@@ -1,4 +1,4 @@
-"""The checker: a pure function from a history to a verdict (DESIGN §4).
+"""The checker: a pure function from a history to a verdict (docs/design.md §4).
 
 It never talks to Valkey. ``replay.py`` replays the history in stream order, keeping for every
 job its current lease (attempt, holder, deadline), and for every worker the intervals during

@@ -8,9 +8,10 @@ Three things, all without Valkey, so every rule is unit-testable on hand-written
   longest time a live, unfaulted holder went without reaching the server (claim → extend → …
   → complete). A lease shorter than a renewal gap lapses under a live worker: a needless
   redelivery.
-* **The analytic model** (DESIGN §4): a fault strands a lease last renewed at most one heartbeat
-  before it, so the deadline falls in ``[fault + L − H, fault + L]`` and the reap at most R after
-  that: recovery ∈ ``[max(0, L − H), L + R]`` (without a heartbeat, H is the handler duration).
+* **The analytic model** (docs/design.md §4): a fault strands a lease last renewed at most one
+  heartbeat before it, so the deadline falls in ``[fault + L − H, fault + L]`` and the reap at
+  most R after that: recovery ∈ ``[max(0, L − H), L + R]`` (without a heartbeat, H is the
+  handler duration).
 * **The recommendation**: among the cells that passed every invariant, the one that meets the
   recovery target with zero needless redeliveries and the widest safety margin, where
   margin = min(recovery headroom, lease headroom); or which constraint binds when none does.

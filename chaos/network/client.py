@@ -1,4 +1,5 @@
-"""Network links (DESIGN §3): which Toxiproxy server a run uses, and the per-process proxies on it.
+"""Network links (docs/design.md §3): which Toxiproxy server a run uses, and the per-process
+proxies on it.
 
 Every proxied process (each worker, optionally the reaper) reaches Valkey through a proxy of its
 own, named after it, so a network fault can target one process. Proxies and toxics are created

@@ -1,7 +1,7 @@
 """A Toxiproxy-2.x-compatible server in pure asyncio: the same HTTP API, JSON, toxics and codes.
 
-Why it exists (DESIGN §3): every worker reaches Valkey through a Toxiproxy proxy of its own so
-that a network fault (latency, partition, reset …) can target one worker. The real
+Why it exists (docs/design.md §3): every worker reaches Valkey through a Toxiproxy proxy of its
+own so that a network fault (latency, partition, reset …) can target one worker. The real
 ``toxiproxy-server`` is used when present, but no registry these machines reach carries it, so
 the toolkit ships this stand-in. It is driven by the same ``toxiproxy-python`` client, and its
 conformance tests (``tests/test_toxiproxy.py``) pass against either server.

@@ -1,4 +1,4 @@
-"""The lease-queue protocol under test (DESIGN §2): keys, scripts, and a thin client.
+"""The lease-queue protocol under test (docs/design.md §2): keys, scripts, and a thin client.
 
 Every transition is one Lua script in ``lua/`` beside this module. Each script reads ``TIME``
 itself and appends its event to the events stream in the same call, so the history holds an

@@ -1,4 +1,4 @@
-"""What every runtime shares (DESIGN §5): the Valkey URL and password, the per-process
+"""What every runtime shares (docs/design.md §6): the Valkey URL and password, the per-process
 Toxiproxy links, the worker and reaper command lines, clock offsets, the runner's own children.
 
 ``RuntimeBase`` is the base; ``chaos.runtime.local.LocalRuntime`` runs every process as a child

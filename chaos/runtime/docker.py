@@ -1,4 +1,5 @@
-"""The Docker runtime (DESIGN §5): Valkey, Toxiproxy, the reaper(s) and each worker as containers.
+"""The Docker runtime (docs/design.md §6): Valkey, Toxiproxy, the reaper(s) and each worker as
+containers.
 
 The same scenario, history, checker and report as the local runtime; only how a process starts,
 dies and freezes differs. Every container uses host networking and binds 127.0.0.1 only, and

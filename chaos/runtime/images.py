@@ -1,4 +1,5 @@
-"""Offline images (``echomq-chaos images build``) for machines that cannot pull any (DESIGN §6).
+"""Offline images (``echomq-chaos images build``) for machines that cannot pull any
+(docs/design.md §6).
 
   base            debootstrap --variant=minbase --include=python3 <codename> from the Debian
                   mirror in this machine's own apt sources, tarred and ``docker import``-ed; the
@@ -76,8 +77,10 @@ def source_root() -> Path:
 
 
 def source_hash(root: Path, *extra: Path) -> str:
-    """A hash of what the worker image contains: the package, its metadata, the Dockerfile."""
-    files = sorted([root / "pyproject.toml", root / "compose" / "Dockerfile", *extra,
+    """A hash of what the worker image contains: the package, its metadata, the Dockerfile
+    (and the Toxiproxy stand-in's, which is rebuilt with it)."""
+    files = sorted([root / "pyproject.toml", root / "compose" / "Dockerfile",
+                    root / "compose" / "offline" / "toxiproxy.Dockerfile", *extra,
                     *(root / "chaos").rglob("*.py"), *(root / "chaos").rglob("*.lua")])
     digest = hashlib.sha256()
     for path in files:

@@ -191,7 +191,7 @@ class ValkeySettings(Strict):
 
 
 class ToxiproxySettings(Strict):
-    """Where the network faults come from (DESIGN §3)."""
+    """Where the network faults come from (docs/design.md §3)."""
 
     # auto: workers reach Valkey through their own proxy when a network fault is planned;
     # always: even without one (to measure the proxy's cost); never: direct links only.
@@ -211,7 +211,7 @@ class ToxiproxySettings(Strict):
 
 
 class DockerSettings(Strict):
-    """Images for ``runtime = "docker"`` (DESIGN §5). Each role uses its image if the engine
+    """Images for ``runtime = "docker"`` (docs/design.md §6). Each role uses its image if the engine
     has it, else the offline stand-in (``echomq-chaos images build``) if present, else pulls it."""
 
     valkey_image: str = "valkey/valkey:8.1"
