@@ -85,17 +85,20 @@ def test_the_knee_line_reads_as_one_statement():
         "(generator delivered 40.0 < 90% of target)")
 
 
-@pytest.mark.parametrize(("delivered", "growth", "p99", "within", "why"), [
-    (40.0, 0.5, 100.0, True, ""),
-    (30.0, 0.0, 100.0, False, "generator delivered 30.0 < 90% of target"),
-    (40.0, 5.0, 100.0, False, "backlog grows 5.0/s"),
-    (40.0, 0.0, 900.0, False, "claim wait p99 900.0 ms > 500"),
+@pytest.mark.parametrize(("delivered", "growth", "tail_max", "p99", "within", "why"), [
+    (40.0, 0.5, 3, 100.0, True, ""),
+    (30.0, 0.0, 0, 100.0, False, "generator delivered 30.0 < 90% of target"),
+    (40.0, 5.0, 45, 100.0, False, "backlog grows 5.0/s"),
+    # A steep slope over a backlog of a few jobs (rate 40 x 500 ms allows 20): noise.
+    (40.0, 5.0, 20, 100.0, True, ""),
+    (40.0, 0.0, 0, 900.0, False, "claim wait p99 900.0 ms > 500"),
 ])
 def test_a_step_is_judged_on_delivery_backlog_and_claim_wait(delivered: float, growth: float,
-                                                             p99: float, within: bool, why: str):
+                                                             tail_max: int, p99: float,
+                                                             within: bool, why: str):
     search = CapacitySearch(start_rate=40, step_rate=20, max_steps=3, step_ms=2000, p99_ms=500)
     step = Step(1, 40.0, delivered_rate=delivered, backlog_growth_per_s=growth,
-                claim_wait_p99_ms=p99)
+                backlog_tail_max=tail_max, claim_wait_p99_ms=p99)
     judge(step, search)
     assert step.within is within and step.reason == why
 
