@@ -107,6 +107,7 @@ class ChaosCluster:
         self.run = run
         self.evaluation: Evaluation | None = None  # set once judged (check(), or a failure)
         self.report: dict[str, Any] | None = None  # report.json as written then
+        self.gave_up = False  # a wait until drained timed out (NotDrained)
 
     @property
     def url(self) -> str:
@@ -145,8 +146,10 @@ class ChaosCluster:
             if smallest is None or sum(backlog) < smallest:
                 smallest, last_progress = sum(backlog), now
             if timeout is not None and now - started >= timeout:
+                self.gave_up = True
                 raise NotDrained(self._left(f"after {timeout:g} s"))
             if timeout is None and now - last_progress >= stall_s:
+                self.gave_up = True
                 raise NotDrained(self._left(f"after {now - started:.1f} s (no job left the "
                                             f"backlog for {stall_s:g} s)"))
             time.sleep(0.05)
@@ -246,8 +249,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         try:
             # As the runner drains before it judges; if it does not drain, judged as it
             # stands, without calling lost what is still in flight.
-            with contextlib.suppress(NotDrained):
-                cluster.wait_until_drained()
+            if not cluster.gave_up:  # the test's own wait already timed out: not again
+                with contextlib.suppress(NotDrained):
+                    cluster.wait_until_drained()
             cluster.judge()
         except Exception as failure:  # the test's own failure matters more than this one
             report.sections.append(("chaos cluster", f"not judged: {failure}\n"

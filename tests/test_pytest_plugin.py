@@ -78,10 +78,20 @@ def test_a_failing_chaos_cluster_test_prints_its_invariant_table(pytester: pytes
         def test_not_judged(chaos_cluster):
             chaos_cluster.queue.enqueue("job-1")
             assert False, "the test's own failure"
+
+        def test_never_drained(chaos_cluster):
+            for worker in chaos_cluster.run.scenario.topology.worker_names:
+                chaos_cluster.runtime.pause(worker)
+            chaos_cluster.queue.enqueue("job-1")
+            chaos_cluster.check(timeout=0.3)
         """)
     result = pytester.runpytest("-p", "no:cacheprovider")
     assert result.ret == 1
     output = result.stdout.str()
     assert output.count("chaos cluster pytest-cluster: PASS") == 2, output
     assert output.count("[ok  ] no_loss") == 2, output
-    assert output.count("run directory: ") == 2, output
+    # Not drained: judged as it stood, without calling the job in flight lost.
+    assert "NotDrained: chaos_cluster not drained after 0.3 s: 1 pending (job-1)" in output
+    assert "chaos cluster pytest-cluster: ABORTED" in output
+    assert "[skip] no_loss" in output and "judged before the queue drained" in output
+    assert output.count("run directory: ") == 3, output
