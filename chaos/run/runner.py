@@ -234,7 +234,7 @@ class Run:
             time.sleep(0.05)
         raise InfraError(f"not connected after {timeout:.0f}s: {', '.join(missing)}")
 
-    def _status(self, force: bool = False) -> None:
+    def status(self, force: bool = False) -> None:
         """Watch the children; every 250 ms sample the backlog and update the progress."""
         assert self.queue is not None
         self.watch_children()
@@ -297,7 +297,7 @@ class Run:
                 wait_until = end if due is None else min(end, nemesis_clock_start + due / 1000)
             else:
                 wait_until = end
-            self._status()
+            self.status()
             time.sleep(max(0.0, min(0.05, wait_until - time.monotonic())))
 
     def exercise(self) -> None:
@@ -310,16 +310,16 @@ class Run:
         self._phase("warmup")
         load.start()
         self._hold(phases.warmup_ms)
-        self._status(force=True)
+        self.status(force=True)
         self._phase("chaos")
         self._hold(phases.chaos_ms, nemesis_clock_start=time.monotonic())
-        self._status(force=True)
+        self.status(force=True)
         self._phase("heal")
         load.request_stop()
         self.nemesis.heal_all()
         load.stop()  # Locust: waits for it to write its reports
         self._hold(phases.heal_ms)
-        self._status(force=True)
+        self.status(force=True)
         self._phase("drain")
         self.drain()
 
@@ -331,10 +331,10 @@ class Run:
             if self.queue.backlog() == (0, 0):
                 self.drained = True
                 break
-            self._status()
+            self.status()
             time.sleep(0.05)
         self.drain_ms = int((time.monotonic() - started) * 1000)
-        self._status(force=True)
+        self.status(force=True)
         if not self.drained:
             self.progress.say(f"!! drain timed out after {self.drain_ms} ms with jobs left")
 

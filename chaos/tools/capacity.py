@@ -328,7 +328,7 @@ class CapacityRun:
             if nemesis is not None:
                 nemesis.tick(int((now - began) * 1000))
             samples.append((now - began, fresh_pending(queue)))
-            run._status()  # watches the children; feeds the live panel (jobs, backlog, faults)
+            run.status()  # watches the children; feeds the live panel (jobs, backlog, faults)
             time.sleep(min(SAMPLE_S, max(0.0, end - time.monotonic())))
         end_ts = queue.server_time_ms()
         locust.request_stop()
