@@ -244,8 +244,8 @@ class MonitorRecorder:
         for entry in listing.splitlines():
             fields = dict(part.split("=", 1) for part in entry.split(" ") if "=" in part)
             user = fields.get("user", "default")
-            self.names[fields.get("addr", "")] = (
-                user if user != "default" else fields.get("name", "")) or f"id:{fields.get('id', '?')}"
+            name = user if user != "default" else fields.get("name", "")
+            self.names[fields.get("addr", "")] = name or f"id:{fields.get('id', '?')}"
 
     def _loop(self) -> None:
         assert self._sock is not None

@@ -12,8 +12,12 @@ never from its events-stream XADD, so the history does not depend on the scripts
     reap       per id: ZREM active, then ZADD pending 0 (reap) or ZADD dead (dead)
     record     XADD events <fields>: a runner event (run, phase, fault, ...), taken as written
 
-``ts`` is the server clock of the script's own TIME command (the MONITOR stamp, µs, floored to
-ms as the scripts do); a script that runs no TIME is stamped by its call line.
+``ts`` is the server clock of the script's own TIME command. MONITOR stamps a command just after
+it ran, so TIME's reply lies between the stamp of the line before it and its own; where a write
+carries a value computed from it (enqueue's pending score, dead's score, a claim or extend's
+deadline minus its lease) and that value lies inside those bounds, it is the exact ``ts``; else
+the TIME line's stamp (floored to ms, as the scripts do), which a stall of the server between
+running TIME and feeding MONITOR can make late. A script that runs no TIME is stamped by its call.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class EchoMQ:
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
+        self.earliest_ms = 0  # the call being decoded: the earliest its TIME can have read
 
     # --- the shadow ---------------------------------------------------------------------
     def _apply(self, args: list[str]) -> None:
@@ -121,13 +126,16 @@ class EchoMQ:
 
     def _decode(self, script: str, call: Call, argv: list[str]) -> Decoded:
         ts = str(call.stamp_us // 1000)
+        self.earliest_ms = call.stamp_us // 1000  # TIME's reply is at or after this
+        before = call.stamp_us
         writes: list[list[str]] = []
         for stamp, args in call.commands:
             name = args[0].upper()
             if name == "TIME":
-                ts = str(stamp // 1000)
+                ts, self.earliest_ms = str(stamp // 1000), before // 1000
             elif name in _WRITES:
                 writes.append(args)
+            before = stamp
         kind = script.split("_")[0]
         if kind == "record":
             return Decoded(self._runner_events(writes, ts))
@@ -136,6 +144,14 @@ class EchoMQ:
             return Decoded([], undecoded=bool(writes))
         decoded: Decoded = decoder(script, argv, writes, ts)
         return decoded
+
+    def _exact(self, ts: str, value: str | int | None) -> str:
+        """``value`` (a write's copy of the script's clock) when it lies within TIME's bounds."""
+        try:
+            exact = int(value) if value is not None else None
+        except ValueError:
+            return ts
+        return str(exact) if exact is not None and self.earliest_ms <= exact <= int(ts) else ts
 
     def _runner_events(self, writes: list[list[str]], ts: str) -> list[dict[str, str]]:
         events = []
@@ -158,6 +174,8 @@ class EchoMQ:
                     event = {"type": "enqueue", "id": job_id, "ts": ts}
                 if fields.get("kind") and event:
                     event["kind"] = fields["kind"]
+            elif args[0].upper() == "ZADD" and args[1] == self.pending and event:
+                event["ts"] = self._exact(ts, args[-2])
         return Decoded([event] if event else [])
 
     def _claim(self, script: str, argv: list[str], writes: list[list[str]], ts: str) -> Decoded:
@@ -177,7 +195,7 @@ class EchoMQ:
             return Decoded([], empty_claim=job_id is None, undecoded=job_id is not None)
         return Decoded([{"type": "claim", "id": job_id, "attempt": self._attempts(job_id),
                          "worker": worker, "lease_ms": lease_ms, "deadline": deadline,
-                         "ts": ts}])
+                         "ts": self._exact(ts, int(deadline) - int(lease_ms))}])
 
     def _extend(self, script: str, argv: list[str], writes: list[list[str]],
                 ts: str) -> Decoded:
@@ -191,7 +209,8 @@ class EchoMQ:
         if deadline is not None:
             return Decoded([{"type": "extend", "id": job_id, "attempt": attempt,
                              "worker": worker, "lease_ms": lease_ms, "deadline": deadline,
-                             "ts": ts, "rtt_ms": rtt}])
+                             "ts": self._exact(ts, int(deadline) - int(lease_ms)),
+                             "rtt_ms": rtt}])
         return Decoded([{"type": "extend_rejected", "id": job_id, "attempt": attempt,
                          "current_attempt": self._attempts(job_id), "worker": worker,
                          "ts": ts, "rtt_ms": rtt}])
@@ -230,6 +249,7 @@ class EchoMQ:
                                "attempt": job.get("attempts", ""),
                                "worker": job.get("worker", ""),
                                "deadline": deadlines.get(job_id, ""),
-                               "stalls": job.get("stalls", ""), "ts": ts})
+                               "stalls": job.get("stalls", ""),
+                               "ts": self._exact(ts, args[2]) if key == self.dead else ts})
             self._apply(args)
         return Decoded(events)
