@@ -240,7 +240,7 @@ class MonitorRecorder:
         assert self._lister is not None
         with self._lister_lock:
             self._lister.sendall(_command("CLIENT", "LIST"))
-            listing = _read_bulk(self._lister)
+            listing = _read_reply(self._lister)
         for entry in listing.splitlines():
             fields = dict(part.split("=", 1) for part in entry.split(" ") if "=" in part)
             user = fields.get("user", "default")
@@ -314,7 +314,7 @@ def _command(*args: str) -> bytes:
 
 
 def _read_reply(sock: socket.socket) -> str:
-    """One simple reply line (+OK, -ERR ..., $n + data read whole by ``_read_bulk``)."""
+    """One reply: a status or error line (+OK, -ERR ...), or a bulk string's data."""
     data = b""
     while not data.endswith(b"\r\n"):
         chunk = sock.recv(1)
@@ -326,10 +326,6 @@ def _read_reply(sock: socket.socket) -> str:
         length = int(line[1:])
         return _read_exactly(sock, length + 2)[:-2].decode() if length >= 0 else ""
     return line
-
-
-def _read_bulk(sock: socket.socket) -> str:
-    return _read_reply(sock)
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:
