@@ -30,6 +30,7 @@ from chaos.errors import exit_code_for
 from chaos.history.events import Event, replay_history
 from chaos.history.schema import Phase, Run
 from chaos.report.summary import build_report, read_report
+from chaos.run.sources import evidence, judged_history
 
 HISTORY = "history.jsonl"
 OUTCOMES = ("finished", "aborted", "error")
@@ -48,6 +49,7 @@ class Evaluation:
     verdict: Verdict | None  # None: no history to judge (the run broke before it had one)
     ack_ledger: dict[str, Any] | None  # report.json["ack_ledger"]; None without acks/
     saved: dict[str, Any] | None = None  # report.json as found, when it was read
+    recorder: dict[str, Any] | None = None  # report.json["history_recorder"] (monitor source)
 
     @property
     def exit_code(self) -> int:
@@ -59,6 +61,8 @@ class Evaluation:
         extra = dict(seen)
         if self.ack_ledger is not None:
             extra["ack_ledger"] = self.ack_ledger
+        if self.recorder is not None:
+            extra["history_recorder"] = self.recorder
         return build_report(self.scenario, self.word, self.verdict, **extra)
 
 
@@ -165,7 +169,7 @@ def evaluate(run_dir: Path, outcome: str | None = None) -> Evaluation:
     """
     if outcome is not None and outcome not in OUTCOMES:
         raise ValueError(f"outcome {outcome!r}: expected one of {', '.join(OUTCOMES)}")
-    history = run_dir / HISTORY
+    history = judged_history(run_dir)
     saved = saved_report(run_dir) if outcome is None else None
     if not history.exists() or not history.stat().st_size:
         return Evaluation(scenario_name(run_dir, saved=saved), _word(outcome, None, saved),
@@ -180,11 +184,15 @@ def evaluate(run_dir: Path, outcome: str | None = None) -> Evaluation:
             return check(watched[-1], config, final=final)
 
         verdict, acks = check_with_ledger(run_dir, history, judge)
+        recorder = evidence(run_dir, config, final)
     except (ValueError, KeyError, OSError) as error:  # read_history names the file and line
         message = str(error)
         raise SavedRunError(message if message.startswith(str(history))
                             else f"{history}: {message}") from None
     if outcome is None:
         outcome = run_outcome(watched[-1].end)
-    return Evaluation(scenario_name(run_dir, watched[-1].run, saved),
-                      _word(outcome, verdict, saved), verdict, acks, saved)
+    word = _word(outcome, verdict, saved)
+    if word == "pass" and recorder is not None and recorder["problems"]:
+        word = "error"  # the monitor evidence is incomplete or disagrees: never a pass
+    return Evaluation(scenario_name(run_dir, watched[-1].run, saved), word, verdict, acks,
+                      saved, recorder)

@@ -25,7 +25,9 @@ from chaos.errors import InfraError
 from chaos.faults.nemesis import Nemesis, plan
 from chaos.files import write_json_atomic, write_text_atomic
 from chaos.history import schema
+from chaos.history.dialects import make_dialect
 from chaos.history.events import HistoryExporter, read_history, stream_entries, write_records
+from chaos.history.monitor import HEALTH_FILE, MONITOR_HISTORY, MonitorRecorder
 from chaos.load.sources import LOCUST_PREFIX, LoadSource, LocustLoad, Producer
 from chaos.protocol.acks import ACKS_DIR, AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys
@@ -90,7 +92,7 @@ def prepare_run_dir(run_dir: Path, force: bool) -> None:
             raise RunDirError(f"{run_dir}: a run is still going there (runner pid {runner.pid})")
         clean_processes(run_dir)  # whatever a crashed earlier run left behind
         for name in ("history.jsonl", "report.json", "report.html", "junit.xml",
-                     SURVIVING_HISTORY):
+                     SURVIVING_HISTORY, MONITOR_HISTORY, HEALTH_FILE):
             (run_dir / name).unlink(missing_ok=True)
         shutil.rmtree(run_dir / ACKS_DIR, ignore_errors=True)  # a ledger is per run
     try:
@@ -125,6 +127,7 @@ class Run:
         self.keys = QueueKeys(scenario.valkey.prefix, scenario.valkey.queue)
         self.queue: QueueClient | None = None
         self.exporter: HistoryExporter | None = None
+        self.recorder: MonitorRecorder | None = None  # history.source monitor | both
         self.load_source: LoadSource | None = None  # chosen by use_load, else the scenario's
         self.nemesis: Nemesis | None = None
         self.drained = False
@@ -156,6 +159,8 @@ class Run:
                 f"queue {self.keys.base!r} on {self.runtime.url} already has keys; "
                 "point the scenario at a fresh queue name (valkey.queue)"
             )
+        if scenario.history.source != "scripts":
+            self.start_recorder()
         self.queue.record(**schema.Run(
             scenario=scenario.name, seed=scenario.seed, lease_ms=topo.lease_ms,
             reap_interval_ms=topo.reap_interval_ms, reap_limit=topo.reap_limit,
@@ -172,6 +177,28 @@ class Run:
         self.runtime.start_workers()
         self._wait_for_clients([child.name for child in reapers] + topo.worker_names)
         self.new_nemesis()
+
+    def start_recorder(self) -> None:
+        """The MONITOR recorder (docs/design.md §5), on its own connection to the server."""
+        assert self.queue is not None
+        server = self.queue.client.connection_pool.connection_kwargs
+        if "host" not in server:
+            raise InfraError("history.source = monitor needs a direct server connection, not "
+                             f"{self.runtime.url.split('@')[-1]}")
+        self.recorder = MonitorRecorder(
+            make_dialect(self.scenario.history.dialect, self.keys.prefix, self.keys.queue),
+            self.run_dir / MONITOR_HISTORY, server["host"], int(server["port"]),
+            server.get("password"), server.get("username"))
+        self.recorder.start()
+
+    def stop_recorder(self) -> None:
+        """Read the feed up to now, close, and save the recorder's health (monitor.json)."""
+        if self.recorder is not None:
+            health = self.recorder.stop()
+            self.recorder = None
+            write_json_atomic(self.run_dir / HEALTH_FILE, health.as_dict())
+            for problem in health.problems():
+                self.progress.say(f"!! monitor history: {problem}")
 
     # --- what the capacity search and the pytest plugin use -------------------------------
     def new_nemesis(self) -> Nemesis:
@@ -350,6 +377,7 @@ class Run:
         if self.queue is not None:
             self.queue.record(**schema.Phase("end", drained=self.drained, aborted=aborted,
                                              cause=cause).fields())
+        self.stop_recorder()
         if self.exporter is not None:
             self.exporter.drain()
             self.save_surviving_history()
@@ -409,6 +437,7 @@ class Run:
             return None
 
     def close(self) -> None:
+        try_teardown(self.stop_recorder)
         if self.exporter is not None:
             self.exporter.close()
         self.runtime.close()

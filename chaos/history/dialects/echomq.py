@@ -1,0 +1,255 @@
+"""The ``echomq`` dialect: the keys and scripts of docs/design.md §2 (``chaos/protocol/lua/``).
+
+A call is recognised by its script's SHA1 (computed here from the shipped sources, mutants
+included; an EVAL's body is hashed the same way), which gives the meaning of its arguments
+(lease, attempt, worker). Whether the transition happened is read from what the script wrote,
+never from its events-stream XADD, so the history does not depend on the scripts recording:
+
+    enqueue    HSET <job> payload ...                    else a repeat id: nothing
+    claim      HINCRBY <job> attempts + ZADD active      else an empty claim: nothing
+    extend     ZADD active <deadline> <id>               else extend_rejected
+    complete   HSET <job> state completed                else complete_rejected
+    reap       per id: ZREM active, then ZADD pending 0 (reap) or ZADD dead (dead)
+    record     XADD events <fields>: a runner event (run, phase, fault, ...), taken as written
+
+``ts`` is the server clock of the script's own TIME command. MONITOR stamps a command just after
+it ran, so TIME's reply lies between the stamp of the line before it and its own; where a write
+carries a value computed from it (enqueue's pending score, dead's score, a claim or extend's
+deadline minus its lease) and that value lies inside those bounds, it is the exact ``ts``; else
+the TIME line's stamp (floored to ms, as the scripts do), which a stall of the server between
+running TIME and feeding MONITOR can make late. A script that runs no TIME is stamped by its call.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from importlib import resources
+
+from chaos.history.dialects import Call, Decoded
+from chaos.history.schema import TRANSITIONS
+from chaos.protocol.client import QueueKeys
+
+_TRANSITION_TYPES = frozenset(kind.TYPE for kind in TRANSITIONS)
+# Commands that change a key; anything else (reads, TIME) changes nothing the shadow keeps.
+_WRITES = frozenset(("HSET", "HINCRBY", "HDEL", "ZADD", "ZREM", "ZPOPMIN", "DEL", "XADD",
+                     "UNLINK", "HMSET", "ZINCRBY", "ZREMRANGEBYSCORE", "SET", "RENAME"))
+
+
+def _script_shas() -> dict[str, str]:
+    """SHA1 of every shipped script (what SCRIPT LOAD returns for it) -> its name."""
+    folder = resources.files("chaos.protocol").joinpath("lua")
+    return {hashlib.sha1(entry.read_text().encode()).hexdigest(): entry.name.removesuffix(".lua")
+            for entry in folder.iterdir() if entry.name.endswith(".lua")}
+
+
+SCRIPTS = _script_shas()
+
+
+class EchoMQ:
+    name = "echomq"
+
+    def __init__(self, prefix: str, queue: str) -> None:
+        keys = QueueKeys(prefix, queue)
+        self.pending, self.active, self.events = keys.pending, keys.active, keys.events
+        self.dead = keys.dead
+        self.job_prefix = keys.job_prefix
+        self.base = keys.base
+        # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
+        self.jobs: dict[str, dict[str, str]] = {}
+        self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
+        self.earliest_ms = 0  # the call being decoded: the earliest its TIME can have read
+
+    # --- the shadow ---------------------------------------------------------------------
+    def _apply(self, args: list[str]) -> None:
+        command = args[0].upper()
+        if len(args) < 2:
+            return
+        key = args[1]
+        if key.startswith(self.job_prefix):
+            job = self.jobs.setdefault(key[len(self.job_prefix):], {})
+            if command in ("HSET", "HMSET"):
+                for index in range(2, len(args) - 1, 2):
+                    job[args[index]] = args[index + 1]
+            elif command == "HINCRBY" and len(args) == 4:
+                job[args[2]] = str(int(job.get(args[2]) or 0) + int(args[3]))
+            elif command in ("DEL", "UNLINK"):
+                job.clear()
+        elif key == self.active:
+            if command == "ZADD":
+                options = 2
+                while options < len(args) and args[options].upper() in (
+                        "XX", "NX", "GT", "LT", "CH", "INCR"):
+                    options += 1
+                xx = "XX" in (arg.upper() for arg in args[2:options])
+                for index in range(options, len(args) - 1, 2):
+                    member = args[index + 1]
+                    if not xx or member in self.leases:
+                        self.leases[member] = args[index]
+            elif command == "ZREM":
+                for member in args[2:]:
+                    self.leases.pop(member, None)
+
+    def _attempts(self, job_id: str) -> str:
+        return self.jobs.get(job_id, {}).get("attempts", "0")
+
+    # --- decoding -----------------------------------------------------------------------
+    def decode(self, call: Call) -> Decoded:
+        command = call.args[0].upper()
+        if command not in ("EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"):
+            if command in _WRITES and len(call.args) > 1 and call.args[1].startswith(self.base):
+                self._apply(call.args)
+                return Decoded([], unscripted_write=True)
+            return Decoded([])
+        if command.startswith("EVALSHA"):
+            script = SCRIPTS.get(call.args[1].lower()) if len(call.args) > 1 else None
+        else:
+            script = SCRIPTS.get(hashlib.sha1(call.args[1].encode()).hexdigest())
+        try:
+            numkeys = int(call.args[2])
+        except (IndexError, ValueError):
+            return Decoded([], undecoded=self._touches_queue(call))
+        keys, argv = call.args[3:3 + numkeys], call.args[3 + numkeys:]
+        if script is None:
+            if self._touches_queue(call, keys):
+                for _, args in call.commands:
+                    self._apply(args)
+                return Decoded([], undecoded=True)
+            return Decoded([])
+        try:
+            return self._decode(script, call, argv)
+        except (IndexError, ValueError, KeyError):
+            return Decoded([], undecoded=True)
+
+    def _touches_queue(self, call: Call, keys: list[str] | None = None) -> bool:
+        return any(key.startswith(self.base) for key in keys or ()) or any(
+            len(args) > 1 and args[1].startswith(self.base) for _, args in call.commands)
+
+    def _decode(self, script: str, call: Call, argv: list[str]) -> Decoded:
+        ts = str(call.stamp_us // 1000)
+        self.earliest_ms = call.stamp_us // 1000  # TIME's reply is at or after this
+        before = call.stamp_us
+        writes: list[list[str]] = []
+        for stamp, args in call.commands:
+            name = args[0].upper()
+            if name == "TIME":
+                ts, self.earliest_ms = str(stamp // 1000), before // 1000
+            elif name in _WRITES:
+                writes.append(args)
+            before = stamp
+        kind = script.split("_")[0]
+        if kind == "record":
+            return Decoded(self._runner_events(writes, ts))
+        decoder = getattr(self, f"_{kind}", None)
+        if decoder is None:  # a read-only helper (reap_scan): writes nothing, records nothing
+            return Decoded([], undecoded=bool(writes))
+        decoded: Decoded = decoder(script, argv, writes, ts)
+        return decoded
+
+    def _exact(self, ts: str, value: str | int | None) -> str:
+        """``value`` (a write's copy of the script's clock) when it lies within TIME's bounds."""
+        try:
+            exact = int(value) if value is not None else None
+        except ValueError:
+            return ts
+        return str(exact) if exact is not None and self.earliest_ms <= exact <= int(ts) else ts
+
+    def _runner_events(self, writes: list[list[str]], ts: str) -> list[dict[str, str]]:
+        events = []
+        for args in writes:
+            if args[0].upper() == "XADD" and args[1] == self.events:
+                fields = dict(zip(args[3::2], args[4::2], strict=False))
+                if fields.get("type") not in _TRANSITION_TYPES:
+                    events.append({**fields, "ts": fields.get("ts", ts)})
+        return events
+
+    def _enqueue(self, script: str, argv: list[str], writes: list[list[str]],
+                 ts: str) -> Decoded:
+        job_id = argv[1]
+        event: dict[str, str] = {}
+        for args in writes:
+            self._apply(args)
+            if args[0].upper() == "HSET" and args[1] == self.job_prefix + job_id:
+                fields = dict(zip(args[2::2], args[3::2], strict=False))
+                if "payload" in fields:
+                    event = {"type": "enqueue", "id": job_id, "ts": ts}
+                if fields.get("kind") and event:
+                    event["kind"] = fields["kind"]
+            elif args[0].upper() == "ZADD" and args[1] == self.pending and event:
+                event["ts"] = self._exact(ts, args[-2])
+        return Decoded([event] if event else [])
+
+    def _claim(self, script: str, argv: list[str], writes: list[list[str]], ts: str) -> Decoded:
+        # claim / claim_client_clock: ARGV prefix, lease_ms, worker; claim_lease: prefix, id,
+        # lease_ms, worker.
+        lease_ms, worker = (argv[2], argv[3]) if script == "claim_lease" else (argv[1], argv[2])
+        job_id = deadline = None
+        for args in writes:
+            self._apply(args)
+            name = args[0].upper()
+            if name == "HINCRBY" and args[2] == "attempts" and args[1].startswith(
+                    self.job_prefix):
+                job_id = args[1][len(self.job_prefix):]
+            elif name == "ZADD" and args[1] == self.active:
+                deadline = args[-2]
+        if job_id is None or deadline is None:
+            return Decoded([], empty_claim=job_id is None, undecoded=job_id is not None)
+        return Decoded([{"type": "claim", "id": job_id, "attempt": self._attempts(job_id),
+                         "worker": worker, "lease_ms": lease_ms, "deadline": deadline,
+                         "ts": self._exact(ts, int(deadline) - int(lease_ms))}])
+
+    def _extend(self, script: str, argv: list[str], writes: list[list[str]],
+                ts: str) -> Decoded:
+        job_id, attempt, lease_ms, worker = argv[1], argv[2], argv[3], argv[4]
+        rtt = argv[5] if len(argv) > 5 else ""
+        deadline = None
+        for args in writes:
+            self._apply(args)
+            if args[0].upper() == "ZADD" and args[1] == self.active and args[-1] == job_id:
+                deadline = args[-2]
+        if deadline is not None:
+            return Decoded([{"type": "extend", "id": job_id, "attempt": attempt,
+                             "worker": worker, "lease_ms": lease_ms, "deadline": deadline,
+                             "ts": self._exact(ts, int(deadline) - int(lease_ms)),
+                             "rtt_ms": rtt}])
+        return Decoded([{"type": "extend_rejected", "id": job_id, "attempt": attempt,
+                         "current_attempt": self._attempts(job_id), "worker": worker,
+                         "ts": ts, "rtt_ms": rtt}])
+
+    def _complete(self, script: str, argv: list[str], writes: list[list[str]],
+                  ts: str) -> Decoded:
+        job_id, attempt, worker = argv[1], argv[2], argv[3]
+        accepted = False
+        for args in writes:
+            self._apply(args)
+            if (args[0].upper() == "HSET" and args[1] == self.job_prefix + job_id
+                    and dict(zip(args[2::2], args[3::2], strict=False)).get("state")
+                    == "completed"):
+                accepted = True
+        if accepted:
+            return Decoded([{"type": "complete", "id": job_id, "attempt": attempt,
+                             "worker": worker, "ts": ts}])
+        return Decoded([{"type": "complete_rejected", "id": job_id, "attempt": attempt,
+                         "current_attempt": self._attempts(job_id), "worker": worker,
+                         "ts": ts}])
+
+    def _reap(self, script: str, argv: list[str], writes: list[list[str]], ts: str) -> Decoded:
+        events: list[dict[str, str]] = []
+        deadlines: dict[str, str] = {}  # id -> its lease deadline when the reap took it
+        for args in writes:
+            name, key = args[0].upper(), args[1]
+            if name == "ZREM" and key == self.active:
+                for member in args[2:]:
+                    deadlines[member] = self.leases.get(member, "")
+            elif name == "ZADD" and key in (self.pending, self.dead):
+                job_id = args[-1]
+                if script == "reap_move" and job_id not in deadlines:
+                    deadlines[job_id] = self.leases.get(job_id, "")
+                job = self.jobs.get(job_id, {})
+                events.append({"type": "dead" if key == self.dead else "reap", "id": job_id,
+                               "attempt": job.get("attempts", ""),
+                               "worker": job.get("worker", ""),
+                               "deadline": deadlines.get(job_id, ""),
+                               "stalls": job.get("stalls", ""),
+                               "ts": self._exact(ts, args[2]) if key == self.dead else ts})
+            self._apply(args)
+        return Decoded(events)

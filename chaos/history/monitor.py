@@ -1,0 +1,338 @@
+"""The black-box history source (docs/design.md §5): Valkey's MONITOR feed, decoded.
+
+A recorder holds its own connection in MONITOR mode and reads every command the server runs, in
+the order it runs them, each stamped with the server clock in µs. A script's call line (EVAL or
+EVALSHA, with the caller's address) is followed by the commands the script ran (``[0 lua]``), so
+the lines group into one ``Call`` per execution; a dialect decodes each call into history events
+(``chaos.history.dialects``), and they are written to ``history-monitor.jsonl`` in the same
+shape as ``history.jsonl``: the checker cannot tell the sources apart.
+
+Each call is attributed to a connection: its address is resolved through CLIENT LIST (once per
+address, on the recorder's second connection) to the client name the process set (the
+reference worker names its connections ``<worker>`` and ``<worker>-heartbeat``), or to its ACL
+user when it has one of its own; the events carry it as ``conn``.
+
+Health: a recorder that falls behind, loses its connection, or meets lines it cannot read or
+calls on the queue's keys it cannot decode says so in ``RecorderHealth`` (``monitor.json`` in
+the run directory), and a history with any of those is never a pass (``chaos.run.sources``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from chaos.history.dialects import Call, Dialect
+
+MONITOR_HISTORY = "history-monitor.jsonl"
+HEALTH_FILE = "monitor.json"
+_END_MARKER = "echomq-chaos:monitor-end"
+_ESCAPE = re.compile(r'\\(x[0-9a-fA-F]{2}|.)')
+_QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b"}
+
+
+def _unescape(match: re.Match[str]) -> str:
+    code = match.group(1)
+    if code[0] == "x" and len(code) == 3:
+        return chr(int(code[1:], 16))
+    return _ESCAPES.get(code, code)
+
+
+def parse_line(line: str) -> tuple[int, str, list[str]] | None:
+    """One MONITOR line (``+<sec>.<usec> [<db> <client>] "ARG" ...``, without its CRLF): the
+    server stamp in µs, the client (``host:port`` or ``lua``) and the arguments; None for a
+    line that is not a command (``+OK``)."""
+    if not line.startswith("+") or " [" not in line:
+        return None
+    stamp, _, rest = line[1:].partition(" [")
+    client, _, quoted = rest.partition("] ")
+    seconds, _, micros = stamp.partition(".")
+    if not (seconds.isdigit() and micros.isdigit() and quoted.startswith('"')):
+        return None
+    if "\\" in quoted:
+        # Escaped bytes (sdscatrepr): \" \\ \n \r \t \a \b \xHH; the args are byte strings.
+        args = [_ESCAPE.sub(_unescape, arg).encode("latin-1").decode("utf-8", "replace")
+                for arg in _QUOTED.findall(quoted)]
+    else:
+        args = quoted[1:-1].split('" "')
+    return int(seconds) * 1_000_000 + int(micros), client.partition(" ")[2], args
+
+
+@dataclass
+class RecorderHealth:
+    """What the recorder saw, and whether its history can be trusted (report.json
+    ``history_recorder``)."""
+
+    dialect: str
+    lines_read: int = 0
+    calls: int = 0  # script executions and top-level commands
+    events: int = 0  # history events written
+    unreadable_lines: int = 0  # lines that did not parse as MONITOR output
+    undecoded_calls: int = 0  # calls on the queue's keys the dialect could not decode
+    undecoded_examples: list[str] = field(default_factory=list)
+    empty_claims: int = 0
+    unscripted_writes: int = 0  # writes to the queue's keys outside any script
+    unattributed_calls: int = 0  # callers CLIENT LIST no longer knew
+    connection_lost: str = ""  # why the feed broke, if it did
+    caught_up: bool = False  # the end marker was read: every line before it was decoded
+    lag_ms_at_end: float | None = None  # from sending the end marker to reading it
+    max_lag_ms: float = 0.0  # server stamp of a line vs. when it was decoded, at worst
+
+    @property
+    def trustworthy(self) -> bool:
+        return (self.caught_up and not self.connection_lost and not self.unreadable_lines
+                and not self.undecoded_calls)
+
+    def problems(self) -> list[str]:
+        found = []
+        if self.connection_lost:
+            found.append(f"the MONITOR connection broke ({self.connection_lost})")
+        if not self.caught_up:
+            found.append("the recorder never read the end marker (it fell behind or lost "
+                         "lines)")
+        if self.unreadable_lines:
+            found.append(f"{self.unreadable_lines} unreadable MONITOR lines")
+        if self.undecoded_calls:
+            found.append(f"{self.undecoded_calls} calls on the queue's keys not decoded")
+        return found
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "trustworthy": self.trustworthy}
+
+    @classmethod
+    def read(cls, run_dir: Path) -> RecorderHealth | None:
+        path = run_dir / HEALTH_FILE
+        if not path.exists():
+            return None
+        saved = json.loads(path.read_text())
+        saved.pop("trustworthy", None)
+        return cls(**saved)
+
+
+class HistoryWriter:
+    """Turns calls into history lines: seq in feed order, the caller's connection as ``conn``."""
+
+    def __init__(self, dialect: Dialect, handle: IO[str], health: RecorderHealth,
+                 resolve: Any = None) -> None:
+        self.dialect = dialect
+        self.handle = handle
+        self.health = health
+        self.resolve = resolve  # address -> connection name, or None
+        self.last_ms = 0
+        self.counter = 0
+
+    def write(self, call: Call) -> None:
+        health = self.health
+        health.calls += 1
+        decoded = self.dialect.decode(call)
+        if decoded.undecoded:
+            health.undecoded_calls += 1
+            if len(health.undecoded_examples) < 5:
+                health.undecoded_examples.append(" ".join(call.args)[:200])
+        health.empty_claims += decoded.empty_claim
+        health.unscripted_writes += decoded.unscripted_write
+        if not decoded.events:
+            return
+        conn = self.resolve(call.client) if self.resolve else ""
+        if conn is None:
+            health.unattributed_calls += 1
+        for event in decoded.events:
+            millis = max(call.stamp_us // 1000, self.last_ms)
+            self.counter = self.counter + 1 if millis == self.last_ms else 0
+            self.last_ms = millis
+            record = {"seq": f"{millis}-{self.counter}", **event}
+            if conn and event["type"] != "run":
+                record["conn"] = conn
+            self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+            health.events += 1
+
+
+def decode_lines(lines: list[str], writer: HistoryWriter) -> None:
+    """Feed a whole capture of MONITOR lines to ``writer``, one call at a time."""
+    last = _Grouper(writer).feed(lines, None)
+    if last is not None:
+        writer.write(last)
+
+
+class _Grouper:
+    def __init__(self, writer: HistoryWriter) -> None:
+        self.writer = writer
+
+    def feed(self, lines: list[str], open_call: Call | None) -> Call | None:
+        health = self.writer.health
+        for line in lines:
+            health.lines_read += 1
+            parsed = parse_line(line)
+            if parsed is None:
+                if line not in ("+OK", ""):
+                    health.unreadable_lines += 1
+                continue
+            stamp, client, args = parsed
+            if client == "lua":
+                if open_call is None:
+                    health.unreadable_lines += 1  # a script's command with no call line
+                else:
+                    open_call.commands.append((stamp, args))
+                continue
+            if open_call is not None:
+                self.writer.write(open_call)
+            open_call = Call(stamp, client, args)
+        return open_call
+
+
+class MonitorRecorder:
+    """Records ``history-monitor.jsonl`` from MONITOR in a background thread (``start`` ..
+    ``stop``). ``host``/``port``/``username``/``password``: the server's, as the run's own
+    client has them."""
+
+    def __init__(self, dialect: Dialect, path: Path, host: str, port: int,
+                 password: str | None, username: str | None = None) -> None:
+        self.dialect = dialect
+        self.path = path
+        self.address = (host, port)
+        self.auth = [a for a in (username, password) if a]
+        self.health = RecorderHealth(dialect.name)
+        self.names: dict[str, str] = {}  # caller address -> connection name
+        self._handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        self._writer = HistoryWriter(dialect, self._handle, self.health, self._resolve)
+        self._sock: socket.socket | None = None
+        self._lister: socket.socket | None = None
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="monitor", daemon=True)
+        self._marker_sent = 0.0
+        self._lister_lock = threading.Lock()  # the reader resolves names, stop() sends a marker
+
+    def _connect(self) -> socket.socket:
+        sock = socket.create_connection(self.address, timeout=5)
+        if self.auth:
+            sock.sendall(_command("AUTH", *self.auth))
+            if not _read_reply(sock).startswith("+OK"):
+                raise OSError("MONITOR connection: AUTH refused")
+        return sock
+
+    def start(self) -> None:
+        self._sock = self._connect()
+        self._lister = self._connect()
+        self._sock.sendall(_command("MONITOR"))
+        if not _read_reply(self._sock).startswith("+OK"):
+            raise OSError("the server refused MONITOR")
+        self._sock.settimeout(0.2)
+        self._thread.start()
+
+    def _resolve(self, address: str) -> str | None:
+        name = self.names.get(address)
+        if name is None:
+            try:
+                self._refresh_names()
+            except OSError:
+                return None
+            name = self.names.get(address)
+        return name
+
+    def _refresh_names(self) -> None:
+        assert self._lister is not None
+        with self._lister_lock:
+            self._lister.sendall(_command("CLIENT", "LIST"))
+            listing = _read_reply(self._lister)
+        for entry in listing.splitlines():
+            fields = dict(part.split("=", 1) for part in entry.split(" ") if "=" in part)
+            user = fields.get("user", "default")
+            name = user if user != "default" else fields.get("name", "")
+            self.names[fields.get("addr", "")] = name or f"id:{fields.get('id', '?')}"
+
+    def _loop(self) -> None:
+        assert self._sock is not None
+        grouper = _Grouper(self._writer)
+        buffer, open_call = b"", None
+        while True:
+            try:
+                chunk = self._sock.recv(1 << 20)
+            except TimeoutError:
+                if self._stopping.is_set() and time.monotonic() - self._marker_sent > 30:
+                    break  # never caught up: health.caught_up stays False
+                continue
+            except OSError as error:
+                self.health.connection_lost = str(error)
+                break
+            if not chunk:
+                self.health.connection_lost = "the server closed it"
+                break
+            buffer += chunk
+            cut = buffer.rfind(b"\r\n")
+            if cut < 0:
+                continue
+            lines = buffer[:cut].decode("utf-8", "replace").split("\r\n")
+            buffer = buffer[cut + 2:]
+            end = next((i for i, line in enumerate(lines) if _END_MARKER in line), None)
+            if end is not None:
+                lines = lines[:end]
+            open_call = grouper.feed(lines, open_call)
+            if lines and (parsed := parse_line(lines[-1])) is not None:
+                lag = time.time() * 1000 - parsed[0] / 1000
+                self.health.max_lag_ms = max(self.health.max_lag_ms, round(lag, 3))
+            if end is not None:
+                self.health.caught_up = True
+                self.health.lag_ms_at_end = round(
+                    (time.monotonic() - self._marker_sent) * 1000, 3)
+                break
+        if open_call is not None:
+            self._writer.write(open_call)
+
+    def stop(self) -> RecorderHealth:
+        """Read up to an end marker sent now (so every command before it is decoded), then
+        close. The health says whether that worked and how far behind the recorder was."""
+        if self._thread.is_alive() and self._lister is not None:
+            self._marker_sent = time.monotonic()
+            self._stopping.set()
+            try:
+                with self._lister_lock:
+                    self._lister.sendall(_command("ECHO", _END_MARKER))
+                    _read_reply(self._lister)
+            except OSError as error:
+                self.health.connection_lost = self.health.connection_lost or str(error)
+            self._thread.join(timeout=35)
+        for sock in (self._sock, self._lister):
+            if sock is not None:
+                sock.close()
+        self._handle.close()
+        return self.health
+
+
+def _command(*args: str) -> bytes:
+    parts = [f"*{len(args)}\r\n".encode()]
+    for arg in args:
+        data = arg.encode()
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+def _read_reply(sock: socket.socket) -> str:
+    """One reply: a status or error line (+OK, -ERR ...), or a bulk string's data."""
+    data = b""
+    while not data.endswith(b"\r\n"):
+        chunk = sock.recv(1)
+        if not chunk:
+            raise OSError("connection closed")
+        data += chunk
+    line = data[:-2].decode()
+    if line.startswith("$"):
+        length = int(line[1:])
+        return _read_exactly(sock, length + 2)[:-2].decode() if length >= 0 else ""
+    return line
+
+
+def _read_exactly(sock: socket.socket, size: int) -> bytes:
+    data = b""
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise OSError("connection closed")
+        data += chunk
+    return data
