@@ -1,0 +1,83 @@
+"""``selftest --repeat N``: the per-variant summary (caught k/N, sound passes k/N, time to catch,
+load average), computed from hand-made run rows: pure logic, no run is started here."""
+
+from __future__ import annotations
+
+from chaos.errors import EXIT_FAIL, EXIT_PASS
+from chaos.tools.selftest import (
+    RunOutcome,
+    SelftestResult,
+    SelftestRow,
+    Spread,
+    summarize,
+    summary_table,
+    table,
+)
+
+
+def outcome(protocol: str, verdict: str, failed: list[str], load: float | None) -> RunOutcome:
+    return RunOutcome(protocol, verdict, failed, wall_ms=4000, run_dir="runs/x", load_avg=load)
+
+
+def row(variant: str, seed: int, *, caught: bool, sound: str = "pass",
+        to_catch: int | None = None, from_fault: int | None = None,
+        load: float = 2.0) -> SelftestRow:
+    expected = ["no_loss"]
+    mutant = outcome(variant, "fail" if caught else "pass", expected if caught else [], load)
+    sound_failed = ["no_loss"] if sound == "fail" else []
+    made = SelftestRow(variant, variant, seed, expected, mutant,
+                       outcome("sound", sound, sound_failed, load + 1))
+    made.time_to_catch_ms, made.fault_to_catch_ms = to_catch, from_fault
+    return made
+
+
+def test_counts_catches_and_sound_passes_per_variant_over_its_seeds():
+    rows = [row("nonatomic-claim", 25, caught=True, to_catch=900, from_fault=300, load=3.0),
+            row("no-reaper", 26, caught=True, to_catch=2000, from_fault=1500),
+            row("nonatomic-claim", 26, caught=False, sound="fail", load=9.0),
+            row("nonatomic-claim", 27, caught=True, to_catch=700, from_fault=100, load=5.0),
+            row("no-reaper", 27, caught=True, to_catch=2400, from_fault=1700)]
+    claim, reaper = summarize(rows)
+    assert (claim.variant, claim.runs, claim.caught, claim.sound_passed) == \
+        ("nonatomic-claim", 3, 2, 2)
+    assert not claim.every_time
+    # Time to catch is over the caught runs only: the miss has none to give.
+    assert claim.time_to_catch_ms == Spread(700, 800, 900)
+    assert claim.fault_to_catch_ms == Spread(100, 200, 300)
+    # Load over every run of the variant, mutant and sound alike.
+    assert claim.load_avg == Spread(3.0, 5.5, 10.0)
+    assert (reaper.runs, reaper.caught, reaper.sound_passed, reaper.every_time) == \
+        (2, 2, 2, True)
+    assert reaper.time_to_catch_ms == Spread(2000, 2200, 2400)
+
+
+def test_a_variant_never_caught_has_no_time_to_catch():
+    (summary,) = summarize([row("client-clock", 22, caught=False),
+                            row("client-clock", 23, caught=False)])
+    assert (summary.caught, summary.runs) == (0, 2)
+    assert summary.time_to_catch_ms == Spread(None, None, None)
+    assert summary.time_to_catch_ms.render(" ms") == "-"
+
+
+def test_the_table_shows_k_of_n_and_the_spreads_and_the_json_carries_them():
+    rows = [row("nonatomic-reap", 23, caught=True, to_catch=1600, from_fault=1100),
+            row("nonatomic-reap", 24, caught=True, to_catch=1500, from_fault=1000),
+            row("nonatomic-reap", 25, caught=False)]
+    result = SelftestResult(rows=rows)
+    text = table(result)
+    (line,) = [line for line in summary_table(summarize(rows))[1:]]
+    assert line.split()[:4] == ["nonatomic-reap", "no_loss", "2/3", "3/3"]
+    assert "1500/1550/1600 ms" in line and "1000/1050/1100 ms" in line
+    assert line in text.splitlines()
+    assert result.exit_code == EXIT_FAIL and text.endswith("FAIL")
+    (by_variant,) = result.as_dict()["by_variant"]
+    assert (by_variant["caught"], by_variant["runs"], by_variant["sound_passed"]) == (2, 3, 3)
+    assert by_variant["time_to_catch_ms"] == {"min": 1500, "median": 1550, "max": 1600}
+
+
+def test_one_seed_per_variant_prints_no_summary_and_passes_when_all_caught():
+    result = SelftestResult(rows=[row("no-reaper", 26, caught=True, to_catch=2000,
+                                      from_fault=1500)])
+    text = table(result)
+    assert "sound passed" not in text  # the per-variant table is for N > 1 only
+    assert result.exit_code == EXIT_PASS and text.endswith("PASS")
