@@ -229,10 +229,11 @@ class RuntimeBase(ABC):
                 *self._race_window_args()]
 
     def _race_window_args(self) -> list[str]:
-        """nonatomic-reap: a scan-to-move window of two reap intervals. Every other reaper then
-        ticks inside it (its period is one interval) and scans the same lapsed ids before they
-        are moved, so racing reapers always move an id twice: the race is forced, not likely
-        (a 100 ms window inside a 250 ms period was missed whenever the ticks fell apart)."""
+        """nonatomic-reap: a scan-to-move window of two reap intervals. The first reaper to see
+        a lapsed lease holds it that long; any other reaper scans again within one interval of
+        being free (or is itself holding ids this scan sees too), so some id is always moved by
+        both: the race is forced, not likely (a 100 ms window inside a 250 ms period was missed
+        whenever the ticks fell apart)."""
         topo = self.scenario.topology
         if self.scenario.protocol != "nonatomic-reap" or topo.reapers < 2:
             return []
