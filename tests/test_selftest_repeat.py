@@ -3,12 +3,18 @@ load average), computed from hand-made run rows: pure logic, no run is started h
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
 from chaos.errors import EXIT_FAIL, EXIT_PASS
 from chaos.tools.selftest import (
     RunOutcome,
     SelftestResult,
     SelftestRow,
     Spread,
+    _times_to_catch,
     summarize,
     summary_table,
     table,
@@ -81,3 +87,37 @@ def test_one_seed_per_variant_prints_no_summary_and_passes_when_all_caught():
     text = table(result)
     assert "sound passed" not in text  # the per-variant table is for N > 1 only
     assert result.exit_code == EXIT_PASS and text.endswith("PASS")
+
+
+def write_history(path: Path, *, fault: bool) -> None:
+    lines = [{"seq": "1000-0", "type": "run", "ts": "1000"},
+             {"seq": "1200-0", "type": "phase", "phase": "warmup", "ts": "1200"},
+             {"seq": "1700-0", "type": "phase", "phase": "chaos", "ts": "1700"}]
+    if fault:
+        lines.append({"seq": "1900-0", "type": "fault", "kind": "kill", "worker": "worker-1",
+                      "fault_id": "f1", "ts": "1900"})
+        lines.append({"seq": "2400-0", "type": "fault", "kind": "kill", "worker": "worker-2",
+                      "fault_id": "f2", "ts": "2400"})
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+
+def checked(**first_violation_ts: int | None) -> Any:
+    """What ``_times_to_catch`` reads of a run: its invariants' first violation instants."""
+    return SimpleNamespace(checked=SimpleNamespace(invariants={
+        name: SimpleNamespace(first_violation_ts=ts) for name, ts in first_violation_ts.items()}))
+
+
+def test_time_to_catch_runs_from_load_start_and_from_the_first_fault(tmp_path: Path):
+    write_history(tmp_path / "history.jsonl", fault=True)
+    caught = row("no-reaper", 26, caught=True)
+    caught.expected = caught.mutant.failed = ["no_loss", "recovery_bound"]
+    # The earliest of the expected invariants' first violations, on the history's clock.
+    result = checked(no_loss=9000, recovery_bound=3500)
+    assert _times_to_catch(caught, tmp_path, result) == (3500 - 1200, 3500 - 1900)
+    assert _times_to_catch(row("no-reaper", 26, caught=False), tmp_path, result) == (None, None)
+
+
+def test_a_run_without_faults_has_only_the_time_from_load_start(tmp_path: Path):
+    write_history(tmp_path / "history.jsonl", fault=False)
+    caught = row("extend-resurrects", 27, caught=True)
+    assert _times_to_catch(caught, tmp_path, checked(no_loss=1630)) == (430, None)
