@@ -321,8 +321,8 @@ class Failover(StoreFaultBase):
 # --- the registry ---------------------------------------------------------------------------------
 
 Fault = Annotated[
-    Kill | KillInClaimGap | Pause | Latency | Partition | Bandwidth | ResetPeer | SlowClose | Toxic
-    | ClockSkew | CpuHog | HeartbeatLag | BlockHeartbeat | ValkeyRestart | Failover,
+    Kill | Pause | Latency | Partition | Bandwidth | ResetPeer | SlowClose | Toxic | ClockSkew
+    | CpuHog | BlockHeartbeat | ValkeyRestart | Failover | KillInClaimGap | HeartbeatLag,
     Field(discriminator="kind"),
 ]
 
