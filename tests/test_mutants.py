@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -52,6 +53,61 @@ def test_each_mutant_is_caught_by_its_expected_invariant(path: Path, tmp_path: P
     for name in scenario.expect_fail:
         assert report["invariants"][name]["violations"] >= 1
         assert report["invariants"][name]["first_violation_ts"] is not None
+    provoked = PROVOCATIONS.get(scenario.protocol)
+    if provoked is not None:
+        provoked(scenario, tmp_path / "run", report)
+
+
+# How each variant whose window is narrow is provoked by construction (selftest is a gate: it
+# must catch every time, on a busy machine too): the run shows the provocation happened.
+
+def claim_gap_kill_lost_the_held_job(scenario: Scenario, run_dir: Path, report: dict) -> None:
+    """The worker killed in its claim gap had said which job it held there; that job is lost."""
+    held = [match for log in sorted((run_dir / "logs").glob("worker-*.log"))
+            for match in re.findall(r"in the claim gap of (\S+) .*\(fault (f\d+)\)",
+                                    log.read_text())]
+    (job, fault_id), = held
+    (fault,) = [e for e in read_history(run_dir / "history.jsonl") if e.type == "fault"]
+    assert (fault.extra["kind"], fault.extra["fault_id"]) == ("kill_in_claim_gap", fault_id)
+    lost = {example["job"] for example in report["invariants"]["no_loss"]["examples"]}
+    assert job in lost, (job, lost)
+
+
+def lagged_heartbeat_renewed_after_complete(scenario: Scenario, run_dir: Path,
+                                            report: dict) -> None:
+    """The lagged worker's heartbeat renewed at least one job after that worker completed it."""
+    history = list(read_history(run_dir / "history.jsonl"))
+    (fault,) = [e for e in history if e.type == "fault"]
+    completed: set[tuple[str, str]] = set()
+    renewed_after = 0
+    for event in history:
+        if event.worker != fault.worker:
+            continue
+        if event.type == "complete":
+            completed.add((event.job_id, str(event.attempt)))
+        elif event.type == "extend" and (event.job_id, str(event.attempt)) in completed:
+            renewed_after += 1
+    assert renewed_after >= 1
+
+
+def both_reapers_moved(scenario: Scenario, run_dir: Path, report: dict) -> None:
+    """The forced race: every reaper moved leases (some id twice: the violation)."""
+    for name in scenario.topology.reaper_names:
+        assert "reaped" in (run_dir / "logs" / f"{name}.log").read_text(), name
+
+
+def enough_leases_stranded(scenario: Scenario, run_dir: Path, report: dict) -> None:
+    """Saturated workers: the kill strands far more leases than one per tick recovers in time
+    (four suffice: the fourth comes back 3 ticks after the first, past L + R + tolerance)."""
+    assert report["invariants"]["recovery_bound"]["stranded"] >= 4
+
+
+PROVOCATIONS = {
+    "nonatomic-claim": claim_gap_kill_lost_the_held_job,
+    "extend-resurrects": lagged_heartbeat_renewed_after_complete,
+    "nonatomic-reap": both_reapers_moved,
+    "single-batch-reaper": enough_leases_stranded,
+}
 
 
 @pytest.mark.parametrize("seed_offset", range(SOUND_SEEDS))

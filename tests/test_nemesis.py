@@ -20,11 +20,16 @@ from chaos.scenario.model import Scenario
 
 
 class Recorder:
-    def __init__(self, holders: list[str] | None = None) -> None:
+    def __init__(self, holders: list[str] | None = None, gap_after_polls: int | None = None,
+                 ) -> None:
         self.actions: list[tuple[str, str]] = []
         self.events: list[dict[str, object]] = []
         self.holders = holders or []
         self.clock = 1000
+        # A worker told to stay in its claim gap reports it from this poll on (None: never,
+        # as a worker whose claim is one step).
+        self.gap_after_polls = gap_after_polls
+        self.gap_polls: list[tuple[str, str]] = []
 
     def kill(self, name: str) -> None:
         self.actions.append(("kill", name))
@@ -50,6 +55,10 @@ class Recorder:
 
     def control(self, name: str, kind: str, duration_ms: int, fault_id: str) -> None:
         self.actions.append((f"control {kind} {duration_ms} {fault_id}", name))
+
+    def in_claim_gap(self, name: str, fault_id: str) -> bool:
+        self.gap_polls.append((name, fault_id))
+        return self.gap_after_polls is not None and len(self.gap_polls) >= self.gap_after_polls
 
     def failover(self, mode: str, down_ms: int) -> StoreFault:
         self.actions.append((f"failover {mode} {down_ms}", "primary"))
@@ -195,6 +204,47 @@ def test_worker_orders_are_sent_and_their_heal_only_recorded(tmp_path: Path):
     assert recorder.events[0]["cuts_off"] == 0
 
 
+def test_a_kill_in_the_claim_gap_waits_for_the_worker_to_be_there(tmp_path: Path):
+    faults = ('[[faults]]\nkind = "kill_in_claim_gap"\ntarget = "worker-2"\nat_ms = 100\n'
+              "wait_ms = 60000\n")
+    recorder = Recorder(gap_after_polls=3)
+    nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
+    run(nemesis, 200)
+    # The order first (stay in the gap as long as we may wait), the kill only once the worker
+    # said it is in the gap of that very order; then nothing heals it.
+    assert recorder.actions == [("control claim_gap_hold 60000 f1", "worker-2"),
+                                ("kill", "worker-2")]
+    assert recorder.gap_polls == [("worker-2", "f1")] * 3
+    (fault,) = recorder.events
+    assert (fault["kind"], fault["cuts_off"], fault["wait_ms"]) == ("kill_in_claim_gap", 1, 60000)
+    assert nemesis.dead == {"worker-2"}
+    nemesis.heal_all()
+    assert len(recorder.actions) == 2
+
+
+def test_a_worker_without_a_claim_gap_is_killed_when_the_wait_is_over(tmp_path: Path):
+    faults = ('[[faults]]\nkind = "kill_in_claim_gap"\ntarget = "worker-1"\nat_ms = 0\n'
+              "wait_ms = 30\n")
+    recorder = Recorder(gap_after_polls=None)  # a one-step claim: never in a gap
+    nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
+    run(nemesis, 0)
+    assert recorder.actions == [("control claim_gap_hold 30 f1", "worker-1"),
+                                ("kill", "worker-1")]
+    assert len(recorder.gap_polls) >= 1
+
+
+def test_a_heartbeat_lag_is_an_order_whose_heal_is_only_recorded(tmp_path: Path):
+    faults = ('[[faults]]\nkind = "heartbeat_lag"\ntarget = { random = 1 }\nat_ms = 100\n'
+              "duration_ms = 500\n")
+    recorder = Recorder()
+    nemesis = Nemesis(scenario(tmp_path, faults, seed=3), recorder, recorder)
+    run(nemesis, 1000)
+    ((order, target),) = recorder.actions
+    assert order == "control heartbeat_lag 500 f1" and target.startswith("worker-")
+    assert [e["type"] for e in recorder.events] == ["fault", "heal"]
+    assert recorder.events[0]["cuts_off"] == 0
+
+
 def test_a_store_fault_is_struck_once_and_recorded_as_cutting_everyone_off(tmp_path: Path):
     path = tmp_path / "s.toml"
     path.write_text('name = "n"\n[valkey]\nreplication = "sentinel"\n[[faults]]\n'
@@ -225,6 +275,7 @@ def test_the_declarations_and_the_behaviours_name_the_same_kinds():
     ('kind = "toxic"\ntoxic = "limit_data"', True), ('kind = "toxic"\ntoxic = "slicer"', False),
     ('kind = "clock_skew"\noffset_ms = 1', False), ('kind = "cpu_hog"\nduration_ms = 1', False),
     ('kind = "block_heartbeat"\nduration_ms = 1', False),
+    ('kind = "heartbeat_lag"\nduration_ms = 1', False), ('kind = "kill_in_claim_gap"', True),
 ])
 def test_each_kind_says_whether_it_cuts_the_holder_off(tmp_path: Path, table: str,
                                                        cuts_off: bool):

@@ -226,6 +226,9 @@ class QueueClient:
                          for name in (*SCRIPT_NAMES, *self._variant.scripts)}
         self._shas: dict[str, str] = {}
         self.last_extend_rtt_ms: int | None = None  # client-measured, see _extend_with
+        # nonatomic-claim: called with the popped id inside the gap (the kill_in_claim_gap
+        # fault's hook: the reference worker holds there and says so)
+        self.in_claim_gap: Callable[[str], None] | None = None
         self.load_scripts()
 
     @property
@@ -418,6 +421,8 @@ class QueueClient:
         if self.claim_gap_ms:
             # The job is now in neither pending nor active: dying here loses it.
             time.sleep(self.claim_gap_ms / 1000)
+        if self.in_claim_gap is not None:
+            self.in_claim_gap(job_id)
         return self.claim_lease(job_id, lease_ms, worker)
 
     def claim_pop(self) -> str | None:

@@ -34,10 +34,15 @@ Store faults:
                        timeout counts as a failed call (the transition is not acknowledged)
 
 Fault control (--control-file): on SIGUSR1 the worker reads that JSON file,
-``{"kind": "cpu_hog" | "block_heartbeat", "duration_ms": N, "fault_id": "f1"}``:
+``{"kind": "cpu_hog" | ..., "duration_ms": N, "fault_id": "f1"}``:
   cpu_hog          the next handler to start is CPU-bound for N ms and holds the GIL throughout
                    (``hold_gil``); it records a ``handler_hog`` event naming the job
   block_heartbeat  the heartbeat renews nothing for N ms (its thread or process is blocked)
+  heartbeat_lag    for N ms the heartbeat hears of finished jobs only when the N ms are over
+                   (it keeps renewing them after their complete)
+  claim_gap_hold   a two-step claim (nonatomic-claim) stays N ms in the gap of its next claim
+                   and says so: the fault id in the file CONTROL_FILE + CLAIM_GAP_SUFFIX (the
+                   runtime kills it there); a one-step claim has no gap and ignores it
 
 Protocol variants (all optional; the defaults run the sound protocol):
   --protocol NAME      one of chaos.names.PROTOCOLS (default sound); the worker's claim, extend
@@ -80,7 +85,8 @@ from chaos.protocol.clock import LocalClock
 log = logging.getLogger("chaos.reference.worker")
 TRANSIENT = (StoreConnectionError, StoreTimeoutError, OSError)
 HEARTBEAT_MODES = ("process", "thread")
-CONTROL_KINDS = ("cpu_hog", "block_heartbeat")
+CONTROL_KINDS = ("cpu_hog", "block_heartbeat", "heartbeat_lag", "claim_gap_hold")
+CLAIM_GAP_SUFFIX = ".in-claim-gap"  # claim_gap_hold: "I am in the gap", beside the control file
 
 
 @dataclass(frozen=True)
@@ -352,6 +358,8 @@ class Worker:
         self.cancels: dict[tuple[str, int], threading.Event] = {}
         self.cancels_lock = threading.Lock()
         self.hog_ms = 0  # the next handler holds the GIL this long (a cpu_hog fault)
+        self.gap_hold: tuple[int, str] | None = None  # (ms, fault id) of a claim_gap_hold
+        self.lagged_drops: list[tuple[str, int]] | None = None  # under a heartbeat_lag
         self.heartbeat: Heartbeat
         if config.heartbeat_ms > 0 and config.heartbeat == "process":
             self.heartbeat = ProcessHeartbeat(config, self.lease_lost)
@@ -359,6 +367,7 @@ class Worker:
             # started once that connection shows, so nothing is claimed before renewals work.
             self.heartbeat.start()
         self.queue = queue_client(config, config.name)
+        self.queue.in_claim_gap = self._in_claim_gap
         self.ledger = AckLedger(config.ack_ledger)
         if config.heartbeat_ms <= 0:  # 0: no heartbeat, a lease is never renewed
             self.heartbeat = NoHeartbeat()
@@ -386,6 +395,38 @@ class Worker:
             self.hog_ms = duration_ms
         elif kind == "block_heartbeat":
             self.heartbeat.block(duration_ms)
+        elif kind == "heartbeat_lag":
+            with self.cancels_lock:
+                self.lagged_drops = self.lagged_drops or []
+            timer = threading.Timer(duration_ms / 1000, self._end_heartbeat_lag)
+            timer.daemon = True
+            timer.start()
+        elif kind == "claim_gap_hold":
+            self.gap_hold = (duration_ms, str(order.get("fault_id", "")))
+
+    def _in_claim_gap(self, job_id: str) -> None:
+        """Inside a two-step claim's gap: on a claim_gap_hold order, say so and stay."""
+        hold, self.gap_hold = self.gap_hold, None
+        if hold is None or not self.config.control_file:
+            return
+        duration_ms, fault_id = hold
+        Path(self.config.control_file + CLAIM_GAP_SUFFIX).write_text(fault_id)
+        log.info("in the claim gap of %s for %d ms (fault %s)", job_id, duration_ms, fault_id)
+        time.sleep(duration_ms / 1000)
+
+    def _drop(self, job_id: str, attempt: int) -> None:
+        """The heartbeat stops renewing a finished job: now, or when a heartbeat_lag ends."""
+        with self.cancels_lock:
+            if self.lagged_drops is not None:
+                self.lagged_drops.append((job_id, attempt))
+                return
+        self.heartbeat.drop(job_id, attempt)
+
+    def _end_heartbeat_lag(self) -> None:
+        with self.cancels_lock:
+            drops, self.lagged_drops = self.lagged_drops or [], None
+        for job_id, attempt in drops:
+            self.heartbeat.drop(job_id, attempt)
 
     def _slot(self, index: int) -> None:
         cfg = self.config
@@ -442,7 +483,7 @@ class Worker:
                 time.sleep(0.1)
         else:
             accepted = False
-        self.heartbeat.drop(job_id, attempt)
+        self._drop(job_id, attempt)
         if accepted:
             self.ledger.record("complete", job_id, attempt=attempt, worker=self.config.name)
             self.completed += 1

@@ -39,6 +39,7 @@ from chaos.network.client import (
 from chaos.protocol.acks import ACKS_DIR
 from chaos.protocol.client import connect
 from chaos.protocol.clock import write_offset
+from chaos.reference.worker import CLAIM_GAP_SUFFIX
 from chaos.runtime.pids import forget_process, record_process
 from chaos.runtime.valkey import split_password
 from chaos.scenario.model import Scenario
@@ -224,7 +225,19 @@ class RuntimeBase(ABC):
                 "--interval-ms", str(topo.reap_interval_ms), "--limit", str(topo.reap_limit),
                 "--protocol", self.scenario.protocol, "--clock-file", clock_file,
                 "--wait-replicas", str(self.scenario.wait_replicas),
-                "--max-stalls", str(topo.max_stalls or 0)]
+                "--max-stalls", str(topo.max_stalls or 0),
+                *self._race_window_args()]
+
+    def _race_window_args(self) -> list[str]:
+        """nonatomic-reap: a scan-to-move window of two reap intervals. The first reaper to see
+        a lapsed lease holds it that long; any other reaper scans again within one interval of
+        being free (or is itself holding ids this scan sees too), so some id is always moved by
+        both: the race is forced, not likely (a 100 ms window inside a 250 ms period was missed
+        whenever the ticks fell apart)."""
+        topo = self.scenario.topology
+        if self.scenario.protocol != "nonatomic-reap" or topo.reapers < 2:
+            return []
+        return ["--race-window-ms", str(2 * topo.reap_interval_ms)]
 
     def _control_file(self, name: str) -> Path:
         path = self.run_dir / "control"
@@ -337,6 +350,16 @@ class RuntimeBase(ABC):
     @abstractmethod
     def control(self, name: str, kind: str, duration_ms: int, fault_id: str) -> None:
         """A fault the worker applies to itself: the order in its control file, then SIGUSR1."""
+
+    def in_claim_gap(self, name: str, fault_id: str) -> bool:
+        """Has the worker, on the claim_gap_hold order ``fault_id``, entered its claim gap?
+        It says so in a file beside its control file (the reference worker's
+        ``CLAIM_GAP_SUFFIX``), naming the order."""
+        path = Path(f"{self._control_file(name)}{CLAIM_GAP_SUFFIX}")
+        try:
+            return path.read_text().strip() == fault_id
+        except OSError:
+            return False
 
     @abstractmethod
     def kill(self, name: str) -> None: ...

@@ -122,6 +122,28 @@ class Kill(FaultBase):
         return ""
 
 
+class KillInClaimGap(FaultBase):
+    """SIGKILL a worker while it holds a job popped but not yet leased (a two-step claim)."""
+
+    kind: Literal["kill_in_claim_gap"] = "kill_in_claim_gap"
+    duration_ms: None = None
+    # How long the worker may take to pop a job once told to stay in its claim gap; a worker
+    # whose claim is one step (the sound protocol) has no gap and is killed when it is over.
+    wait_ms: PositiveMs = 2000
+
+    @field_validator("duration_ms", mode="before")
+    @classmethod
+    def _no_duration(cls, value: Any) -> None:
+        if value is not None:
+            raise ValueError("a kill has no duration_ms: the worker stays dead")
+
+    cuts_holder_off = True
+    color = "#e377c2"
+
+    def describe_duration(self) -> str:
+        return f" (inside its claim gap, or after {self.wait_ms} ms)"
+
+
 class Pause(FaultBase):
     """Freeze a worker (SIGSTOP) for duration_ms, then let it go on (SIGCONT)."""
 
@@ -240,6 +262,17 @@ class CpuHog(FaultBase):
     duration_ms: PositiveMs = Field(description=HOLDS)
 
 
+class HeartbeatLag(FaultBase):
+    """The worker tells its heartbeat of jobs it finished only when duration_ms is over."""
+
+    kind: Literal["heartbeat_lag"] = "heartbeat_lag"
+    # Meanwhile the heartbeat renews every job finished under the fault after its complete:
+    # the race of a renewal with its own worker's complete, made certain.
+    duration_ms: PositiveMs = Field(description="how long finished jobs are reported late")
+
+    needs_heartbeat = True
+
+
 class BlockHeartbeat(FaultBase):
     """The worker's heartbeat renews no lease for duration_ms."""
 
@@ -289,7 +322,7 @@ class Failover(StoreFaultBase):
 
 Fault = Annotated[
     Kill | Pause | Latency | Partition | Bandwidth | ResetPeer | SlowClose | Toxic | ClockSkew
-    | CpuHog | BlockHeartbeat | ValkeyRestart | Failover,
+    | CpuHog | BlockHeartbeat | ValkeyRestart | Failover | KillInClaimGap | HeartbeatLag,
     Field(discriminator="kind"),
 ]
 

@@ -5,19 +5,28 @@ that expose it, and ``expect_fail``, the invariants it must break) it runs the s
 with the same seed: once with the broken variant, which must fail with every expected invariant
 ("caught"), and once with the sound protocol, which must pass (else a false positive). Exit 0
 only if every mutant is caught and every sound run passes.
+
+``--repeat N`` runs every pair with N seeds; the summary then says, per variant, in how many of
+the N runs it was caught and the sound protocol passed, how long each catch took (Valkey clock:
+from the start of load, and from the first fault, to the first violation of an expected
+invariant) and the machine's load average while it ran: a gate is only a gate if it is green
+and red every time, on a busy machine too.
 """
 
 from __future__ import annotations
 
+import os
+import statistics
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS
 from chaos.history.events import read_history
-from chaos.history.schema import Phase
+from chaos.history.schema import Fault, Phase
 from chaos.run.runner import RunResult, run_scenario
 from chaos.scenario.loading import ScenarioError, load_scenario
 from chaos.scenario.model import Scenario
@@ -33,6 +42,7 @@ class RunOutcome:
     wall_ms: int
     run_dir: str
     error: str | None = None
+    load_avg: float | None = None  # the machine's 1-minute load average when the run ended
 
 
 @dataclass
@@ -44,6 +54,7 @@ class SelftestRow:
     mutant: RunOutcome
     sound: RunOutcome
     time_to_catch_ms: int | None = None  # start of load -> first expected violation
+    fault_to_catch_ms: int | None = None  # first fault -> first expected violation
 
     @property
     def caught(self) -> bool:
@@ -93,8 +104,72 @@ class SelftestResult:
             "false_positives": sum(row.false_positive for row in self.rows),
             "infra_errors": self.infra_errors,
             "aborted": self.aborted,
+            "by_variant": [asdict(summary) for summary in summarize(self.rows)],
             "rows": [row.as_dict() for row in self.rows],
         }
+
+
+@dataclass(frozen=True)
+class Spread:
+    """min / median / max of a figure over the runs that have it (None: no run has it)."""
+
+    min: float | None
+    median: float | None
+    max: float | None
+
+    @classmethod
+    def of(cls, values: Sequence[float | None]) -> Spread:
+        present = [value for value in values if value is not None]
+        if not present:
+            return cls(None, None, None)
+        return cls(min(present), statistics.median(present), max(present))
+
+    def render(self, unit: str = "", digits: int = 0) -> str:
+        if self.min is None or self.median is None or self.max is None:
+            return "-"
+        if self.min == self.max:
+            return f"{self.min:.{digits}f}{unit}"
+        return (f"{self.min:.{digits}f}/{self.median:.{digits}f}/{self.max:.{digits}f}{unit}")
+
+
+@dataclass(frozen=True)
+class VariantSummary:
+    """One variant over every seed it ran with: how often it was caught, and how fast."""
+
+    variant: str
+    expected: list[str]
+    runs: int
+    caught: int  # mutant runs that failed with every expected invariant
+    sound_passed: int  # sound runs (same scenario, same seed) that passed
+    time_to_catch_ms: Spread  # from the start of load, over the caught runs
+    fault_to_catch_ms: Spread  # from the first fault, over the caught runs that had one
+    load_avg: Spread  # 1-minute load average at the end of each run (mutant and sound)
+
+    @property
+    def every_time(self) -> bool:
+        return self.caught == self.runs and self.sound_passed == self.runs
+
+
+def summarize(rows: Sequence[SelftestRow]) -> list[VariantSummary]:
+    """Per variant, in the order the variants first ran."""
+    by_variant: dict[str, list[SelftestRow]] = {}
+    for row in rows:
+        by_variant.setdefault(row.variant, []).append(row)
+    summaries = []
+    for variant, runs in by_variant.items():
+        caught = [row for row in runs if row.caught]
+        summaries.append(VariantSummary(
+            variant=variant,
+            expected=list(runs[0].expected),
+            runs=len(runs),
+            caught=len(caught),
+            sound_passed=sum(row.sound.verdict == "pass" for row in runs),
+            time_to_catch_ms=Spread.of([row.time_to_catch_ms for row in caught]),
+            fault_to_catch_ms=Spread.of([row.fault_to_catch_ms for row in caught]),
+            load_avg=Spread.of([outcome.load_avg for row in runs
+                                for outcome in (row.mutant, row.sound)]),
+        ))
+    return summaries
 
 
 def find_mutants(directory: Path) -> list[Path]:
@@ -131,21 +206,64 @@ def load_mutants(paths: list[Path], only: list[str] | None = None) -> list[Scena
 
 def _outcome(protocol: str, result: RunResult) -> RunOutcome:
     failed = result.checked.failed_invariants() if result.checked else []
-    return RunOutcome(protocol, result.verdict, failed, int(result.report["run"]["wall_ms"]),
-                      str(result.run_dir), result.report.get("error"))
+    wall_ms = int(result.report["run"]["wall_ms"])
+    outcome = RunOutcome(protocol, result.verdict, failed, wall_ms, str(result.run_dir),
+                         result.report.get("error"), _load_average())
+    step_ms = clock_step_ms(_history_span_ms(result.run_dir / "history.jsonl"), wall_ms)
+    if step_ms is not None:
+        # Every figure and every lease deadline of the run is on that clock: a lease "lapsed"
+        # by the jump alone. Neither a catch nor a false positive: an infrastructure error.
+        outcome.error = (f"the system clock stepped about {step_ms} ms forward during the run "
+                         f"(the Valkey clock ran ahead of the run's monotonic clock): its "
+                         f"verdict ({result.verdict}) is no evidence either way")
+        outcome.verdict = "error"
+    return outcome
 
 
-def _time_to_catch(row: SelftestRow, run_dir: Path, result: RunResult) -> int | None:
-    """From the start of load (the warmup phase) to the first violation of an expected
-    invariant: how long the tool had to run to catch the bug (some need no fault at all)."""
-    if result.checked is None or not row.caught:
+CLOCK_STEP_ALLOWANCE_MS = 250  # far above any clock slew over a run of seconds
+
+
+def clock_step_ms(history_span_ms: int | None, wall_ms: int) -> int | None:
+    """How far the Valkey clock jumped ahead during a run, or None when it did not: the
+    history (written inside the run) cannot span more server time than the run took on the
+    monotonic clock, unless the system clock was stepped forward (NTP, a VM's host sync)."""
+    if history_span_ms is None or history_span_ms - wall_ms <= CLOCK_STEP_ALLOWANCE_MS:
         return None
+    return history_span_ms - wall_ms
+
+
+def _history_span_ms(path: Path) -> int | None:
+    if not path.is_file():
+        return None
+    stamps = [event.ts for event in read_history(path)]
+    return max(stamps) - min(stamps) if stamps else None
+
+
+def _load_average() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:  # not every platform has one
+        return None
+
+
+def _times_to_catch(row: SelftestRow, run_dir: Path,
+                    result: RunResult) -> tuple[int | None, int | None]:
+    """From the start of load (the warmup phase), and from the first fault, to the first
+    violation of an expected invariant, on the Valkey clock: how long the tool had to run to
+    catch the bug (some need no fault at all)."""
+    if result.checked is None or not row.caught:
+        return None, None
     firsts = [result.checked.invariants[name].first_violation_ts for name in row.expected]
     caught_ts = min(ts for ts in firsts if ts is not None)
-    load_start_ts = next((event.ts for event in read_history(run_dir / "history.jsonl")
-                          if event.type == Phase.TYPE and Phase.decode(event).name == "warmup"),
-                         None)
-    return None if load_start_ts is None else caught_ts - load_start_ts
+    load_start_ts = first_fault_ts = None
+    for event in read_history(run_dir / "history.jsonl"):
+        if load_start_ts is None and event.type == Phase.TYPE and \
+                Phase.decode(event).name == "warmup":
+            load_start_ts = event.ts
+        elif first_fault_ts is None and event.type == Fault.TYPE:
+            first_fault_ts = event.ts
+    return (None if load_start_ts is None else caught_ts - load_start_ts,
+            None if first_fault_ts is None else caught_ts - first_fault_ts)
 
 
 def _run_one(scenario: Scenario, run_dir: Path) -> RunResult:
@@ -184,12 +302,20 @@ def selftest(mutants: list[Scenario], out: Path, repeat: int = 1,
             row = SelftestRow(mutant.protocol, mutant.name, seed, list(mutant.expect_fail),
                               _outcome(mutant.protocol, mutant_result),
                               _outcome("sound", sound_result))
-            row.time_to_catch_ms = _time_to_catch(row, mutant_dir, mutant_result)
+            row.time_to_catch_ms, row.fault_to_catch_ms = _times_to_catch(
+                row, mutant_dir, mutant_result)
             result.rows.append(row)
     return result
 
 
+def _columns(header: tuple[str, ...], lines: Sequence[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(cells[i]) for cells in [header, *lines]) for i in range(len(header))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
+            .rstrip() for cells in [header, *lines]]
+
+
 def table(result: SelftestResult) -> str:
+    """Every run pair, then (with more than one seed per variant) the per-variant summary."""
     header = ("variant", "seed", "expected invariant", "caught?", "time to catch",
               "sound protocol")
     lines = []
@@ -205,9 +331,10 @@ def table(result: SelftestResult) -> str:
         to_catch = "-" if row.time_to_catch_ms is None else f"{row.time_to_catch_ms} ms"
         lines.append((row.variant, str(row.seed), ",".join(row.expected), caught, to_catch,
                       sound))
-    widths = [max(len(cells[i]) for cells in [header, *lines]) for i in range(len(header))]
-    rendered = ["  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
-                .rstrip() for cells in [header, *lines]]
+    rendered = _columns(header, lines)
+    summaries = summarize(result.rows)
+    if any(summary.runs > 1 for summary in summaries):
+        rendered += ["", *summary_table(summaries)]
     summary = result.as_dict()
     rendered.append("")
     rendered.append(
@@ -215,3 +342,16 @@ def table(result: SelftestResult) -> str:
         f"{summary['false_positives']} false positives, {summary['infra_errors']} infra errors "
         f"in {summary['runs']} runs: {'PASS' if result.passed else 'FAIL'}")
     return "\n".join(rendered)
+
+
+def summary_table(summaries: Sequence[VariantSummary]) -> list[str]:
+    """Per variant: caught in how many of its N runs, the sound protocol's passes, time to
+    catch from the start of load and from the first fault (min/median/max over the caught
+    runs, Valkey clock) and the 1-minute load average at the end of its runs (min/median/max)."""
+    header = ("variant", "expected invariant", "caught", "sound passed",
+              "time to catch (load)", "time to catch (fault)", "load average")
+    lines = [(s.variant, ",".join(s.expected), f"{s.caught}/{s.runs}",
+              f"{s.sound_passed}/{s.runs}", s.time_to_catch_ms.render(" ms"),
+              s.fault_to_catch_ms.render(" ms"), s.load_avg.render(digits=2))
+             for s in summaries]
+    return _columns(header, lines)

@@ -18,7 +18,9 @@ from chaos.faults.kinds import (
     clock_skew,
     cpu_hog,
     failover,
+    heartbeat_lag,
     kill,
+    kill_in_claim_gap,
     latency,
     partition,
     pause,
@@ -46,9 +48,11 @@ class StoreKind(Protocol):
 
 
 ON_TARGETS: dict[str, TargetKind] = {
-    "kill": kill, "pause": pause, "latency": latency, "partition": partition,
-    "bandwidth": bandwidth, "reset_peer": reset_peer, "slow_close": slow_close, "toxic": toxic,
+    "kill": kill, "kill_in_claim_gap": kill_in_claim_gap, "pause": pause, "latency": latency,
+    "partition": partition, "bandwidth": bandwidth, "reset_peer": reset_peer,
+    "slow_close": slow_close, "toxic": toxic,
     "clock_skew": clock_skew, "cpu_hog": cpu_hog, "block_heartbeat": block_heartbeat,
+    "heartbeat_lag": heartbeat_lag,
 }
 ON_STORE: dict[str, StoreKind] = {"valkey_restart": valkey_restart, "failover": failover}
 KINDS = sorted([*ON_TARGETS, *ON_STORE])
