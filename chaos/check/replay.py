@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from chaos.check.verdict import Offences, Redeliveries, StrandedLease
+from chaos.check.verdict import EXAMPLES, Offences, Redeliveries, StrandedLease
 from chaos.history.events import Event
 from chaos.history.schema import Enqueue, Fault, Heal, Phase, Run
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
@@ -28,6 +29,7 @@ class Lease:
     deadline: int
     renewed: str  # history position (seq) of the claim or latest accepted extend
     claimed_ts: int  # when its handler started (for needless_by_duration)
+    renewed_ts: int  # server time of the claim or latest accepted extend
 
 
 def lease_deadline(event: Event) -> int:
@@ -35,6 +37,20 @@ def lease_deadline(event: Event) -> int:
     if event.lease_ms is not None:
         return event.ts + event.lease_ms
     return event.deadline if event.deadline is not None else event.ts
+
+
+@dataclass(slots=True)
+class LapsedLease:
+    """A live lease's deadline and what the history showed next of it: its reap (or dead letter),
+    or an accepted call of its holder's after the deadline with no reap before it (the reaper
+    had not taken it yet). ``reap_prompt`` judges how late that was."""
+
+    job_id: str
+    attempt: int
+    worker: str
+    deadline: int
+    seen_ts: int  # the reap, or the late call
+    reaped: bool  # False: a late accepted extend/complete, the lease still unreaped
 
 
 @dataclass
@@ -55,6 +71,15 @@ class ReplayFacts:
     reap_times: dict[str, list[int]] = field(default_factory=dict)  # job -> each recovery's ts
     dead: dict[str, tuple[int, int]] = field(default_factory=dict)  # job -> (recoveries, ts)
     stranded: list[StrandedLease] = field(default_factory=list)  # dismissed ones left out
+    slowed: int = 0  # leases held when a fault only slowed their holder (not stranded)
+    lapsed: list[LapsedLease] = field(default_factory=list)  # every reap; late live calls
+    # Lease length granted (deadline - ts of a claim or accepted extend) -> how many, and the
+    # first EXAMPLES grants of each length (the judgement knows which length is configured).
+    granted: dict[int, int] = field(default_factory=dict)
+    granted_examples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    needless_examples: list[dict[str, Any]] = field(default_factory=list)
+    needless_ts: list[int] = field(default_factory=list)  # each needless reap's server time
+    drained: bool | None = None  # the end event's word: the queue emptied before the drain ended
     windows: FaultWindows = field(default_factory=FaultWindows)
     faults: int = 0
     store_faults: list[Fault] = field(default_factory=list)
@@ -81,6 +106,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                                               facts.early_reaps)
     redeliveries, windows, rejected = facts.redeliveries, facts.windows, facts.rejected
     leases = facts.leases
+    lapsed_leases, granted, granted_examples = facts.lapsed, facts.granted, facts.granted_examples
     highest_claim: dict[str, int] = {}  # job -> the highest attempt any claim of it carried
     held_by: dict[str, set[str]] = {}  # worker -> job ids it holds a live lease on
     lapsed: dict[tuple[str, int], tuple[str, int, bool]] = {}  # (job, attempt) -> (worker,
@@ -107,6 +133,11 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             counts = ran_needless_ms if late[2] else ran_ms
             ran = event.ts - late[1]
             counts[ran] = counts.get(ran, 0) + 1
+
+    def grant_examples(event: Event, length: int) -> None:
+        granted_examples.setdefault(length, []).append(
+            {"job": event.job_id, "op": event.type, "attempt": event.attempt,
+             "worker": event.worker, "seq": event.seq, "ts": event.ts, "lease_ms": length})
 
     def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
         """The holder acted after its fault: it was back, the lease was not stranded."""
@@ -153,7 +184,13 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             else:
                 stale_claims.add({"job": job_id, "attempt": attempt, "worker": worker,
                                   "seq": event.seq, "earlier_attempt": highest}, event.ts)
-            leases[job_id] = Lease(attempt, worker, lease_deadline(event), event.seq, event.ts)
+            deadline = lease_deadline(event)
+            leases[job_id] = Lease(attempt, worker, deadline, event.seq, event.ts, event.ts)
+            length = deadline - event.ts
+            grants = granted.get(length, 0)
+            granted[length] = grants + 1
+            if grants < EXAMPLES:
+                grant_examples(event, length)
             holding = held_by.get(worker)
             if holding is None:
                 held_by[worker] = {job_id}
@@ -166,18 +203,37 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
 
         elif kind == "complete" or kind == "extend":
             lease = leases.get(job_id)
-            live = lease is not None and lease.attempt == event.attempt
-            if not live:
+            # live: the call carries the live lease's attempt, so the store acted on it; it is
+            # the holder's only if the worker matches too (a token reused by another worker).
+            if lease is not None and lease.attempt == event.attempt:
+                live = True
+                holder = lease.worker == (event.worker or UNKNOWN_WORKER)
+                if event.ts > lease.deadline:  # lapsed, yet the reaper had not taken it
+                    lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
+                                                     lease.deadline, event.ts, False))
+            else:
+                live = holder = False
+            if not holder:
                 stray_calls.add({
                     "job": job_id, "op": kind, "attempt": event.attempt,
                     "worker": event.worker, "seq": event.seq,
                     "live_attempt": lease.attempt if lease else None,
+                    "live_worker": lease.worker if lease else None,
+                    "reason": "not the holder of the live lease" if live
+                    else "not the live lease's attempt",
                 }, event.ts)
             if kind == "extend":
                 if live:
                     assert lease is not None
-                    lease.deadline = lease_deadline(event)
+                    deadline = lease_deadline(event)
+                    lease.deadline = deadline
                     lease.renewed = event.seq
+                    lease.renewed_ts = event.ts
+                    length = deadline - event.ts
+                    grants = granted.get(length, 0)
+                    granted[length] = grants + 1
+                    if grants < EXAMPLES:
+                        grant_examples(event, length)
             else:
                 count = completes.get(job_id, 0) + 1
                 completes[job_id] = count
@@ -210,6 +266,8 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
                                      "reap_ts": event.ts, "deadline": lease.deadline,
                                      "early_ms": lease.deadline - event.ts}, event.ts)
+                lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
+                                                 lease.deadline, event.ts, True))
                 needless = False
                 if kind == "dead":
                     pass  # not redelivered: the job left the queue
@@ -218,8 +276,15 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 else:
                     redeliveries.needless += 1
                     needless = True
-                    facts.needless_by_fault[
-                        windows.slowed_by(lease.worker, lease.renewed, event.seq)] += 1
+                    slowed_by = windows.slowed_by(lease.worker, lease.renewed, event.seq)
+                    facts.needless_by_fault[slowed_by] += 1
+                    facts.needless_ts.append(event.ts)
+                    if len(facts.needless_examples) < EXAMPLES:
+                        facts.needless_examples.append({
+                            "job": job_id, "attempt": lease.attempt, "worker": lease.worker,
+                            "seq": event.seq, "renewed_ts": lease.renewed_ts,
+                            "deadline": lease.deadline, "reap_ts": event.ts,
+                            "holder_under": slowed_by})
                 lapsed[(job_id, lease.attempt)] = (lease.worker, lease.claimed_ts, needless)
             if kind == "reap":
                 reap_times.setdefault(job_id, []).append(event.ts)
@@ -237,10 +302,14 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             if fault.is_store:  # figures only, it strands no lease
                 facts.store_faults.append(fault)
             window = windows.opened(fault)
-            for held in sorted(held_by.get(window.worker, set())):
+            held_now = held_by.get(window.worker, set())
+            if not fault.cuts_off:  # its holder can still renew: slowed, not stranded
+                facts.slowed += len(held_now)
+                continue
+            for held in sorted(held_now):
                 lease = leases[held]
                 item = StrandedLease(held, lease.attempt, window.worker, event.ts,
-                                     fault.fault_id)
+                                     fault.fault_id, lease.renewed_ts)
                 stranded.append(item)
                 open_stranded.setdefault(held, []).append(item)
 
@@ -255,8 +324,11 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
         elif kind == Run.TYPE and facts.run is None:
             facts.run = Run.decode(event)
 
-        elif kind == Phase.TYPE and Phase.decode(event).ended_normally:
-            facts.ended_normally = True
+        elif kind == Phase.TYPE:
+            phase = Phase.decode(event)
+            if phase.ended_normally:
+                facts.ended_normally = True
+                facts.drained = phase.drained
 
     facts.events, facts.last_ts = event_count, last_ts
     facts.first_enqueue_ts, facts.last_complete_ts = first_enqueue_ts, last_complete_ts

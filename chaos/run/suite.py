@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE
+from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_UNKNOWN, EXIT_USAGE
 from chaos.run.runner import RunResult
 
 
 def worst_exit_code(codes: list[int]) -> int:
-    """aborted (130) > infrastructure (3) > usage (2) > fail (1) > pass (0)."""
-    order = [EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED]
+    """aborted (130) > infrastructure (3) > usage (2) > fail (1) > unknown (4) > pass (0)."""
+    order = [EXIT_PASS, EXIT_UNKNOWN, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED]
     return max(codes, key=order.index, default=EXIT_PASS)
 
 
