@@ -14,6 +14,11 @@ PROTOCOLS = (
     "nonatomic-claim",
     "extend-resurrects",
     "no-reaper",
+    "grace-reaper",
+    "idle-backoff-reaper",
+    "reused-token",
+    "short-lease",
+    "complete-skips-active",
 )
 INVARIANTS = (
     "no_loss",
