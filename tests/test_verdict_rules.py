@@ -196,3 +196,45 @@ def test_a_broken_invariant_beside_undrained_jobs_is_a_fail(tmp_path: Path):
     h.phase("end", ts=600, drained=0, aborted=0)
     h.write_jsonl(tmp_path / "history.jsonl")
     assert evaluate(tmp_path).word == "fail"
+
+
+# --- how reports show them ----
+
+
+def test_every_report_shows_an_unknown_verdict_and_its_undrained_jobs():
+    from chaos.report.html.page import render_html
+    from chaos.report.junit import testsuite
+    from chaos.report.summary import build_report, summary_text
+
+    events = overloaded(drained=0).events()
+    verdict = check(events)
+    report = build_report("hand-written", "unknown", verdict)
+    text = summary_text(report)
+    assert "UNKNOWN" in text and "undrained 2" in text and "b (active), c (pending)" in text
+    suite = testsuite(report, None)
+    assert suite.get("failures") == "1"  # never green: the drain case fails ...
+    drain = [case for case in suite if case.get("name") == "drain"]
+    assert drain and drain[0][0].get("type") == "Undrained"
+    assert all(case.find("failure") is None for case in suite  # ... and no invariant does
+               if case.tag == "testcase" and case.get("name") != "drain")
+    page = render_html(report, events, verdict)
+    assert "<span class='badge'>UNKNOWN</span>" in page
+    assert "2 job(s) undrained" in page
+
+
+def test_reports_tell_leases_stranded_by_a_cut_off_fault_from_leases_under_a_slowing_one():
+    from chaos.report.summary import build_report, summary_text
+
+    h = History(lease_ms=L, reap_interval_ms=R, tolerance_ms=ALLOW)
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=0)
+    h.fault("latency", "w1", ts=100, duration_ms=2000, cuts_off=False)
+    h.reap("a", attempt=1, ts=1100)
+    h.claim("a", attempt=2, worker="w2", ts=1110)
+    h.complete("a", attempt=2, worker="w2", ts=1200)
+    verdict = check(h.events())
+    assert (verdict.stranded, verdict.slowed) == (0, 1)
+    assert verdict.redeliveries.needless == 1
+    text = summary_text(build_report("hand-written", "pass", verdict))
+    assert "0 leases stranded by a cut-off fault, 1 under a slowing fault" in text
+    assert "reap-deadline ms min 100" in text

@@ -90,6 +90,17 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
             skipped += 1
             ET.SubElement(case, "skipped",
                           message="the run did not finish: loss is judged only after the drain")
+    undrained = (report.get("undrained") or {}).get("count") or 0
+    if undrained:  # verdict unknown: no invariant broke, yet it is no pass
+        tests += 1
+        failures += 1
+        case = ET.SubElement(suite, "testcase", classname=classname, name="drain", time="0")
+        listed = (report.get("undrained") or {}).get("jobs") or []
+        failure = ET.SubElement(
+            case, "failure", type="Undrained",
+            message=f"{undrained} job(s) still pending or leased when the drain ended: "
+                    "the verdict is unknown (not a pass, not a loss)")
+        failure.text = "\n".join(f"{item['job']} ({item['state']})" for item in listed[:50])
     verdict = report.get("verdict")
     if verdict in ("aborted", "error") or not invariants:
         tests += 1
