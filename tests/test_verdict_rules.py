@@ -78,6 +78,23 @@ def test_leases_that_lapse_during_a_store_outage_are_exempt_from_reap_prompt():
     assert verdict.recovery["deadline_to_reap"].count == 0
 
 
+def test_a_store_outage_exempts_only_until_the_reaper_is_back():
+    """The reaper came back (its reap of a at 3010); b lapses at 5010, long after, and is reaped
+    late: judged like any lease."""
+    h = unfaulted_lapse(reap_lag=2000)
+    h.write(Fault("f1", "failover", "valkey-1", killed_ts=900, down_ms=1500, promoted_ms=1400),
+            ts=2500)
+    h.enqueue("b", ts=3900)
+    h.claim("b", attempt=1, worker="w2", ts=4010)
+    h.reap("b", attempt=1, ts=5010 + LIMIT + 1)
+    h.claim("b", attempt=2, worker="w2", ts=5500)
+    h.complete("b", attempt=2, worker="w2", ts=5600)
+    verdict = check(h.events())
+    assert_fails_only(verdict, "reap_prompt")
+    result = verdict.invariants["reap_prompt"]
+    assert result.figures["exempt_store_outage"] == 1 and result.examples[0]["job"] == "b"
+
+
 def test_the_reap_allowance_comes_from_the_config():
     verdict = check(unfaulted_lapse(LIMIT + 50).events(),
                     CheckConfig(L, R, ALLOW, reap_allowance_ms=ALLOW + 50))

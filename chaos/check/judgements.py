@@ -9,6 +9,7 @@ the queue lost them; the run could not wait to see them done).
 
 from __future__ import annotations
 
+import sys
 from dataclasses import asdict, dataclass, field
 
 from chaos.check.replay import LapsedLease, ReplayFacts
@@ -125,15 +126,21 @@ def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
 
 
 def store_outages(facts: ReplayFacts, config: CheckConfig) -> list[tuple[int, int]]:
-    """(down from, exempt until) per store fault: the store could not be swept from the kill
-    until it served again (down_ms, or the promotion of a failover), and the reaper's first
-    sweep after that is one interval + the allowance later."""
+    """(down from, exempt until) per store fault: nothing could sweep the store from the kill
+    until it served again (down_ms, or the promotion of a failover), and the reaper then has to
+    find the store again (a failover: ask Sentinel, reconnect). The exemption lasts until its
+    first reap after the store was back, and at least one interval + the allowance after that;
+    a reaper that never came back leaves everything after the kill to recovery_bound and
+    no_loss."""
+    reaps = [item.seen_ts for item in facts.lapsed if item.reaped]
     outages = []
     for fault in facts.store_faults:
         assert fault.killed_ts is not None  # is_store
         back_ts = fault.killed_ts + max(fault.down_ms or 0, fault.promoted_ms or 0)
-        outages.append((fault.killed_ts,
-                        back_ts + config.reap_interval_ms + config.reap_allowance_ms))
+        first_reap = min((ts for ts in reaps if ts >= back_ts), default=None)
+        until = back_ts + config.reap_interval_ms + config.reap_allowance_ms
+        outages.append((fault.killed_ts, max(until, first_reap) if first_reap is not None
+                        else sys.maxsize))
     return outages
 
 
