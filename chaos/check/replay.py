@@ -118,6 +118,10 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     first_enqueue_ts: int | None = None
     last_complete_ts: int | None = None
     last_ts = 0
+    # Leases granted for the run's own lease_ms are only counted (the hot path); any other
+    # length goes through odd_grant.
+    run_lease_ms: int | None = None
+    run_length_grants = 0
     event_count = 0
 
     def release(job_id: str) -> None:
@@ -134,10 +138,14 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             ran = event.ts - late[1]
             counts[ran] = counts.get(ran, 0) + 1
 
-    def grant_examples(event: Event, length: int) -> None:
-        granted_examples.setdefault(length, []).append(
-            {"job": event.job_id, "op": event.type, "attempt": event.attempt,
-             "worker": event.worker, "seq": event.seq, "ts": event.ts, "lease_ms": length})
+    def odd_grant(event: Event, length: int) -> None:
+        """A lease granted for other than the run's lease_ms: counted, the first few kept."""
+        grants = granted.get(length, 0)
+        granted[length] = grants + 1
+        if grants < EXAMPLES:
+            granted_examples.setdefault(length, []).append(
+                {"job": event.job_id, "op": event.type, "attempt": event.attempt,
+                 "worker": event.worker, "seq": event.seq, "ts": event.ts, "lease_ms": length})
 
     def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
         """The holder acted after its fault: it was back, the lease was not stranded."""
@@ -186,11 +194,10 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                                   "seq": event.seq, "earlier_attempt": highest}, event.ts)
             deadline = lease_deadline(event)
             leases[job_id] = Lease(attempt, worker, deadline, event.seq, event.ts, event.ts)
-            length = deadline - event.ts
-            grants = granted.get(length, 0)
-            granted[length] = grants + 1
-            if grants < EXAMPLES:
-                grant_examples(event, length)
+            if deadline - event.ts == run_lease_ms:
+                run_length_grants += 1
+            else:
+                odd_grant(event, deadline - event.ts)
             holding = held_by.get(worker)
             if holding is None:
                 held_by[worker] = {job_id}
@@ -229,11 +236,10 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     lease.deadline = deadline
                     lease.renewed = event.seq
                     lease.renewed_ts = event.ts
-                    length = deadline - event.ts
-                    grants = granted.get(length, 0)
-                    granted[length] = grants + 1
-                    if grants < EXAMPLES:
-                        grant_examples(event, length)
+                    if deadline - event.ts == run_lease_ms:
+                        run_length_grants += 1
+                    else:
+                        odd_grant(event, deadline - event.ts)
             else:
                 count = completes.get(job_id, 0) + 1
                 completes[job_id] = count
@@ -323,6 +329,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
 
         elif kind == Run.TYPE and facts.run is None:
             facts.run = Run.decode(event)
+            run_lease_ms = facts.run.lease_ms
 
         elif kind == Phase.TYPE:
             phase = Phase.decode(event)
@@ -331,6 +338,9 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 facts.drained = phase.drained
 
     facts.events, facts.last_ts = event_count, last_ts
+    if run_length_grants:
+        assert run_lease_ms is not None
+        granted[run_lease_ms] = granted.get(run_lease_ms, 0) + run_length_grants
     facts.first_enqueue_ts, facts.last_complete_ts = first_enqueue_ts, last_complete_ts
     facts.stranded = [item for item in stranded if not item.dismissed]
     return facts
