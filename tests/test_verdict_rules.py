@@ -255,3 +255,14 @@ def test_reports_tell_leases_stranded_by_a_cut_off_fault_from_leases_under_a_slo
     text = summary_text(build_report("hand-written", "pass", verdict))
     assert "0 leases stranded by a cut-off fault, 1 under a slowing fault" in text
     assert "reap-deadline ms min 100" in text
+
+
+@pytest.mark.parametrize(("granted", "ok"), [(L, True), (L // 2, False)])
+def test_lease_length_is_judged_against_the_given_config_without_a_run_event(granted, ok):
+    h = History(lease_ms=L, run=False)
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10, lease_ms=granted)
+    h.complete("a", attempt=1, worker="w1", ts=100)
+    verdict = check(h.events(), CheckConfig(L, R, ALLOW))
+    assert_fails_only(verdict, *([] if ok else ["lease_length"]))
+    assert verdict.invariants["lease_length"].figures["granted"] == 1

@@ -120,7 +120,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     last_ts = 0
     # Leases granted for the run's own lease_ms are only counted (the hot path); any other
     # length goes through odd_grant.
-    run_lease_ms: int | None = None
+    run_lease_ms = -1  # no length is -1 (nor None) until the run event says
     run_length_grants = 0
     event_count = 0
 
@@ -167,14 +167,15 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
         event_count += 1
         job_id = event.job_id or ""
         kind = event.type
-        if event.ts > last_ts:
-            last_ts = event.ts
+        ts = event.ts
+        if ts > last_ts:
+            last_ts = ts
         if kind == "enqueue":
             enqueued.add(job_id)
             if event.extra and Enqueue.decode(event).poison:  # only a kind makes extra fields
                 poison.add(job_id)
             if first_enqueue_ts is None:
-                first_enqueue_ts = event.ts
+                first_enqueue_ts = ts
 
         elif kind == "claim":
             previous = leases.get(job_id)
@@ -182,7 +183,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 stray_calls.add({"job": job_id, "op": "claim", "attempt": event.attempt,
                                  "worker": event.worker, "seq": event.seq,
                                  "live_attempt": previous.attempt,
-                                 "live_worker": previous.worker}, event.ts)
+                                 "live_worker": previous.worker}, ts)
                 release(job_id)
             attempt = event.attempt or 0
             worker = event.worker or UNKNOWN_WORKER
@@ -191,13 +192,14 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 highest_claim[job_id] = attempt
             else:
                 stale_claims.add({"job": job_id, "attempt": attempt, "worker": worker,
-                                  "seq": event.seq, "earlier_attempt": highest}, event.ts)
-            deadline = lease_deadline(event)
-            leases[job_id] = Lease(attempt, worker, deadline, event.seq, event.ts, event.ts)
-            if deadline - event.ts == run_lease_ms:
+                                  "seq": event.seq, "earlier_attempt": highest}, ts)
+            length = event.lease_ms  # lease_deadline(event), inlined: the hot path
+            deadline = ts + length if length is not None else lease_deadline(event)
+            leases[job_id] = Lease(attempt, worker, deadline, event.seq, ts, ts)
+            if length == run_lease_ms:
                 run_length_grants += 1
             else:
-                odd_grant(event, deadline - event.ts)
+                odd_grant(event, deadline - ts)
             holding = held_by.get(worker)
             if holding is None:
                 held_by[worker] = {job_id}
@@ -205,7 +207,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 holding.add(job_id)
             if job_id in awaiting_reclaim:
                 for item in awaiting_reclaim.pop(job_id):
-                    item.reclaim_ts = event.ts
+                    item.reclaim_ts = ts
                     awaiting_recomplete.setdefault(job_id, []).append(item)
 
         elif kind == "complete" or kind == "extend":
@@ -215,9 +217,9 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             if lease is not None and lease.attempt == event.attempt:
                 live = True
                 holder = lease.worker == (event.worker or UNKNOWN_WORKER)
-                if event.ts > lease.deadline:  # lapsed, yet the reaper had not taken it
+                if ts > lease.deadline:  # lapsed, yet the reaper had not taken it
                     lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
-                                                     lease.deadline, event.ts, False))
+                                                     lease.deadline, ts, False))
             else:
                 live = holder = False
             if not holder:
@@ -228,35 +230,36 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     "live_worker": lease.worker if lease else None,
                     "reason": "not the holder of the live lease" if live
                     else "not the live lease's attempt",
-                }, event.ts)
+                }, ts)
             if kind == "extend":
                 if live:
                     assert lease is not None
-                    deadline = lease_deadline(event)
+                    length = event.lease_ms
+                    deadline = ts + length if length is not None else lease_deadline(event)
                     lease.deadline = deadline
                     lease.renewed = event.seq
-                    lease.renewed_ts = event.ts
-                    if deadline - event.ts == run_lease_ms:
+                    lease.renewed_ts = ts
+                    if length == run_lease_ms:
                         run_length_grants += 1
                     else:
-                        odd_grant(event, deadline - event.ts)
+                        odd_grant(event, deadline - ts)
             else:
                 count = completes.get(job_id, 0) + 1
                 completes[job_id] = count
-                last_complete_ts = event.ts
+                last_complete_ts = ts
                 if count == 2:
-                    second_complete_ts[job_id] = event.ts
+                    second_complete_ts[job_id] = ts
                 if live:
                     assert lease is not None
                     if lease.worker == event.worker:
-                        ran = event.ts - lease.claimed_ts
+                        ran = ts - lease.claimed_ts
                         ran_ms[ran] = ran_ms.get(ran, 0) + 1
                     release(job_id)
                 elif lapsed:
                     ended_late(event)
                 if job_id in awaiting_recomplete:
                     for item in awaiting_recomplete.pop(job_id):
-                        item.recomplete_ts = event.ts
+                        item.recomplete_ts = ts
             if job_id in open_stranded:
                 holder_acted(job_id, event.attempt, event.worker)
 
@@ -266,14 +269,14 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             lease = leases.get(job_id)
             if lease is None or lease.attempt != event.attempt:
                 early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
-                                 "reason": "reaped a lease that was not live"}, event.ts)
+                                 "reason": "reaped a lease that was not live"}, ts)
             else:
-                if event.ts < lease.deadline:
+                if ts < lease.deadline:
                     early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
-                                     "reap_ts": event.ts, "deadline": lease.deadline,
-                                     "early_ms": lease.deadline - event.ts}, event.ts)
+                                     "reap_ts": ts, "deadline": lease.deadline,
+                                     "early_ms": lease.deadline - ts}, ts)
                 lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
-                                                 lease.deadline, event.ts, True))
+                                                 lease.deadline, ts, True))
                 needless = False
                 if kind == "dead":
                     pass  # not redelivered: the job left the queue
@@ -284,22 +287,22 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     needless = True
                     slowed_by = windows.slowed_by(lease.worker, lease.renewed, event.seq)
                     facts.needless_by_fault[slowed_by] += 1
-                    facts.needless_ts.append(event.ts)
+                    facts.needless_ts.append(ts)
                     if len(facts.needless_examples) < EXAMPLES:
                         facts.needless_examples.append({
                             "job": job_id, "attempt": lease.attempt, "worker": lease.worker,
                             "seq": event.seq, "renewed_ts": lease.renewed_ts,
-                            "deadline": lease.deadline, "reap_ts": event.ts,
+                            "deadline": lease.deadline, "reap_ts": ts,
                             "holder_under": slowed_by})
                 lapsed[(job_id, lease.attempt)] = (lease.worker, lease.claimed_ts, needless)
             if kind == "reap":
-                reap_times.setdefault(job_id, []).append(event.ts)
+                reap_times.setdefault(job_id, []).append(ts)
             else:
-                dead[job_id] = (len(reap_times.get(job_id, [])), event.ts)
+                dead[job_id] = (len(reap_times.get(job_id, [])), ts)
             release(job_id)
             for item in open_stranded.pop(job_id, []):
                 if item.attempt == event.attempt:
-                    item.reap_ts = event.ts
+                    item.reap_ts = ts
                     awaiting_reclaim.setdefault(job_id, []).append(item)
 
         elif kind == Fault.TYPE:
@@ -329,7 +332,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
 
         elif kind == Run.TYPE and facts.run is None:
             facts.run = Run.decode(event)
-            run_lease_ms = facts.run.lease_ms
+            run_lease_ms = -1 if facts.run.lease_ms is None else facts.run.lease_ms
 
         elif kind == Phase.TYPE:
             phase = Phase.decode(event)
@@ -339,7 +342,6 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
 
     facts.events, facts.last_ts = event_count, last_ts
     if run_length_grants:
-        assert run_lease_ms is not None
         granted[run_lease_ms] = granted.get(run_lease_ms, 0) + run_length_grants
     facts.first_enqueue_ts, facts.last_complete_ts = first_enqueue_ts, last_complete_ts
     facts.stranded = [item for item in stranded if not item.dismissed]
