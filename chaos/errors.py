@@ -1,13 +1,14 @@
 """Errors every stage may raise, and the exit codes the commands map them to.
 
 Exit codes: 0 pass, 1 fail (an invariant broken), 2 bad input (scenario, arguments, run
-directory), 3 infrastructure (a server that would not start, a child that died), 130 aborted
-(Ctrl-C, or the runner stopped before it could judge).
+directory), 3 infrastructure (a server that would not start, a child that died), 4 unknown (no
+invariant broken, but jobs were still pending or leased when the drain ended: the checker cannot
+tell a pass from a loss), 130 aborted (Ctrl-C, or the runner stopped before it could judge).
 """
 
 from __future__ import annotations
 
-EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
+EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_UNKNOWN, EXIT_ABORTED = 0, 1, 2, 3, 4, 130
 
 
 class InfraError(Exception):
@@ -15,6 +16,7 @@ class InfraError(Exception):
 
 
 def exit_code_for(verdict_word: str) -> int:
-    """pass 0, fail 1, aborted 130, anything else (error) 3."""
-    return {"pass": EXIT_PASS, "fail": EXIT_FAIL, "aborted": EXIT_ABORTED}.get(
+    """pass 0, fail 1, unknown 4, aborted 130, anything else (error) 3."""
+    return {"pass": EXIT_PASS, "fail": EXIT_FAIL, "unknown": EXIT_UNKNOWN,
+            "aborted": EXIT_ABORTED}.get(
         verdict_word, EXIT_INFRA)

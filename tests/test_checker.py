@@ -29,7 +29,7 @@ from chaos.check.checker import (
     store_fault_recovery,
 )
 from chaos.history.events import read_history
-from chaos.names import INVARIANTS
+from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
 
 L, R, TOL = 1000, 250, 100
 BOUND = L + R + TOL  # 1350
@@ -85,6 +85,7 @@ def test_clean_history_passes_every_invariant():
         "enqueued": 2,
         "completed": 2,
         "lost": 0,
+        "undrained": 0,
         "judged": True,
     }
 
@@ -114,7 +115,8 @@ def test_no_loss_fails_for_every_job_never_completed():
         {"job": "b", "state": "active", "attempt": 1},
         {"job": "c", "state": "pending", "attempt": None},
     ]
-    assert result.figures == {"enqueued": 3, "completed": 1, "lost": 2, "judged": True}
+    assert result.figures == {"enqueued": 3, "completed": 1, "lost": 2, "undrained": 0,
+                              "judged": True}
     assert result.first_violation_ts == 340  # loss is certain only at the end of the history
     assert verdict.jobs.lost == 2
     assert verdict.invariants["no_double_completion"].first_violation_ts is None
@@ -140,6 +142,7 @@ def test_final_false_does_not_judge_no_loss():
         "enqueued": 3,
         "completed": 1,
         "lost": 0,
+        "undrained": 0,
         "judged": False,
     }
     assert verdict.jobs.lost == 0
@@ -228,7 +231,10 @@ def test_a_killed_holders_lease_reaped_in_time_passes_recovery_bound():
 
 @pytest.mark.parametrize(("latency", "ok"), [(BOUND - 1, True), (BOUND, True), (BOUND + 1, False)])
 def test_recovery_bound_is_lease_plus_reap_interval_plus_tolerance(latency: int, ok: bool):
-    verdict = check(killed_holder(reap_ts=250 + latency).events())
+    """From the holder's last renewal (200), not from the fault (250): the renewal-to-fault
+    time is no slack. (reap_prompt is given room here: this is recovery_bound's edge.)"""
+    config = CheckConfig(L, R, TOL, reap_allowance_ms=1000)
+    verdict = check(killed_holder(reap_ts=200 + latency).events(), config)
     assert verdict.invariants["recovery_bound"].ok is ok
     assert verdict.invariants["recovery_bound"].violations == (0 if ok else 1)
     assert_fails_only(verdict, *([] if ok else ["recovery_bound"]))
@@ -236,23 +242,27 @@ def test_recovery_bound_is_lease_plus_reap_interval_plus_tolerance(latency: int,
 
 def test_a_killed_holders_lease_reaped_too_late_fails_recovery_bound():
     verdict = check(killed_holder(reap_ts=1700).events())
-    assert_fails_only(verdict, "recovery_bound")
+    # 500 ms after its deadline (1200): late for the promise and for the reaper's interval
+    assert_fails_only(verdict, "recovery_bound", "reap_prompt")
     result = verdict.invariants["recovery_bound"]
     assert result.violations == 1
-    assert result.first_violation_ts == 250 + BOUND  # the moment the bound ran out
+    assert result.first_violation_ts == 200 + BOUND  # the moment the bound ran out
     assert result.examples == [
         {
             "job": "a",
             "attempt": 1,
             "worker": "w1",
+            "renewed_ts": 200,
             "fault_ts": 250,
             "reap_ts": 1700,
-            "recovery_latency_ms": 1450,
+            "renewal_to_reap_ms": 1500,
+            "fault_to_reap_ms": 1450,
         }
     ]
-    assert result.figures["max_ms"] == 1450
-    # the same history under a looser tolerance is fine: the bound comes from the config
-    looser = check(killed_holder(reap_ts=1700).events(), CheckConfig(L, R, tolerance_ms=200))
+    assert result.figures["max_ms"] == 1450  # fault to reap, the figure beside it
+    # the same history under looser allowances is fine: the bounds come from the config
+    looser = check(killed_holder(reap_ts=1700).events(),
+                   CheckConfig(L, R, tolerance_ms=250, reap_allowance_ms=250))
     assert_fails_only(looser)
 
 
@@ -267,12 +277,15 @@ def never_reaped() -> History:
 
 def test_a_stranded_lease_never_reaped_fails_recovery_bound():
     verdict = check(never_reaped().events())
-    # the job is lost too: nobody may complete it without a reap first
-    assert_fails_only(verdict, "recovery_bound", "no_loss")
+    # the drain timed out with a still leased: undrained, not lost; the late reap is the fault
+    assert_fails_only(verdict, "recovery_bound")
+    assert verdict.undrained == [{"job": "a", "state": "active"}]
+    assert not verdict.unknown  # an invariant broke: the verdict is a plain fail
     result = verdict.invariants["recovery_bound"]
     assert result.violations == 1
     assert result.examples == [
-        {"job": "a", "attempt": 1, "worker": "w1", "fault_ts": 250, "reason": "never recovered"}
+        {"job": "a", "attempt": 1, "worker": "w1", "renewed_ts": 10, "fault_ts": 250,
+         "reason": "never recovered"}
     ]
     assert verdict.stranded == 1
     assert verdict.recovery["reap"] == LatencySummary()
@@ -381,6 +394,8 @@ def test_an_accepted_complete_from_an_old_attempt_after_a_reclaim_breaks_exclusi
         "attempt": 1,
         "worker": "w1",
         "live_attempt": 2,
+        "live_worker": "w2",
+        "reason": "not the live lease's attempt",
     }
 
 
@@ -433,7 +448,7 @@ def test_recovery_latency_figures_from_known_numbers():
     h.extend("a", attempt=1, worker="w1", ts=900)  # deadline 1900
     h.extend("b", attempt=1, worker="w1", ts=901)  # deadline 1901
     h.extend("c", attempt=1, worker="w2", ts=1000)  # deadline 2000
-    h.extend("d", attempt=1, worker="w2", ts=1001)  # deadline 2001
+    h.extend("d", attempt=1, worker="w2", ts=1060)  # deadline 2060
     h.fault("kill", "w1", ts=1000)
     h.fault("kill", "w2", ts=1100)
     h.reap("a", attempt=1, ts=1900)  # 900 after w1's kill
@@ -464,6 +479,7 @@ def test_recovery_latency_figures_from_known_numbers():
         "reap_interval_ms": R,
         "tolerance_ms": TOL,
         "stranded": 4,
+        "slowed": 0,
         "count": 4,
         "min_ms": 900,
         "p50_ms": 1000,
@@ -550,7 +566,10 @@ def test_a_lease_lost_under_a_slowing_fault_is_a_needless_redelivery(kind, cuts_
     verdict = check(h.events())
     assert_fails_only(verdict)
     assert verdict.redeliveries == Redeliveries(needed=needed, needless=1 - needed)
-    assert verdict.stranded == 1 and verdict.recovery["reap"].max_ms == 1000
+    if needed:
+        assert verdict.stranded == 1 and verdict.recovery["reap"].max_ms == 1000
+    else:  # slowed, not stranded: the report must not say "stranded 1, needed 0"
+        assert verdict.stranded == 0 and verdict.slowed == 1
 
 
 def healed_then_renewed(heal_ts: int, renew_ts: int) -> History:
@@ -626,7 +645,7 @@ def test_config_comes_from_the_run_event():
 
 def test_config_tolerance_defaults_when_the_run_event_has_none():
     h = History(lease_ms=1500, reap_interval_ms=100, tolerance_ms=None)
-    assert CheckConfig.from_history(h.events()) == CheckConfig(1500, 100, 250)
+    assert CheckConfig.from_history(h.events()) == CheckConfig(1500, 100, DEFAULT_ALLOWANCE_MS)
 
 
 def test_a_history_without_a_run_event_raises_value_error():

@@ -73,6 +73,7 @@ def paused_worker_history(broken: bool = False) -> History:
     h.complete("c", 1, "w2", ts=300)
     h.phase("chaos", ts=400)
     h.extend("a", 1, "w1", ts=450)
+    h.extend("b", 1, "w1", ts=450)
     fault = h.fault("pause", "w1", ts=500, duration_ms=2500)
     h.claim("d", 1, "w2", ts=600)
     h.complete("d", 1, "w2", ts=900)
@@ -92,7 +93,7 @@ def paused_worker_history(broken: bool = False) -> History:
         h.complete_rejected("a", 1, "w1", ts=3010, current_attempt=2)
     h.phase("heal", ts=3100)
     h.phase("drain", ts=3600)
-    h.phase("end", ts=4000, drained=0 if broken else 1, aborted=0)
+    h.phase("end", ts=4000, drained=1, aborted=0)  # broken: b left the active set unseen
     return h
 
 
@@ -300,11 +301,11 @@ def test_check_and_report_reproduce_a_saved_verdict(tmp_path: Path, broken: bool
 
 
 def test_check_takes_the_bound_from_the_history_else_scenario_json(tmp_path: Path, capsys):
-    # Recovery in 1300 ms: within 1000 + 250 + 100, but not within 1000 + 250 + 0.
+    # Recovery 1340 ms after the last renewal: within 1000 + 250 + 100, not 1000 + 250 + 0.
     def history(run: bool) -> History:
         h = History(lease_ms=1000, reap_interval_ms=250, tolerance_ms=100, run=run)
         h.enqueue("a", ts=0)
-        h.claim("a", 1, "w1", ts=10)
+        h.claim("a", 1, "w1", ts=60)
         h.fault("kill", "w1", ts=100)
         h.reap("a", 1, ts=1400)
         h.claim("a", 2, "w2", ts=1410)
@@ -362,9 +363,9 @@ def test_report_json_lists_the_stranded_leases_and_counts_them():
     assert report["stranded_lease_count"] == 2
     assert report["stranded_leases"] == [
         {"job": "a", "attempt": 1, "worker": "w1", "fault_id": "f1", "fault_ts": 500,
-         "reap_ts": 1500, "reclaim_ts": 1550, "recomplete_ts": 1800},
+         "renewed_ts": 450, "reap_ts": 1500, "reclaim_ts": 1550, "recomplete_ts": 1800},
         {"job": "b", "attempt": 1, "worker": "w1", "fault_id": "f1", "fault_ts": 500,
-         "reap_ts": 1500, "reclaim_ts": 1560, "recomplete_ts": 1850},
+         "renewed_ts": 450, "reap_ts": 1500, "reclaim_ts": 1560, "recomplete_ts": 1850},
     ]
 
 

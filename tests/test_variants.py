@@ -102,6 +102,11 @@ VARIANT_SCRIPTS = {
     "nonatomic-claim": {"claim_lease"},
     "extend-resurrects": {"extend_resurrects"},
     "no-reaper": set(),
+    "grace-reaper": {"reap_client_clock"},
+    "idle-backoff-reaper": set(),
+    "reused-token": set(),
+    "short-lease": set(),
+    "complete-skips-active": {"complete_skips_active"},
 }
 
 
@@ -459,11 +464,73 @@ def test_every_variant_stamps_events_with_server_time_and_the_sound_fields(
     assert all(before <= e.ts <= after for e in events)
     assert field_names(queue) == field_names(sound)
     for event in (e for e in events if e.type in ("claim", "extend")):
-        assert event.lease_ms == 40 and event.deadline is not None
+        granted = 20 if protocol == "short-lease" else 40  # half, and recorded as granted
+        assert event.lease_ms == granted and event.deadline is not None
         if protocol == "client-clock":  # scored by the caller's clock, an hour ahead
             assert abs(event.deadline - (event.ts + 40 + 3_600_000)) < 1000
         else:  # scored by the same server TIME as the stamp
-            assert event.deadline == event.ts + 40
+            assert event.deadline == event.ts + granted
+
+
+# --- the tight verdict's variants -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", ["sound", "short-lease"])
+def test_short_lease_grants_half_the_asked_lease_and_records_it(on: Factory, protocol):
+    queue = on(protocol)
+    queue.enqueue("a")
+    claimed = queue.claim(10_000, "w1")
+    assert claimed is not None
+    extended = queue.extend("a", claimed.attempt, 10_000, "w1")
+    granted = 5_000 if protocol == "short-lease" else 10_000
+    for event in (*of_type(queue, "claim"), *of_type(queue, "extend")):
+        assert event.lease_ms == granted and event.deadline == event.ts + granted
+    assert extended == of_type(queue, "extend")[0].deadline
+
+
+@pytest.mark.parametrize("protocol", ["sound", "complete-skips-active"])
+def test_complete_skips_active_accepts_a_reaped_holder_while_the_job_waits(on: Factory, protocol):
+    queue = on(protocol)
+    queue.enqueue("a")
+    queue.claim(30, "w1")
+    time.sleep(LAPSE_S)
+    assert queue.reap(100) == 1  # back in pending, its attempt still 1: nobody re-claimed it
+    late = queue.complete("a", 1, "w1")
+    pending = queue.client.zscore(queue.keys.pending, "a")
+    if protocol == "sound":
+        assert not late and of_type(queue, "complete") == []
+    else:  # accepted, yet the job still waits in pending: it will run and complete again
+        assert late and pending is not None
+        again = queue.claim(60_000, "w2")
+        assert again is not None and queue.complete("a", again.attempt, "w2")
+        assert [e.attempt for e in of_type(queue, "complete")] == [1, 2]
+
+
+def test_grace_reaper_takes_a_lease_only_a_grace_period_after_its_deadline(on: Factory):
+    sound, graced = on("sound"), on("grace-reaper", reap_grace_ms=400)
+    sound.enqueue("a")
+    sound.claim(20, "w1")
+    time.sleep(LAPSE_S)
+    assert graced.reap(100) == 0  # lapsed, but not yet by the grace period
+    wait_until(lambda: graced.reap(100) == 1, "the grace period to pass")
+    reap = of_type(sound, "reap")[0]
+    assert reap.deadline is not None and reap.ts - reap.deadline >= 400
+
+
+def test_reused_token_reads_the_current_holders_attempt_and_the_store_takes_it(on: Factory):
+    """The store fences by attempt only: another worker showing the live attempt is accepted.
+    The checker, not the store, has to see that w1 is not the holder."""
+    queue = on("reused-token")
+    queue.enqueue("a")
+    queue.claim(30, "w1")
+    time.sleep(LAPSE_S)
+    queue.reap(100)
+    second = queue.claim(60_000, "w2")
+    assert second is not None
+    assert not queue.complete("a", 1, "w1")
+    assert queue.current_attempt("a") == 2
+    assert queue.complete("a", queue.current_attempt("a"), "w1")
+    assert [(e.attempt, e.worker) for e in of_type(queue, "complete")] == [(2, "w1")]
 
 
 # --- LocalClock and its offset file ---------------------------------------------------------

@@ -8,18 +8,29 @@ partitioned, until healed). A reap counts as a needed redelivery when the holder
 bandwidth, clock skew). ``judgements.py`` then rules on each invariant, one function each:
 
   no_loss               every enqueued job has an accepted complete by the end of the drain
-                        (or was dead-lettered, when a stall limit ``max_stalls`` is on)
+                        (or was dead-lettered, when a stall limit ``max_stalls`` is on); a job
+                        still pending or leased when a drain timed out is ``undrained`` (the
+                        verdict is then ``unknown`` unless something else broke), not lost
   no_double_completion  at most one accepted complete per job
-  recovery_bound        a lease stranded by a fault is reaped within lease_ms + reap_interval_ms
-                        + tolerance_ms of the fault
-  no_premature_reap     no lease is reaped before its deadline (last renewal + lease_ms)
-  exclusive_lease       no accepted extend or complete from anything but the live lease
+  recovery_bound        a lease stranded by a cut-off fault (kill, pause, partition) is reaped
+                        within lease_ms + reap_interval_ms + tolerance_ms of its holder's last
+                        renewal (leases under a slowing fault are counted ``slowed``)
+  reap_prompt           every lapsed lease, faulted or not, is reaped within reap_interval_ms +
+                        reap_allowance_ms of its deadline (an accepted call of its holder's
+                        later than that shows it unreaped too); store outages exempt the leases
+                        that lapsed in them
+  no_premature_reap     no lease is reaped before its deadline (last renewal + lease_ms), and no
+                        lease that is no longer live (already reaped or completed) is reaped
+  exclusive_lease       every accepted extend or complete comes from the live lease: its attempt
+                        and its holder (a worker reusing another holder's token is caught)
+  lease_length          every lease granted (claim, accepted extend) runs lease_ms ± 1 ms
   attempts_monotonic    every claim of a job carries a higher attempt (fencing token) than any
                         earlier claim of it: a store that rolls the counter back (a crash
                         without fsync, a failover to a lagging replica) hands one lease out twice
   stall_limit           with ``max_stalls`` on: a job is recovered (reaped) at most max_stalls
                         times, and a dead-lettered job exactly max_stalls times before its
                         ``dead`` event; without it, nothing is ever dead-lettered
+  needless_limit        with ``max_needless`` set: at most that many needless redeliveries
 
 Figures for store faults (``valkey_restart``, ``failover``: fault events carrying ``killed_ts``):
 per fault, how long after the kill each worker's next transition (and the producer's next
@@ -42,7 +53,14 @@ from collections.abc import Iterable
 
 from chaos.check import figures
 from chaos.check.figures import store_fault_figure, store_fault_recovery
-from chaos.check.judgements import judge_all, reap_latencies, standing
+from chaos.check.judgements import (
+    judge_all,
+    reap_lags,
+    reap_latencies,
+    standing,
+    store_outages,
+    undrained_listed,
+)
 from chaos.check.replay import ReplayFacts, lease_deadline, replay
 from chaos.check.verdict import (
     DURATION_BUCKETS,
@@ -97,17 +115,19 @@ def _judge(facts: ReplayFacts, config: CheckConfig | None, final: bool | None) -
     if final is None:
         final = facts.ended_normally
     jobs = standing(facts, config.max_stalls)
+    undrained = len(jobs.undrained) if final else 0  # judged only once the drain is over
     invariants = judge_all(facts, jobs, config, final)
     stranded = facts.stranded
     samples = {
         "reap": reap_latencies(facts),
+        "deadline_to_reap": reap_lags(facts, store_outages(facts, config)),
         "reclaim": [i.reclaim_ts - i.fault_ts for i in stranded if i.reclaim_ts is not None],
         "recomplete": [i.recomplete_ts - i.fault_ts for i in stranded
                        if i.recomplete_ts is not None],
     }
     return Verdict(
-        passed=all(result.ok for name, result in invariants.items()
-                   if name not in config.report_only),
+        passed=not undrained and all(result.ok for name, result in invariants.items()
+                                          if name not in config.report_only),
         config=config,
         invariants=invariants,
         jobs=figures.job_counts(facts, jobs, final),
@@ -128,4 +148,7 @@ def _judge(facts: ReplayFacts, config: CheckConfig | None, final: bool | None) -
         needless_by_fault=dict(facts.needless_by_fault),
         needless_by_duration=figures.by_duration(facts.ran_ms, facts.ran_needless_ms,
                                                  config.lease_ms),
+        slowed=facts.slowed,
+        undrained=undrained_listed(jobs, final),
+        undrained_count=undrained,
     )

@@ -80,6 +80,7 @@ def job_counts(facts: ReplayFacts, jobs: Standing, final: bool) -> JobCounts:
         double_completed=len(jobs.double),
         unexpected=len(jobs.unexpected),
         dead_lettered=len(jobs.dead_lettered),
+        undrained=len(jobs.undrained) if final else 0,
     )
 
 
@@ -90,6 +91,7 @@ def outcomes(facts: ReplayFacts, jobs: Standing, final: bool) -> Outcomes:
         completed=len(once & facts.enqueued),
         dead_lettered=len(jobs.dead_lettered),
         lost=len(jobs.lost) if final else 0,
+        undrained=len(jobs.undrained) if final else 0,  # never completed: not duplicated
         duplicated=len(set(jobs.double) & facts.enqueued),
         unexpected=len(jobs.unexpected),
         judged=final,

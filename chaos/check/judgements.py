@@ -2,14 +2,25 @@
 
 ``final``: the run reached its normal end, so the drain is over and what is still missing is
 missing for good (loss, a stranded lease never recovered); an aborted run is judged without them.
+A finished run whose drain timed out (the end event's ``drained`` is false) left jobs in the
+queue: those still pending or leased in the history are ``undrained``, not lost (nothing shows
+the queue lost them; the run could not wait to see them done).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+import sys
+from dataclasses import asdict, dataclass, field
 
-from chaos.check.replay import ReplayFacts
-from chaos.check.verdict import CheckConfig, InvariantResult, LatencySummary, Offences
+from chaos.check.replay import LapsedLease, ReplayFacts
+from chaos.check.verdict import (
+    EXAMPLES,
+    UNDRAINED_LISTED,
+    CheckConfig,
+    InvariantResult,
+    LatencySummary,
+    Offences,
+)
 
 
 @dataclass
@@ -20,22 +31,43 @@ class Standing:
     completed_enqueued: int  # of the enqueued jobs, how many have an accepted complete
     double: dict[str, int]  # job -> accepted completes, of the jobs with more than one
     unexpected: list[str]  # completed, never enqueued
-    lost: list[str]  # enqueued, neither completed nor (with a stall limit on) dead-lettered
+    lost: list[str]  # enqueued, left the queue neither completed nor (with a stall limit on)
+    # dead-lettered
     dead_lettered: list[str]  # enqueued, not completed, dead-lettered (stall limit on only)
+    undrained: list[tuple[str, str]] = field(default_factory=list)  # (job, pending | active)
 
 
 def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
     completed = set(facts.completes)
     # Dead-lettered jobs are accounted for only when a stall limit is on; otherwise lost.
     dead_lettered = sorted((set(facts.dead) & facts.enqueued) - completed) if max_stalls else []
+    missing = sorted(facts.enqueued - completed - set(dead_lettered))
+    lost, undrained = missing, []
+    if facts.drained is False:  # the queue still held jobs when the drain ended
+        lost = []
+        for job_id in missing:
+            if job_id in facts.leases:
+                undrained.append((job_id, "active"))
+            elif job_id in facts.dead:  # dead-lettered with no stall limit: it left the queue
+                lost.append(job_id)
+            else:
+                undrained.append((job_id, "pending"))
     return Standing(
         completed=completed,
         completed_enqueued=len(completed & facts.enqueued),
         double={job_id: count for job_id, count in facts.completes.items() if count > 1},
         unexpected=sorted(completed - facts.enqueued),
-        lost=sorted(facts.enqueued - completed - set(dead_lettered)),
+        lost=lost,
         dead_lettered=dead_lettered,
+        undrained=undrained,
     )
+
+
+def undrained_listed(jobs: Standing, final: bool) -> list[dict[str, str]]:
+    """The undrained jobs report.json lists (the first UNDRAINED_LISTED)."""
+    if not final:
+        return []
+    return [{"job": job_id, "state": state} for job_id, state in jobs.undrained[:UNDRAINED_LISTED]]
 
 
 def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantResult:
@@ -49,7 +81,8 @@ def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantR
                           "attempt": lease.attempt if lease else None}, facts.last_ts)
     return InvariantResult.judged(
         offences, enqueued=len(facts.enqueued), completed=jobs.completed_enqueued,
-        lost=len(jobs.lost) if final else 0, judged=final)
+        lost=len(jobs.lost) if final else 0,
+        undrained=len(jobs.undrained) if final else 0, judged=final)
 
 
 def judge_no_double_completion(facts: ReplayFacts, jobs: Standing) -> InvariantResult:
@@ -67,24 +100,86 @@ def reap_latencies(facts: ReplayFacts) -> list[int]:
 
 def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
                          final: bool) -> InvariantResult:
+    """Measured from the holder's last renewal (its lease's start), not from the fault: the time
+    between that renewal and the fault is no slack for a late reaper."""
     offences = Offences()
     for item in facts.stranded:
+        bound_ts = item.renewed_ts + config.bound_ms
         if item.reap_ts is None:
             if final:
                 offences.add({"job": item.job_id, "attempt": item.attempt,
-                              "worker": item.worker, "fault_ts": item.fault_ts,
-                              "reason": "never recovered"}, item.fault_ts + config.bound_ms)
+                              "worker": item.worker, "renewed_ts": item.renewed_ts,
+                              "fault_ts": item.fault_ts, "reason": "never recovered"}, bound_ts)
             continue
-        latency = item.reap_ts - item.fault_ts
-        if latency > config.bound_ms:
+        if item.reap_ts > bound_ts:
             offences.add({"job": item.job_id, "attempt": item.attempt, "worker": item.worker,
-                          "fault_ts": item.fault_ts, "reap_ts": item.reap_ts,
-                          "recovery_latency_ms": latency},
-                         item.fault_ts + config.bound_ms)  # broken the moment the bound passed
+                          "renewed_ts": item.renewed_ts, "fault_ts": item.fault_ts,
+                          "reap_ts": item.reap_ts,
+                          "renewal_to_reap_ms": item.reap_ts - item.renewed_ts,
+                          "fault_to_reap_ms": item.reap_ts - item.fault_ts},
+                         bound_ts)  # broken the moment the bound passed
     return InvariantResult.judged(
         offences, bound_ms=config.bound_ms, lease_ms=config.lease_ms,
         reap_interval_ms=config.reap_interval_ms, tolerance_ms=config.tolerance_ms,
-        stranded=len(facts.stranded), **asdict(LatencySummary.of(reap_latencies(facts))))
+        stranded=len(facts.stranded), slowed=facts.slowed,
+        **asdict(LatencySummary.of(reap_latencies(facts))))
+
+
+def store_outages(facts: ReplayFacts, config: CheckConfig) -> list[tuple[int, int]]:
+    """(down from, exempt until) per store fault: nothing could sweep the store from the kill
+    until it served again (down_ms, or the promotion of a failover), and the reaper then has to
+    find the store again (a failover: ask Sentinel, reconnect). The exemption lasts until its
+    first reap after the store was back, and at least one interval + the allowance after that;
+    a reaper that never came back leaves everything after the kill to recovery_bound and
+    no_loss."""
+    reaps = [item.seen_ts for item in facts.lapsed if item.reaped]
+    outages = []
+    for fault in facts.store_faults:
+        assert fault.killed_ts is not None  # is_store
+        back_ts = fault.killed_ts + max(fault.down_ms or 0, fault.promoted_ms or 0)
+        first_reap = min((ts for ts in reaps if ts >= back_ts), default=None)
+        until = back_ts + config.reap_interval_ms + config.reap_allowance_ms
+        outages.append((fault.killed_ts, max(until, first_reap) if first_reap is not None
+                        else sys.maxsize))
+    return outages
+
+
+def reap_lags(facts: ReplayFacts, outages: list[tuple[int, int]] | None = None) -> list[int]:
+    """Deadline to reap, ms, of every lease reaped while live (outside store outages)."""
+    return [item.seen_ts - item.deadline for item in facts.lapsed
+            if item.reaped and not _in_outage(item, outages or [])]
+
+
+def _in_outage(item: LapsedLease, outages: list[tuple[int, int]]) -> bool:
+    return any(item.seen_ts >= down and item.deadline <= exempt_until
+               for down, exempt_until in outages)
+
+
+def judge_reap_prompt(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
+    """Every lapsed lease, faulted or not: its reap (or, when its holder called on it first, that
+    call) at most reap_interval_ms + reap_allowance_ms after its deadline, on the server clock.
+    A store outage exempts the leases that lapsed in it (nothing could sweep them)."""
+    offences = Offences()
+    limit = config.reap_interval_ms + config.reap_allowance_ms
+    outages = store_outages(facts, config)
+    exempt = 0
+    for item in facts.lapsed:
+        if _in_outage(item, outages):
+            exempt += 1
+            continue
+        lag = item.seen_ts - item.deadline
+        if lag > limit:
+            offences.add({"job": item.job_id, "attempt": item.attempt, "worker": item.worker,
+                          "deadline": item.deadline,
+                          ("reap_ts" if item.reaped else "unreaped_at_ts"): item.seen_ts,
+                          "lag_ms": lag,
+                          "reason": "reaped late" if item.reaped else
+                          "its holder still called on it, unreaped, past the bound"},
+                         item.deadline + limit)
+    return InvariantResult.judged(
+        offences, limit_ms=limit, reap_interval_ms=config.reap_interval_ms,
+        reap_allowance_ms=config.reap_allowance_ms, exempt_store_outage=exempt,
+        **asdict(LatencySummary.of(reap_lags(facts, outages))))
 
 
 def judge_no_premature_reap(facts: ReplayFacts) -> InvariantResult:
@@ -93,6 +188,34 @@ def judge_no_premature_reap(facts: ReplayFacts) -> InvariantResult:
 
 def judge_exclusive_lease(facts: ReplayFacts) -> InvariantResult:
     return InvariantResult.judged(facts.stray_calls)
+
+
+def judge_lease_length(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
+    """Every lease granted (claim or accepted extend) runs the configured lease_ms (± 1 ms)."""
+    offences = Offences()
+    for length, count in sorted(facts.granted.items()):
+        if abs(length - config.lease_ms) <= 1:
+            continue
+        offences.count += count
+        examples = facts.granted_examples.get(length, [])
+        first_ts = min(int(example["ts"]) for example in examples)
+        if offences.first_ts is None or first_ts < offences.first_ts:
+            offences.first_ts = first_ts
+        offences.examples += examples[:EXAMPLES - len(offences.examples)]
+    granted = sum(facts.granted.values())
+    return InvariantResult.judged(offences, lease_ms=config.lease_ms, granted=granted)
+
+
+def judge_needless_limit(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
+    """With max_needless set: at most that many needless redeliveries."""
+    offences = Offences()
+    limit = config.max_needless
+    needless = facts.redeliveries.needless
+    if limit is not None and needless > limit:
+        offences.count = needless - limit
+        offences.first_ts = facts.needless_ts[limit]  # the first one past the limit
+        offences.examples = list(facts.needless_examples)
+    return InvariantResult.judged(offences, max_needless=limit, needless=needless)
 
 
 def judge_attempts_monotonic(facts: ReplayFacts) -> InvariantResult:
@@ -125,8 +248,11 @@ def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
         "no_loss": judge_no_loss(facts, jobs, final),
         "no_double_completion": judge_no_double_completion(facts, jobs),
         "recovery_bound": judge_recovery_bound(facts, config, final),
+        "reap_prompt": judge_reap_prompt(facts, config),
         "no_premature_reap": judge_no_premature_reap(facts),
         "exclusive_lease": judge_exclusive_lease(facts),
+        "lease_length": judge_lease_length(facts, config),
         "attempts_monotonic": judge_attempts_monotonic(facts),
         "stall_limit": judge_stall_limit(facts, config.max_stalls),
+        "needless_limit": judge_needless_limit(facts, config),
     }

@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from chaos.check.verdict import Offences, Redeliveries, StrandedLease
+from chaos.check.verdict import EXAMPLES, Offences, Redeliveries, StrandedLease
 from chaos.history.events import Event
 from chaos.history.schema import Enqueue, Fault, Heal, Phase, Run
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
@@ -28,6 +29,7 @@ class Lease:
     deadline: int
     renewed: str  # history position (seq) of the claim or latest accepted extend
     claimed_ts: int  # when its handler started (for needless_by_duration)
+    renewed_ts: int  # server time of the claim or latest accepted extend
 
 
 def lease_deadline(event: Event) -> int:
@@ -35,6 +37,20 @@ def lease_deadline(event: Event) -> int:
     if event.lease_ms is not None:
         return event.ts + event.lease_ms
     return event.deadline if event.deadline is not None else event.ts
+
+
+@dataclass(slots=True)
+class LapsedLease:
+    """A live lease's deadline and what the history showed next of it: its reap (or dead letter),
+    or an accepted call of its holder's after the deadline with no reap before it (the reaper
+    had not taken it yet). ``reap_prompt`` judges how late that was."""
+
+    job_id: str
+    attempt: int
+    worker: str
+    deadline: int
+    seen_ts: int  # the reap, or the late call
+    reaped: bool  # False: a late accepted extend/complete, the lease still unreaped
 
 
 @dataclass
@@ -55,6 +71,15 @@ class ReplayFacts:
     reap_times: dict[str, list[int]] = field(default_factory=dict)  # job -> each recovery's ts
     dead: dict[str, tuple[int, int]] = field(default_factory=dict)  # job -> (recoveries, ts)
     stranded: list[StrandedLease] = field(default_factory=list)  # dismissed ones left out
+    slowed: int = 0  # leases held when a fault only slowed their holder (not stranded)
+    lapsed: list[LapsedLease] = field(default_factory=list)  # every reap; late live calls
+    # Lease length granted (deadline - ts of a claim or accepted extend) -> how many, and the
+    # first EXAMPLES grants of each length (the judgement knows which length is configured).
+    granted: dict[int, int] = field(default_factory=dict)
+    granted_examples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    needless_examples: list[dict[str, Any]] = field(default_factory=list)
+    needless_ts: list[int] = field(default_factory=list)  # each needless reap's server time
+    drained: bool | None = None  # the end event's word: the queue emptied before the drain ended
     windows: FaultWindows = field(default_factory=FaultWindows)
     faults: int = 0
     store_faults: list[Fault] = field(default_factory=list)
@@ -81,6 +106,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                                               facts.early_reaps)
     redeliveries, windows, rejected = facts.redeliveries, facts.windows, facts.rejected
     leases = facts.leases
+    lapsed_leases, granted, granted_examples = facts.lapsed, facts.granted, facts.granted_examples
     highest_claim: dict[str, int] = {}  # job -> the highest attempt any claim of it carried
     held_by: dict[str, set[str]] = {}  # worker -> job ids it holds a live lease on
     lapsed: dict[tuple[str, int], tuple[str, int, bool]] = {}  # (job, attempt) -> (worker,
@@ -92,6 +118,10 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     first_enqueue_ts: int | None = None
     last_complete_ts: int | None = None
     last_ts = 0
+    # Leases granted for the run's own lease_ms are only counted (the hot path); any other
+    # length goes through odd_grant.
+    run_lease_ms = -1  # no length is -1 (nor None) until the run event says
+    run_length_grants = 0
     event_count = 0
 
     def release(job_id: str) -> None:
@@ -107,6 +137,15 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             counts = ran_needless_ms if late[2] else ran_ms
             ran = event.ts - late[1]
             counts[ran] = counts.get(ran, 0) + 1
+
+    def odd_grant(event: Event, length: int) -> None:
+        """A lease granted for other than the run's lease_ms: counted, the first few kept."""
+        grants = granted.get(length, 0)
+        granted[length] = grants + 1
+        if grants < EXAMPLES:
+            granted_examples.setdefault(length, []).append(
+                {"job": event.job_id, "op": event.type, "attempt": event.attempt,
+                 "worker": event.worker, "seq": event.seq, "ts": event.ts, "lease_ms": length})
 
     def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
         """The holder acted after its fault: it was back, the lease was not stranded."""
@@ -128,14 +167,15 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
         event_count += 1
         job_id = event.job_id or ""
         kind = event.type
-        if event.ts > last_ts:
-            last_ts = event.ts
+        ts = event.ts
+        if ts > last_ts:
+            last_ts = ts
         if kind == "enqueue":
             enqueued.add(job_id)
             if event.extra and Enqueue.decode(event).poison:  # only a kind makes extra fields
                 poison.add(job_id)
             if first_enqueue_ts is None:
-                first_enqueue_ts = event.ts
+                first_enqueue_ts = ts
 
         elif kind == "claim":
             previous = leases.get(job_id)
@@ -143,7 +183,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 stray_calls.add({"job": job_id, "op": "claim", "attempt": event.attempt,
                                  "worker": event.worker, "seq": event.seq,
                                  "live_attempt": previous.attempt,
-                                 "live_worker": previous.worker}, event.ts)
+                                 "live_worker": previous.worker}, ts)
                 release(job_id)
             attempt = event.attempt or 0
             worker = event.worker or UNKNOWN_WORKER
@@ -152,8 +192,14 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 highest_claim[job_id] = attempt
             else:
                 stale_claims.add({"job": job_id, "attempt": attempt, "worker": worker,
-                                  "seq": event.seq, "earlier_attempt": highest}, event.ts)
-            leases[job_id] = Lease(attempt, worker, lease_deadline(event), event.seq, event.ts)
+                                  "seq": event.seq, "earlier_attempt": highest}, ts)
+            length = event.lease_ms  # lease_deadline(event), inlined: the hot path
+            deadline = ts + length if length is not None else lease_deadline(event)
+            leases[job_id] = Lease(attempt, worker, deadline, event.seq, ts, ts)
+            if length == run_lease_ms:
+                run_length_grants += 1
+            else:
+                odd_grant(event, deadline - ts)
             holding = held_by.get(worker)
             if holding is None:
                 held_by[worker] = {job_id}
@@ -161,40 +207,59 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 holding.add(job_id)
             if job_id in awaiting_reclaim:
                 for item in awaiting_reclaim.pop(job_id):
-                    item.reclaim_ts = event.ts
+                    item.reclaim_ts = ts
                     awaiting_recomplete.setdefault(job_id, []).append(item)
 
         elif kind == "complete" or kind == "extend":
             lease = leases.get(job_id)
-            live = lease is not None and lease.attempt == event.attempt
-            if not live:
+            # live: the call carries the live lease's attempt, so the store acted on it; it is
+            # the holder's only if the worker matches too (a token reused by another worker).
+            if lease is not None and lease.attempt == event.attempt:
+                live = True
+                holder = lease.worker == (event.worker or UNKNOWN_WORKER)
+                if ts > lease.deadline:  # lapsed, yet the reaper had not taken it
+                    lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
+                                                     lease.deadline, ts, False))
+            else:
+                live = holder = False
+            if not holder:
                 stray_calls.add({
                     "job": job_id, "op": kind, "attempt": event.attempt,
                     "worker": event.worker, "seq": event.seq,
                     "live_attempt": lease.attempt if lease else None,
-                }, event.ts)
+                    "live_worker": lease.worker if lease else None,
+                    "reason": "not the holder of the live lease" if live
+                    else "not the live lease's attempt",
+                }, ts)
             if kind == "extend":
                 if live:
                     assert lease is not None
-                    lease.deadline = lease_deadline(event)
+                    length = event.lease_ms
+                    deadline = ts + length if length is not None else lease_deadline(event)
+                    lease.deadline = deadline
                     lease.renewed = event.seq
+                    lease.renewed_ts = ts
+                    if length == run_lease_ms:
+                        run_length_grants += 1
+                    else:
+                        odd_grant(event, deadline - ts)
             else:
                 count = completes.get(job_id, 0) + 1
                 completes[job_id] = count
-                last_complete_ts = event.ts
+                last_complete_ts = ts
                 if count == 2:
-                    second_complete_ts[job_id] = event.ts
+                    second_complete_ts[job_id] = ts
                 if live:
                     assert lease is not None
                     if lease.worker == event.worker:
-                        ran = event.ts - lease.claimed_ts
+                        ran = ts - lease.claimed_ts
                         ran_ms[ran] = ran_ms.get(ran, 0) + 1
                     release(job_id)
                 elif lapsed:
                     ended_late(event)
                 if job_id in awaiting_recomplete:
                     for item in awaiting_recomplete.pop(job_id):
-                        item.recomplete_ts = event.ts
+                        item.recomplete_ts = ts
             if job_id in open_stranded:
                 holder_acted(job_id, event.attempt, event.worker)
 
@@ -204,12 +269,14 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             lease = leases.get(job_id)
             if lease is None or lease.attempt != event.attempt:
                 early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
-                                 "reason": "reaped a lease that was not live"}, event.ts)
+                                 "reason": "reaped a lease that was not live"}, ts)
             else:
-                if event.ts < lease.deadline:
+                if ts < lease.deadline:
                     early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
-                                     "reap_ts": event.ts, "deadline": lease.deadline,
-                                     "early_ms": lease.deadline - event.ts}, event.ts)
+                                     "reap_ts": ts, "deadline": lease.deadline,
+                                     "early_ms": lease.deadline - ts}, ts)
+                lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
+                                                 lease.deadline, ts, True))
                 needless = False
                 if kind == "dead":
                     pass  # not redelivered: the job left the queue
@@ -218,17 +285,24 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 else:
                     redeliveries.needless += 1
                     needless = True
-                    facts.needless_by_fault[
-                        windows.slowed_by(lease.worker, lease.renewed, event.seq)] += 1
+                    slowed_by = windows.slowed_by(lease.worker, lease.renewed, event.seq)
+                    facts.needless_by_fault[slowed_by] += 1
+                    facts.needless_ts.append(ts)
+                    if len(facts.needless_examples) < EXAMPLES:
+                        facts.needless_examples.append({
+                            "job": job_id, "attempt": lease.attempt, "worker": lease.worker,
+                            "seq": event.seq, "renewed_ts": lease.renewed_ts,
+                            "deadline": lease.deadline, "reap_ts": ts,
+                            "holder_under": slowed_by})
                 lapsed[(job_id, lease.attempt)] = (lease.worker, lease.claimed_ts, needless)
             if kind == "reap":
-                reap_times.setdefault(job_id, []).append(event.ts)
+                reap_times.setdefault(job_id, []).append(ts)
             else:
-                dead[job_id] = (len(reap_times.get(job_id, [])), event.ts)
+                dead[job_id] = (len(reap_times.get(job_id, [])), ts)
             release(job_id)
             for item in open_stranded.pop(job_id, []):
                 if item.attempt == event.attempt:
-                    item.reap_ts = event.ts
+                    item.reap_ts = ts
                     awaiting_reclaim.setdefault(job_id, []).append(item)
 
         elif kind == Fault.TYPE:
@@ -237,10 +311,14 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             if fault.is_store:  # figures only, it strands no lease
                 facts.store_faults.append(fault)
             window = windows.opened(fault)
-            for held in sorted(held_by.get(window.worker, set())):
+            held_now = held_by.get(window.worker, set())
+            if not fault.cuts_off:  # its holder can still renew: slowed, not stranded
+                facts.slowed += len(held_now)
+                continue
+            for held in sorted(held_now):
                 lease = leases[held]
                 item = StrandedLease(held, lease.attempt, window.worker, event.ts,
-                                     fault.fault_id)
+                                     fault.fault_id, lease.renewed_ts)
                 stranded.append(item)
                 open_stranded.setdefault(held, []).append(item)
 
@@ -254,11 +332,17 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
 
         elif kind == Run.TYPE and facts.run is None:
             facts.run = Run.decode(event)
+            run_lease_ms = -1 if facts.run.lease_ms is None else facts.run.lease_ms
 
-        elif kind == Phase.TYPE and Phase.decode(event).ended_normally:
-            facts.ended_normally = True
+        elif kind == Phase.TYPE:
+            phase = Phase.decode(event)
+            if phase.ended_normally:
+                facts.ended_normally = True
+                facts.drained = phase.drained
 
     facts.events, facts.last_ts = event_count, last_ts
+    if run_length_grants:
+        granted[run_lease_ms] = granted.get(run_lease_ms, 0) + run_length_grants
     facts.first_enqueue_ts, facts.last_complete_ts = first_enqueue_ts, last_complete_ts
     facts.stranded = [item for item in stranded if not item.dismissed]
     return facts

@@ -13,21 +13,33 @@ from typing import Any
 
 from chaos.history.events import Event
 from chaos.history.schema import Phase, Run
-from chaos.names import INVARIANTS
+from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
 
+UNDRAINED_LISTED = 1000  # undrained jobs listed by id in report.json; the count is complete
 EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
 # Every invariant, in report order, with the one line junit.xml and report.html show for it.
 WHAT_IT_CHECKS = {
-    "no_loss": "every enqueued job has an accepted complete after the drain",
+    "no_loss": "every enqueued job has an accepted complete (or, with max_stalls, a dead "
+               "letter) after the drain; a job that left the queue without one is lost, a job "
+               "still pending or leased when the drain ends is undrained (verdict unknown)",
     "no_double_completion": "no job has more than one accepted complete",
-    "recovery_bound": "every stranded lease is reaped within lease_ms + reap_interval_ms "
-                      "+ tolerance_ms of its fault",
-    "no_premature_reap": "no lease is reaped before its deadline",
-    "exclusive_lease": "no accepted extend/complete from anything but the live lease",
+    "recovery_bound": "every lease stranded by a cut-off fault (kill, pause, partition) is "
+                      "reaped within lease_ms + reap_interval_ms + tolerance_ms of its "
+                      "holder's last renewal",
+    "reap_prompt": "every lapsed lease, faulted or not, is reaped within reap_interval_ms + "
+                   "reap_allowance_ms of its deadline (server clock)",
+    "no_premature_reap": "no lease is reaped before its deadline, and no reap of a lease no "
+                         "longer live (already reaped or completed)",
+    "exclusive_lease": "every accepted extend/complete comes from the worker holding the live "
+                       "lease, with its attempt",
+    "lease_length": "every lease granted (claim or extend) runs lease_ms (± 1 ms) from its "
+                    "grant",
     "attempts_monotonic": "every claim of a job carries a higher attempt (fencing token) than "
                           "any earlier claim of it",
     "stall_limit": "with max_stalls set, a job is recovered at most max_stalls times and "
                    "dead-lettered only after exactly max_stalls",
+    "needless_limit": "with max_needless set, at most that many needless redeliveries (a "
+                      "lease reaped from a holder no fault cut off)",
 }
 assert tuple(WHAT_IT_CHECKS) == INVARIANTS, "chaos.names lists the invariants judged here"
 # Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).
@@ -39,11 +51,16 @@ DURATION_BUCKETS = ((0.0, 0.5), (0.5, 1.0), (1.0, 1.5), (1.5, 2.0), (2.0, 3.0),
 class CheckConfig:
     lease_ms: int
     reap_interval_ms: int
-    tolerance_ms: int = 250
+    # recovery_bound's allowance beyond lease + interval: the reaper's wake-up and its sweep.
+    tolerance_ms: int = DEFAULT_ALLOWANCE_MS
     # Invariants judged and reported but left out of the verdict: what a store set up to lose
     # acknowledged writes (fsync everysec, failover without WAIT) may break by design.
     report_only: tuple[str, ...] = ()
     max_stalls: int = 0  # the reaper's stall limit; 0: none (nothing may be dead-lettered)
+    # reap_prompt's allowance beyond one reap interval after a deadline: the same wake-up and
+    # sweep, judged on every lease (a lazy or backing-off reaper overshoots it).
+    reap_allowance_ms: int = DEFAULT_ALLOWANCE_MS
+    max_needless: int | None = None  # needless redeliveries tolerated; None: not judged
 
     @property
     def bound_ms(self) -> int:
@@ -64,9 +81,12 @@ class CheckConfig:
         return cls(
             lease_ms=run.lease_ms,
             reap_interval_ms=run.reap_interval_ms,
-            tolerance_ms=250 if run.tolerance_ms is None else run.tolerance_ms,
+            tolerance_ms=DEFAULT_ALLOWANCE_MS if run.tolerance_ms is None else run.tolerance_ms,
             report_only=run.report_only,
             max_stalls=run.max_stalls or 0,
+            reap_allowance_ms=(DEFAULT_ALLOWANCE_MS if run.reap_allowance_ms is None
+                               else run.reap_allowance_ms),
+            max_needless=run.max_needless,
         )
 
 
@@ -147,17 +167,19 @@ class JobCounts:
     double_completed: int = 0
     unexpected: int = 0  # completed but never enqueued
     dead_lettered: int = 0  # never completed, dead-lettered past the stall limit
+    undrained: int = 0  # still pending or leased when the drain ended: neither done nor lost
 
 
 @dataclass
 class Outcomes:
     """Every job's outcome at the end of the drain, in Jepsen's queue vocabulary. Each enqueued
-    job is exactly one of completed, dead_lettered, lost, duplicated; unexpected jobs were
-    completed but never enqueued. Counted only for a finished run (``judged``)."""
+    job is exactly one of completed, dead_lettered, lost, undrained, duplicated; unexpected jobs
+    were completed but never enqueued. Counted only for a finished run (``judged``)."""
 
     completed: int = 0  # exactly one accepted complete
     dead_lettered: int = 0  # no accepted complete; dead-lettered (a stall limit is on)
-    lost: int = 0  # neither completed nor dead-lettered (or dead-lettered with no stall limit)
+    lost: int = 0  # left the queue neither completed nor dead-lettered (or dead with no limit)
+    undrained: int = 0  # still pending or leased when the drain ended (it had not emptied)
     duplicated: int = 0  # more than one accepted complete
     unexpected: int = 0  # completed, never enqueued
     judged: bool = True
@@ -206,6 +228,21 @@ class Verdict:
     needless_by_fault: dict[str, int] = field(default_factory=dict)
     needless_by_duration: list[dict[str, Any]] = field(default_factory=list)
     stranded_leases: list[StrandedLease] = field(default_factory=list)  # ``stranded`` of them
+    # Leases held when a fault only slowed their holder (latency, bandwidth, clock skew,
+    # block_heartbeat): not stranded, a reap of one is a needless redelivery.
+    slowed: int = 0
+    # Jobs still pending or leased when the drain ended ({"job", "state"}, the first
+    # UNDRAINED_LISTED): the run could not tell whether the queue would have finished them.
+    undrained: list[dict[str, Any]] = field(default_factory=list)
+    undrained_count: int = 0
+
+    @property
+    def unknown(self) -> bool:
+        """No invariant broken, but jobs were left undrained: the checker cannot decide (Jepsen's
+        ``:unknown``): never a pass, never a loss."""
+        return self.undrained_count > 0 and not any(
+            not result.ok for name, result in self.invariants.items()
+            if name not in self.config.report_only)
 
     def failed_invariants(self) -> list[str]:
         return [name for name, result in self.invariants.items() if not result.ok]
@@ -228,6 +265,8 @@ class Verdict:
             "needless_by_fault": self.needless_by_fault,
             "needless_by_duration": self.needless_by_duration,
             "stranded_leases": [item.as_dict() for item in self.stranded_leases],
+            "slowed_lease_count": self.slowed,
+            "undrained": {"count": self.undrained_count, "jobs": self.undrained},
         }
 
 
@@ -241,6 +280,7 @@ class StrandedLease:
     worker: str
     fault_ts: int
     fault_id: str
+    renewed_ts: int = 0  # the holder's last renewal (claim or accepted extend) before the fault
     reap_ts: int | None = None
     reclaim_ts: int | None = None
     recomplete_ts: int | None = None
@@ -249,7 +289,8 @@ class StrandedLease:
     def as_dict(self) -> dict[str, Any]:
         """As report.json lists it (``dismissed`` is the replay's own note, always false here)."""
         return {"job": self.job_id, "attempt": self.attempt, "worker": self.worker,
-                "fault_id": self.fault_id, "fault_ts": self.fault_ts, "reap_ts": self.reap_ts,
+                "fault_id": self.fault_id, "fault_ts": self.fault_ts,
+                "renewed_ts": self.renewed_ts, "reap_ts": self.reap_ts,
                 "reclaim_ts": self.reclaim_ts, "recomplete_ts": self.recomplete_ts}
 
 

@@ -32,6 +32,19 @@ extend-resurrects       extend checks the attempt but not that the id is    exte
                         still active, and re-adds it (ZADD without XX)
 no-reaper               nothing recovers lapsed leases (the runtime starts  reference.reaper refuses
                         no reaper)                                          to run
+grace-reaper            the reaper takes a lease only once it lapsed a      reap_client_clock.lua
+                        grace period ago (``reap_grace_ms``; the reaper     (server now - grace)
+                        gives 1.5 intervals): every reap is late
+idle-backoff-reaper     the reaper doubles its sleep after each sweep that  reference.reaper.run
+                        found nothing (up to 8 intervals)
+reused-token            a worker whose complete was rejected re-reads the   reference.worker
+                        job's current attempt and completes with it: it
+                        completes another holder's lease
+short-lease             claims and extends grant half the asked lease_ms,   the sound scripts
+                        and record the length granted honestly
+complete-skips-active   complete checks the attempt but not that the lease  complete_skips_active
+                        is still active: a reaped holder's late complete    .lua
+                        is accepted while the job waits in pending
 ======================  ==================================================  =====================
 """
 
@@ -203,6 +216,7 @@ class QueueClient:
         race_window_ms: int | None = None,
         record_events: bool = True,
         wait_replicas: int = 0,
+        reap_grace_ms: int = 0,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r}: expected one of "
@@ -218,6 +232,7 @@ class QueueClient:
         self.race_window_ms = race_window_ms if race_window_ms is not None else (
             NONATOMIC_REAP_WINDOW_MS if protocol == "nonatomic-reap" else 0)
         self.wait_replicas = wait_replicas
+        self.reap_grace_ms = reap_grace_ms  # grace-reaper only
         self._variant = _VARIANTS[protocol]
         # Benchmarks only (what the history costs): enqueue, claim, extend and complete write no
         # event. Such a run leaves nothing to check, so no scenario can ask for it.
@@ -443,6 +458,28 @@ class QueueClient:
                            worker: str) -> int | None:
         return self._extend_with("extend_resurrects", job_id, attempt, lease_ms, worker)
 
+    # --- MUTANT grace-reaper: a lease is reaped only a grace period after its deadline -------
+    def _reap_grace(self, limit: int, max_stalls: int = 0) -> int:
+        k = self.keys
+        cutoff = self.server_time_ms() - self.reap_grace_ms
+        return int(self._call("reap_client_clock", [k.active, k.pending, k.events, k.dead],
+                              [k.job_prefix, limit, cutoff, max_stalls]))
+
+    # --- MUTANT short-lease: half the asked lease, recorded as granted ---------------------
+    def _claim_short(self, lease_ms: int, worker: str) -> Claimed | None:
+        return self._claim_sound(lease_ms // 2, worker)
+
+    def _extend_short(self, job_id: str, attempt: int, lease_ms: int, worker: str) -> int | None:
+        return self._extend_sound(job_id, attempt, lease_ms // 2, worker)
+
+    # --- MUTANT complete-skips-active: the attempt checked, the active set not ------------
+    def _complete_skips_active(self, job_id: str, attempt: int, worker: str) -> bool:
+        return self._complete_with("complete_skips_active", job_id, attempt, worker)
+
+    def current_attempt(self, job_id: str) -> int:
+        """The job's current fencing token as the store holds it (reused-token reads it)."""
+        return int(self.client.hget(self.keys.job(job_id), "attempts") or 0)
+
     # --- runner helpers (the same for every protocol) -------------------------------------
     def record(self, **fields: Any) -> int:
         """Append a runner event (fault, heal, phase …) to the history; returns its server time."""
@@ -488,7 +525,8 @@ def _claimed(reply: Any) -> Claimed | None:
 @dataclass(frozen=True)
 class _Variant:
     """How one protocol performs each client transition: the sound way unless named here.
-    (single-batch-reaper and no-reaper deviate in the reaper process, not in the client.)"""
+    (single-batch-reaper, idle-backoff-reaper and no-reaper deviate in the reaper process,
+    reused-token in the worker, not in the client.)"""
 
     scripts: tuple[str, ...] = ()  # loaded besides the sound SCRIPT_NAMES
     claim: Callable[[QueueClient, int, str], Claimed | None] = QueueClient._claim_sound
@@ -524,5 +562,11 @@ _VARIANTS: dict[str, _Variant] = {
         extend=QueueClient._extend_resurrects,
     ),
     "no-reaper": _Variant(),  # the runtime starts no reaper; chaos.reference.reaper refuses to run
+    "grace-reaper": _Variant(scripts=("reap_client_clock",), reap=QueueClient._reap_grace),
+    "idle-backoff-reaper": _Variant(),  # chaos.reference.reaper.run: backs off when idle
+    "reused-token": _Variant(),  # chaos.reference.worker: retries a rejected complete
+    "short-lease": _Variant(claim=QueueClient._claim_short, extend=QueueClient._extend_short),
+    "complete-skips-active": _Variant(scripts=("complete_skips_active",),
+                                      complete=QueueClient._complete_skips_active),
 }
 assert tuple(_VARIANTS) == PROTOCOLS

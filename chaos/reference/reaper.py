@@ -10,6 +10,9 @@ Optional flags (the defaults run the sound protocol):
   --name NAME            client name (default ``reaper``); two racing reapers get two names
   --protocol NAME        one of chaos.protocol.client.PROTOCOLS (default sound). Under
                          single-batch-reaper a tick sweeps one batch, full or not. Under
+                         grace-reaper a lease is taken only GRACE_INTERVALS intervals after its
+                         deadline. Under idle-backoff-reaper the sleep doubles after each sweep
+                         that moved nothing, up to BACKOFF_INTERVALS intervals. Under
                          no-reaper the reaper refuses to run (exit code 2): that variant is a
                          runtime that starts no reaper at all
   --clock-file PATH      this process's clock offset file (protocol.clock: one integer, ms; absent
@@ -41,6 +44,11 @@ from chaos.protocol.client import QueueClient, QueueKeys, connect
 from chaos.protocol.clock import LocalClock
 
 log = logging.getLogger("chaos.reference.reaper")
+# MUTANT grace-reaper: how many reap intervals a lease must have lapsed before it is taken. Above
+# one interval plus the checker's allowance, so every reap this variant makes is late.
+GRACE_INTERVALS = 1.5
+# MUTANT idle-backoff-reaper: the longest sleep between sweeps, in reap intervals.
+BACKOFF_INTERVALS = 8
 
 
 def sweep(queue: QueueClient, limit: int, max_stalls: int = 0) -> int:
@@ -61,13 +69,20 @@ def run(queue: QueueClient, interval_ms: int, limit: int, stop: threading.Event,
         max_stalls: int = 0) -> None:
     interval = interval_ms / 1000
     next_tick = time.monotonic()
+    backoff = 1  # idle-backoff-reaper: the next sleep, in intervals
     while not stop.is_set():
+        moved = 0
         try:
             moved = sweep(queue, limit, max_stalls)
             if moved:
                 log.info("reaped %d", moved)
         except (StoreConnectionError, StoreTimeoutError, OSError) as error:
             log.warning("sweep failed: %s", error)
+        if queue.protocol == "idle-backoff-reaper":
+            # MUTANT idle-backoff-reaper: an idle sweep doubles the sleep, a busy one resets it;
+            # a lease that lapses while it sleeps long waits up to BACKOFF_INTERVALS intervals.
+            backoff = 1 if moved else min(backoff * 2, BACKOFF_INTERVALS)
+            next_tick += interval * (backoff - 1)
         next_tick += interval
         now = time.monotonic()
         if next_tick < now:  # fell behind (stalled): skip missed ticks rather than burst
@@ -104,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
         connect(args.url, client_name=args.name), QueueKeys(args.prefix, args.queue),
         protocol=args.protocol, clock=LocalClock(args.clock_file),
         race_window_ms=args.race_window_ms, wait_replicas=args.wait_replicas,
+        reap_grace_ms=(round(args.interval_ms * GRACE_INTERVALS)
+                       if args.protocol == "grace-reaper" else 0),
     )
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

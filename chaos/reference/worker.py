@@ -46,7 +46,9 @@ Fault control (--control-file): on SIGUSR1 the worker reads that JSON file,
 
 Protocol variants (all optional; the defaults run the sound protocol):
   --protocol NAME      one of chaos.names.PROTOCOLS (default sound); the worker's claim, extend
-                       and complete follow that variant (see the table in chaos.protocol.client)
+                       and complete follow that variant (see the table in chaos.protocol.client);
+                       under reused-token a rejected complete is retried with the job's current
+                       attempt, re-read from the store
   --clock-file PATH    this process's clock offset file (protocol.clock: one integer, ms; absent or
                        empty = 0), re-read when it changes, so a clock_skew fault can shift it.
                        Every worker has a clock; only the client-clock variant leases by it
@@ -484,12 +486,27 @@ class Worker:
         else:
             accepted = False
         self._drop(job_id, attempt)
+        if not accepted and self.queue.protocol == "reused-token":
+            reused = self._complete_with_reused_token(job_id)
+            accepted, attempt = reused is not None, reused or attempt
         if accepted:
             self.ledger.record("complete", job_id, attempt=attempt, worker=self.config.name)
             self.completed += 1
         else:
             self.rejected += 1
             log.info("complete of %s attempt %d rejected: the lease was lost", job_id, attempt)
+
+    def _complete_with_reused_token(self, job_id: str) -> int | None:
+        """MUTANT reused-token: after a rejection, re-read the job's current attempt (another
+        holder's fencing token) and complete with it; the store takes the token as proof.
+        The attempt it was accepted with, or None."""
+        try:
+            current = self.queue.current_attempt(job_id)
+            if current > 0 and self.queue.complete(job_id, current, self.config.name):
+                return current
+        except TRANSIENT as error:
+            log.warning("complete of %s with a re-read token failed: %s", job_id, error)
+        return None
 
     def run(self) -> int:
         threads = [

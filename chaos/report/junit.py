@@ -92,6 +92,17 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
         elif result.get("judged") is False:
             skipped += 1
             ET.SubElement(case, "skipped", message=NOT_JUDGED)
+    undrained = (report.get("undrained") or {}).get("count") or 0
+    if undrained:  # verdict unknown: no invariant broke, yet it is no pass
+        tests += 1
+        failures += 1
+        case = ET.SubElement(suite, "testcase", classname=classname, name="drain", time="0")
+        listed = (report.get("undrained") or {}).get("jobs") or []
+        failure = ET.SubElement(
+            case, "failure", type="Undrained",
+            message=f"{undrained} job(s) still pending or leased when the drain ended: "
+                    "the verdict is unknown (not a pass, not a loss)")
+        failure.text = "\n".join(f"{item['job']} ({item['state']})" for item in listed[:50])
     verdict = report.get("verdict")
     if verdict == "not run":  # a suite stopped before this scenario: listed, not an error
         tests += 1

@@ -62,14 +62,24 @@ def summary_text(report: dict[str, Any]) -> str:
     bound = invariants["recovery_bound"]
     jobs = report["jobs"]
     redeliveries = report["redeliveries"]
+    undrained = jobs.get("undrained", 0)
     lines.append(
         f"  jobs      enqueued {jobs['enqueued']}  completed {jobs['completed']}  "
-        f"lost {jobs['lost']}  double-completed {jobs['double_completed']}  "
+        f"lost {jobs['lost']}  " + (f"undrained {undrained}  " if undrained else "") +
+        f"double-completed {jobs['double_completed']}  "
         f"({report['throughput_per_s']} completes/s)"
     )
+    if undrained:
+        listed = report.get("undrained", {}).get("jobs", [])
+        lines.append(
+            f"  undrained {undrained} job(s) still pending or leased when the drain ended "
+            "(neither done nor lost: the verdict cannot decide), e.g. " +
+            ", ".join(f"{item['job']} ({item['state']})" for item in listed[:5]))
+    slowed = bound.get("slowed")
     lines.append(
-        f"  faults    {report['faults']} applied, {bound['stranded']} stranded leases, "
-        f"{bound['count']} recovered by the reaper"
+        f"  faults    {report['faults']} applied, {bound['stranded']} leases stranded by a "
+        "cut-off fault" + (f", {slowed} under a slowing fault" if slowed else "") +
+        f", {bound['count']} recovered by the reaper"
     )
     lines.append(
         f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
@@ -77,6 +87,14 @@ def summary_text(report: dict[str, Any]) -> str:
         f"(lease {bound['lease_ms']} + reap {bound['reap_interval_ms']} "
         f"+ tolerance {bound['tolerance_ms']})"
     )
+    prompt = invariants.get("reap_prompt")
+    if prompt is not None:  # every lease, faulted or not
+        lines.append(
+            f"  prompt    reap-deadline ms min {_ms(prompt['min_ms'])} p50 {_ms(prompt['p50_ms'])} "
+            f"p99 {_ms(prompt['p99_ms'])} max {_ms(prompt['max_ms'])} (n={prompt['count']})  "
+            f"limit {prompt['limit_ms']} (reap {prompt['reap_interval_ms']} + allowance "
+            f"{prompt['reap_allowance_ms']})"
+        )
     for name in ("reclaim", "recomplete"):
         figures = report["recovery"][name]
         lines.append(
@@ -102,7 +120,8 @@ def summary_text(report: dict[str, Any]) -> str:
     if outcomes is not None and outcomes.get("judged"):
         lines.append(
             f"  outcomes  completed {outcomes['completed']}  dead-lettered "
-            f"{outcomes['dead_lettered']}  lost {outcomes['lost']}  duplicated "
+            f"{outcomes['dead_lettered']}  lost {outcomes['lost']}  undrained "
+            f"{outcomes.get('undrained', 0)}  duplicated "
             f"{outcomes['duplicated']}  unexpected {outcomes['unexpected']}")
     dead = report.get("dead_letter")
     if dead and (dead["max_stalls"] or dead["jobs"]):

@@ -29,6 +29,7 @@ from chaos.check.ledger import check_with_ledger
 from chaos.errors import exit_code_for
 from chaos.history.events import Event, replay_history
 from chaos.history.schema import Phase, Run
+from chaos.names import DEFAULT_ALLOWANCE_MS
 from chaos.report.summary import build_report, read_report
 from chaos.run.sources import evidence, judged_history
 
@@ -45,7 +46,7 @@ class Evaluation:
     """What a run directory's evidence says: the verdict word and what report.json holds of it."""
 
     scenario: str
-    word: str  # pass | fail | aborted | error
+    word: str  # pass | fail | unknown | aborted | error
     verdict: Verdict | None  # None: no history to judge (the run broke before it had one)
     ack_ledger: dict[str, Any] | None  # report.json["ack_ledger"]; None without acks/
     saved: dict[str, Any] | None = None  # report.json as found, when it was read
@@ -103,11 +104,18 @@ def check_config(history: Path) -> CheckConfig:
                                int(scenario["topology"]["reap_interval_ms"]),
                                int(scenario["check"]["tolerance_ms"]),
                                tuple(scenario["check"].get("report_only", ())),
-                               int(scenario["topology"].get("max_stalls") or 0))
+                               int(scenario["topology"].get("max_stalls") or 0),
+                               int(scenario["check"].get("reap_allowance_ms",
+                                                         DEFAULT_ALLOWANCE_MS)),
+                               _optional_int(scenario["check"].get("max_needless")))
         except (KeyError, TypeError, ValueError) as error:
             raise SavedRunError(f"{resolved}: lacks topology.lease_ms, "
                                 f"topology.reap_interval_ms or check.tolerance_ms ({error})"
                                 ) from None
+
+
+def _optional_int(value: Any) -> int | None:
+    return None if value is None else int(value)
 
 
 def run_outcome(end: Phase | None) -> str | None:
@@ -148,6 +156,8 @@ def scenario_name(run_dir: Path, run: Run | None = None,
 
 def _word(outcome: str | None, verdict: Verdict | None, saved: dict[str, Any] | None) -> str:
     if outcome == "finished":
+        if verdict is not None and verdict.unknown:
+            return "unknown"  # nothing broken, but jobs left undrained: cannot decide
         return "pass" if verdict is not None and verdict.passed else "fail"
     if outcome is not None:
         return outcome
@@ -193,6 +203,6 @@ def evaluate(run_dir: Path, outcome: str | None = None) -> Evaluation:
         outcome = run_outcome(watched[-1].end)
     word = _word(outcome, verdict, saved)
     if word == "pass" and recorder is not None and recorder["problems"]:
-        word = "error"  # the monitor evidence is incomplete or disagrees: never a pass
+        word = "unknown"  # the monitor evidence is incomplete or disagrees: cannot decide
     return Evaluation(scenario_name(run_dir, watched[-1].run, saved), word, verdict, acks,
                       saved, recorder)

@@ -25,7 +25,7 @@ from chaos.run.evaluate import HISTORY, Evaluation, SavedRunError, evaluate, sce
 VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "stranded_leases",
                 "faults", "rejected", "events", "throughput_per_s", "report_only", "store_faults",
                 "outcomes", "dead_letter", "needless_by_fault", "needless_by_duration",
-                "ack_ledger", "stranded_lease_count")
+                "ack_ledger", "stranded_lease_count", "slowed_lease_count", "undrained")
 
 __all__ = ["VERDICT_KEYS", "SavedRun", "SavedRunError", "recheck", "write_missing_report"]
 

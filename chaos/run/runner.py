@@ -58,7 +58,7 @@ class RunDirError(Exception):
 
 @dataclass
 class RunResult:
-    verdict: str  # pass | fail | aborted | error
+    verdict: str  # pass | fail | unknown | aborted | error
     exit_code: int
     run_dir: Path
     report: dict[str, Any]
@@ -170,6 +170,8 @@ class Run:
             report_only=tuple(scenario.check.report_only),
             wait_replicas=scenario.wait_replicas,
             max_stalls=topo.max_stalls or 0, heartbeat=topo.heartbeat,
+            reap_allowance_ms=scenario.check.reap_allowance_ms,
+            max_needless=scenario.check.max_needless,
         ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path)
         self.exporter.start()

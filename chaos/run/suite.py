@@ -5,7 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE
+from chaos.errors import (
+    EXIT_ABORTED,
+    EXIT_FAIL,
+    EXIT_INFRA,
+    EXIT_PASS,
+    EXIT_UNKNOWN,
+    EXIT_USAGE,
+)
 from chaos.report.summary import build_report
 from chaos.run.runner import RunResult
 
@@ -13,8 +20,8 @@ NOT_RUN = "not run"  # a scenario after the one a Ctrl-C stopped
 
 
 def worst_exit_code(codes: list[int]) -> int:
-    """aborted (130) > infrastructure (3) > usage (2) > fail (1) > pass (0)."""
-    order = [EXIT_PASS, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED]
+    """aborted (130) > infrastructure (3) > usage (2) > fail (1) > unknown (4) > pass (0)."""
+    order = [EXIT_PASS, EXIT_UNKNOWN, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED]
     return max(codes, key=order.index, default=EXIT_PASS)
 
 

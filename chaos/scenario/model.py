@@ -8,7 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from chaos import __version__
-from chaos.names import INVARIANTS, PROTOCOLS
+from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS, PROTOCOLS
 from chaos.scenario.faults import HOLDING_OLDEST_LEASE, Fault, FaultBase, StoreFaultBase
 from chaos.scenario.fields import NonNegativeMs, PositiveMs, Strict
 
@@ -159,7 +159,14 @@ class Phases(Strict):
 
 
 class Check(Strict):
-    tolerance_ms: NonNegativeMs = 250
+    # recovery_bound: a stranded lease is reaped within lease_ms + reap_interval_ms + this of
+    # its holder's last renewal; the allowance is for the reaper's wake-up and the sweep itself.
+    tolerance_ms: NonNegativeMs = DEFAULT_ALLOWANCE_MS
+    # reap_prompt: every lapsed lease is reaped within reap_interval_ms + this of its deadline.
+    reap_allowance_ms: NonNegativeMs = DEFAULT_ALLOWANCE_MS
+    # needless_limit: the needless redeliveries the run tolerates (e.g. 0 for steady-state);
+    # absent: not judged (needless redeliveries stay a figure).
+    max_needless: Annotated[int, Field(ge=0)] | None = None
     # Invariants judged and reported but not deciding the verdict: for a store set up to lose
     # acknowledged writes (appendfsync everysec, failover without WAIT), where the loss is the
     # figure being measured, not a bug of the queue.

@@ -37,7 +37,8 @@ from chaos.scenario.loading import ScenarioError, load_scenario
 from chaos.scenario.model import Scenario
 
 SCHEMA = 1
-VERDICT_ORDER = ("pass", "fail", "aborted", "error")  # a cell's verdict is its worst run's
+# a cell's verdict is its worst run's
+VERDICT_ORDER = ("pass", "unknown", "fail", "aborted", "error")
 
 
 @dataclass(frozen=True)

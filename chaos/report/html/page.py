@@ -30,8 +30,11 @@ from chaos.report.junit import NOT_JUDGED, offending_jobs
 T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
 MAX_FAULT_ROWS = 12  # faults listed before the table folds away
-VERDICT_COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "aborted": "#9a6700",
-                  "error": "#6e7781"}
+VERDICT_COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "unknown": "#8250df",
+                  "aborted": "#9a6700", "error": "#6e7781"}
+# report.json's recovery figures: what each one measures, as the recovery table labels it.
+RECOVERY_LABELS = {"reap": "fault → reap", "deadline_to_reap": "deadline → reap (every lease)",
+                   "reclaim": "fault → re-claim", "recomplete": "fault → re-complete"}
 
 
 CSS = """
@@ -103,11 +106,24 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
                       else '<span class="bad">FAIL</span>')
         figures = ""
         if name == "recovery_bound":
-            figures = (f"{result.get('stranded', 0)} stranded, {result.get('count', 0)} reaped; "
-                       f"max {_ms(result.get('max_ms'))} vs bound {_ms(result.get('bound_ms'))}")
+            figures = (f"{result.get('stranded', 0)} stranded by a cut-off fault"
+                       + (f", {result['slowed']} under a slowing fault (not stranded)"
+                          if result.get("slowed") else "")
+                       + f"; {result.get('count', 0)} reaped, fault → reap max "
+                       f"{_ms(result.get('max_ms'))} (bound {_ms(result.get('bound_ms'))} "
+                       "from the last renewal)")
+        elif name == "reap_prompt":
+            figures = (f"{result.get('count', 0)} reaped, deadline → reap max "
+                       f"{_ms(result.get('max_ms'))} vs limit {_ms(result.get('limit_ms'))}")
+        elif name == "lease_length":
+            figures = (f"{result.get('granted', 0)} leases granted, "
+                       f"lease_ms {result.get('lease_ms')}")
+        elif name == "needless_limit":
+            figures = (f"needless {result.get('needless', 0)}, max "
+                       f"{_ms(result.get('max_needless'))}")
         elif name == "no_loss":
             figures = (f"enqueued {result.get('enqueued')}, completed {result.get('completed')}, "
-                       f"lost {result.get('lost')}")
+                       f"lost {result.get('lost')}, undrained {result.get('undrained', 0)}")
         elif name == "no_double_completion":
             figures = f"double-completed {result.get('double_completed', 0)}"
         elif name == "exclusive_lease" and result.get("examples"):
@@ -153,6 +169,8 @@ def _cards(report: dict[str, Any]) -> str:
          jobs["completed"] + dead < jobs["enqueued"]),
         (f"{jobs['lost']} · {jobs['double_completed']}", "lost · double-completed",
          bool(jobs["lost"] or jobs["double_completed"])),
+        *([(f"{jobs['undrained']}", "undrained (verdict unknown)", True)]
+          if jobs.get("undrained") else []),
         (f"{report['faults']} · {bound['stranded']}", "faults · stranded leases", False),
         (_ms(slowest), f"slowest recovery (bound {bound['bound_ms']} ms)",
          slowest is not None and slowest > bound["bound_ms"]),
@@ -169,7 +187,7 @@ def _cards(report: dict[str, Any]) -> str:
 def _recovery_table(report: dict[str, Any]) -> str:
     recovery = report.get("recovery") or {}
     rows = "".join(
-        f"<tr><td>fault → {name.replace('re', 're-', 1) if name != 'reap' else 'reap'}</td>"
+        f"<tr><td>{_e(RECOVERY_LABELS.get(name, name))}</td>"
         f"<td class='num'>{figures['count']}</td><td class='num'>{_ms(figures['min_ms'])}</td>"
         f"<td class='num'>{_ms(figures['p50_ms'])}</td><td class='num'>{_ms(figures['p99_ms'])}"
         f"</td><td class='num'>{_ms(figures['max_ms'])}</td></tr>"
@@ -268,8 +286,11 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
     when = datetime.fromtimestamp(started / 1000, UTC).strftime("%Y-%m-%d %H:%M:%S UTC") \
         if started else "?"
     failed = [n for n, r in (report.get("invariants") or {}).items() if not r.get("ok", True)]
+    undrained = (report.get("undrained") or {}).get("count") or 0
     summary = ("every invariant held" if word == "pass"
-               else f"failed: {', '.join(failed)}" if failed else word)
+               else f"failed: {', '.join(failed)}" if failed
+               else f"{undrained} job(s) undrained: cannot tell a pass from a loss"
+               if word == "unknown" else word)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
