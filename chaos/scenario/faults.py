@@ -103,10 +103,9 @@ COMMON_FIELDS = ("kind", "target", "at_ms", "every_ms", "duration_ms")
 # --- processes: signals ------------------------------------------------------------------------
 
 
-class Kill(FaultBase):
-    """SIGKILL a worker with its process group; it stays dead."""
+class _Killing(FaultBase):
+    """A fault that kills its target: it has no duration, the worker stays dead."""
 
-    kind: Literal["kill"] = "kill"
     duration_ms: None = None
 
     @field_validator("duration_ms", mode="before")
@@ -116,28 +115,27 @@ class Kill(FaultBase):
             raise ValueError("a kill has no duration_ms: the worker stays dead")
 
     cuts_holder_off = True
+
+
+class Kill(_Killing):
+    """SIGKILL a worker with its process group; it stays dead."""
+
+    kind: Literal["kill"] = "kill"
+
     color = "#d62728"
 
     def describe_duration(self) -> str:
         return ""
 
 
-class KillInClaimGap(FaultBase):
+class KillInClaimGap(_Killing):
     """SIGKILL a worker while it holds a job popped but not yet leased (a two-step claim)."""
 
     kind: Literal["kill_in_claim_gap"] = "kill_in_claim_gap"
-    duration_ms: None = None
     # How long the worker may take to pop a job once told to stay in its claim gap; a worker
     # whose claim is one step (the sound protocol) has no gap and is killed when it is over.
     wait_ms: PositiveMs = 2000
 
-    @field_validator("duration_ms", mode="before")
-    @classmethod
-    def _no_duration(cls, value: Any) -> None:
-        if value is not None:
-            raise ValueError("a kill has no duration_ms: the worker stays dead")
-
-    cuts_holder_off = True
     color = "#e377c2"
 
     def describe_duration(self) -> str:
