@@ -113,12 +113,26 @@ def evidence(run_dir: Path, config: CheckConfig, final: bool | None) -> dict[str
                              "health": health.as_dict() if health is not None else None}
     problems = (health.problems() if health is not None
                 else [f"no {HEALTH_FILE}: the recorder's health is unknown"])
+    silent = _enqueued_never_claimed(run_dir / MONITOR_HISTORY)
+    if silent:
+        problems.append(f"{silent} job(s) were enqueued but no claim was ever decoded: the "
+                        "workers speak another key layout or dialect than the scenario's "
+                        "(valkey.prefix, valkey.queue, sut.dialect), or never ran")
     if source == "both" and (run_dir / MONITOR_HISTORY).exists():
         found["agreement"] = agreement = judge_both(run_dir, config, final)
         if not agreement["agree"]:
             problems.append("the scripts and monitor histories disagree")
     found["problems"] = problems
     return found
+
+
+def _enqueued_never_claimed(path: Path) -> int:
+    """How many jobs a monitor history shows enqueued when it shows no claim at all (0 when
+    it has a claim, or no such history)."""
+    if not path.exists():
+        return 0
+    counts = Counter(event.type for event in read_history(path))
+    return 0 if counts["claim"] else counts["enqueue"]
 
 
 def main(argv: list[str]) -> int:
