@@ -28,7 +28,13 @@ from chaos.history import schema
 from chaos.history.dialects import make_dialect
 from chaos.history.events import HistoryExporter, read_history, stream_entries, write_records
 from chaos.history.monitor import HEALTH_FILE, MONITOR_HISTORY, MonitorRecorder
-from chaos.load.sources import LOCUST_PREFIX, LoadSource, LocustLoad, Producer
+from chaos.load.sources import (
+    LOCUST_PREFIX,
+    LoadSource,
+    LocustLoad,
+    Producer,
+    payload_maker,
+)
 from chaos.protocol.acks import ACKS_DIR, AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys
 from chaos.report.summary import build_report, summary_text, write_rendered_reports
@@ -230,7 +236,8 @@ class Run:
             return self.locust_load(load)
         return Producer(QueueClient(self.runtime.client(retrying=False), self.keys,
                                     wait_replicas=self.scenario.wait_replicas),
-                        load, AckLedger(self.runtime.ack_ledger_path("producer")))
+                        load, AckLedger(self.runtime.ack_ledger_path("producer")),
+                        payload_maker(self.scenario.topology.handler, load, self.scenario.seed))
 
     def restart_stopped_workers(self) -> list[str]:
         """Start again every worker that is not running (a fault killed it); their names."""
