@@ -87,3 +87,18 @@ def test_a_worker_that_never_connects_is_named(tmp_path: Path):
     error = result.report["error"]
     assert "not connected after 1s" in error
     assert "worker-1 (no client with its ACL user 'worker-1' in CLIENT LIST)" in error
+
+
+def test_acl_users_are_removed_from_a_server_the_run_did_not_start(tmp_path: Path,
+                                                                   raw_client: Any):
+    (tmp_path / "idler.py").write_text(IDLER)
+    server = raw_client.connection_pool.connection_kwargs
+    url = f"redis://:{server['password']}@{server['host']}:{server['port']}/0"
+    data = scenario(tmp_path, [sys.executable, "idler.py", "{name}.json"],
+                    reaper="none").model_dump()
+    data["valkey"]["url"] = url
+    data["valkey"]["queue"] = "acl-cleanup"
+    run_scenario(scenario_from_dict(data, "test"), tmp_path / "run", io.StringIO())
+    whoami = json.loads((tmp_path / "worker-1.json").read_text())["whoami"]
+    assert whoami == "worker-1"  # the user existed during the run
+    assert raw_client.execute_command("ACL", "USERS") == ["default"]

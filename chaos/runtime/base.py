@@ -281,6 +281,19 @@ class RuntimeBase(ABC):
         self.sut_users[name] = password
         return password
 
+    def forget_sut_users(self) -> None:
+        """Delete the SUT's ACL users from a server the run did not start (its own server
+        goes with it); best effort, at teardown."""
+        if not self.sut_users or not self.scenario.valkey.url:
+            return
+        with contextlib.suppress(redis.exceptions.RedisError):
+            client = connect(self.url, self.password)
+            try:
+                client.execute_command("ACL", "DELUSER", *self.sut_users)
+            finally:
+                client.close()
+        self.sut_users.clear()
+
     def sut_url(self, name: str) -> str:
         """``CHAOS_VALKEY_URL`` of process ``name``: its own proxy when it has one, with the
         credentials of its own ACL user."""

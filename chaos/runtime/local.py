@@ -247,6 +247,7 @@ class LocalRuntime(RuntimeBase):
         self._closed = True
         if self.links is not None:  # before the server goes: on a shared one nothing else will
             self.links.close()
+        self.forget_sut_users()
         self._close_children()
         self._retire()
 
