@@ -6,7 +6,8 @@
 // lease). A heartbeat renews every held lease each CHAOS_HEARTBEAT_MS (extend.lua); a rejected
 // renewal means the lease is gone, so the handler stops and its complete, still sent once, is
 // rejected by the server. The scripts are called with their "no event" flag: this worker writes
-// no events stream, the run's history comes from the MONITOR recorder.
+// no events stream, the run's history comes from the MONITOR recorder. ECHOMQ_NODE_RECORD=1
+// calls them recording instead, for [history] source = "scripts" or "both".
 //
 // ECHOMQ_NODE_BREAK=unfenced-complete (or --break unfenced-complete) breaks it on purpose: the
 // complete ignores the attempt and whether the lease is still live (complete_unfenced.lua), so
@@ -16,7 +17,8 @@
 const { settings, keys, connect, defineScripts, sleep } = require('./echomq');
 
 const BREAKS = ['unfenced-complete'];
-const NO_EVENT = '0';
+// '0': the scripts append no event (the history is the recorder's); '1': they record it.
+const RECORD_FLAG = process.env.ECHOMQ_NODE_RECORD === '1' ? '1' : '0';
 
 function breakSwitch(argv) {
   const at = argv.indexOf('--break');
@@ -52,7 +54,7 @@ function log(message) {
 
 async function claim() {
   const reply = await client.claimJob(k.pending, k.active, k.events, k.jobPrefix,
-    String(config.leaseMs), config.name, NO_EVENT);
+    String(config.leaseMs), config.name, RECORD_FLAG);
   if (!reply) return null;
   const [id, payload, attempt] = reply;
   return { id, payload: payload || '', attempt: Number(attempt) };
@@ -82,7 +84,7 @@ async function work(job) {
   try {
     // Fenced by the attempt: the server, not this worker, decides whether it counts.
     const accepted = await client.completeJob(k.active, k.events, k.jobPrefix, job.id,
-      String(job.attempt), config.name, NO_EVENT);
+      String(job.attempt), config.name, RECORD_FLAG);
     if (Number(accepted) !== 1) log(`complete of ${job.id} attempt ${job.attempt} rejected`);
   } catch (error) {
     log(`complete of ${job.id} failed: ${error.message}`);
@@ -110,7 +112,7 @@ async function renew() {
     let deadline;
     try {
       deadline = await heartbeatClient.extendLease(k.active, k.events, k.jobPrefix, id,
-        String(lease.attempt), String(config.leaseMs), config.name, '', NO_EVENT);
+        String(lease.attempt), String(config.leaseMs), config.name, '', RECORD_FLAG);
     } catch (error) {
       log(`extend of ${id} failed: ${error.message}`);
       continue;
