@@ -11,6 +11,7 @@ from typing import Any
 
 from chaos.errors import EXIT_INFRA
 from chaos.run.runner import run_scenario
+from chaos.run.sources import LiveCounts
 from chaos.scenario.loading import scenario_from_dict
 
 # A SUT that connects with the URL it was given, says who it is, writes its environment down
@@ -102,3 +103,16 @@ def test_acl_users_are_removed_from_a_server_the_run_did_not_start(tmp_path: Pat
     whoami = json.loads((tmp_path / "worker-1.json").read_text())["whoami"]
     assert whoami == "worker-1"  # the user existed during the run
     assert raw_client.execute_command("ACL", "USERS") == ["default"]
+
+
+def test_live_counts_read_a_growing_history_line_by_line(tmp_path: Path):
+    path = tmp_path / "history-monitor.jsonl"
+    counts = LiveCounts(path)
+    assert counts.update() == {}  # not written yet
+    with open(path, "w") as handle:
+        handle.write('{"type":"enqueue"}\n{"type":"claim"}\n{"type":"cl')
+        handle.flush()
+        assert counts.update() == {"enqueue": 1, "claim": 1}  # the half line waits
+        handle.write('aim"}\n{"type":"complete"}\n')
+        handle.flush()
+        assert counts.update() == {"enqueue": 1, "claim": 2, "complete": 1}

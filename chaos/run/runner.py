@@ -41,6 +41,7 @@ from chaos.report.summary import build_report, summary_text, write_rendered_repo
 from chaos.run.evaluate import Evaluation, SavedRunError, evaluate
 from chaos.run.preflight import Preflight, preflight
 from chaos.run.progress import Progress, Status
+from chaos.run.sources import LiveCounts
 from chaos.runtime.base import RuntimeBase
 from chaos.runtime.local import LocalRuntime
 from chaos.runtime.pids import (
@@ -134,6 +135,7 @@ class Run:
         self.queue: QueueClient | None = None
         self.exporter: HistoryExporter | None = None
         self.recorder: MonitorRecorder | None = None  # history.source monitor | both
+        self.live_counts: LiveCounts | None = None  # history.source monitor: the panel's
         self.load_source: LoadSource | None = None  # chosen by use_load, else the scenario's
         self.nemesis: Nemesis | None = None
         self.drained = False
@@ -198,6 +200,8 @@ class Run:
             self.run_dir / MONITOR_HISTORY, server["host"], int(server["port"]),
             server.get("password"), server.get("username"))
         self.recorder.start()
+        if self.scenario.history.source == "monitor":
+            self.live_counts = LiveCounts(self.run_dir / MONITOR_HISTORY)
 
     def stop_recorder(self) -> None:
         """Read the feed up to now, close, and save the recorder's health (monitor.json)."""
@@ -292,6 +296,8 @@ class Run:
         self.backlog.append({"t_ms": elapsed_ms, "phase": self.progress.phase,
                              "pending": pending, "active": active})
         counts = self.exporter.counts if self.exporter else {}
+        if self.live_counts is not None:  # judged on the monitor history: count that
+            counts = self.live_counts.update()
         self.progress.update(Status(
             enqueued=counts.get("enqueue", 0), claimed=counts.get("claim", 0),
             completed=counts.get("complete", 0), reaped=counts.get("reap", 0),

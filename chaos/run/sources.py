@@ -49,6 +49,33 @@ def judged_history(run_dir: Path) -> Path:
     return run_dir / name
 
 
+class LiveCounts:
+    """Events per type of a history file while it is being written (the live panel of a run
+    judged on the monitor history, whose events are not in the stream the exporter counts)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""  # a line not yet written whole
+        self.counts: Counter[str] = Counter()
+
+    def update(self) -> Counter[str]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except OSError:
+            return self.counts
+        self.offset += len(chunk)
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        for line in lines:
+            try:
+                self.counts[str(json.loads(line)["type"])] += 1
+            except (ValueError, KeyError, TypeError):
+                continue
+        return self.counts
+
+
 def compare_histories(scripts: list[Event], monitor: list[Event]) -> dict[str, Any]:
     """The two sources' transitions side by side: counts per type, and event by event (in
     order) the first fields that differ and the largest timestamp difference."""
