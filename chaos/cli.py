@@ -324,6 +324,19 @@ def cmd_images_status(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def cmd_protocol_export(args: argparse.Namespace) -> int:
+    from chaos.tools.protocol_export import ExportError, export
+
+    try:
+        written = export(Path(args.directory))
+    except ExportError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return EXIT_USAGE
+    for path in written:
+        print(path)
+    return EXIT_PASS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="echomq-chaos", description=__doc__,
@@ -516,6 +529,17 @@ def build_parser() -> argparse.ArgumentParser:
     images_status = images_commands.add_parser(
         "status", help="which images are present, and whether the worker image is current")
     images_status.set_defaults(handler=cmd_images_status)
+
+    protocol = commands.add_parser("protocol", help="the queue protocol's scripts")
+    protocol_commands = protocol.add_subparsers(dest="protocol_command", required=True)
+    protocol_export = protocol_commands.add_parser(
+        "export", help="write the recording Lua scripts and a note of their KEYS/ARGV to DIR",
+        description="Write the protocol's sound scripts (byte for byte: the SHA1s the echomq "
+                    "dialect knows) and README.md, what each takes, to DIR: for a worker of "
+                    "your own that records its transitions itself ([history] source = "
+                    "\"scripts\"; docs/sut.md).")
+    protocol_export.add_argument("directory", metavar="DIR", help="created if absent")
+    protocol_export.set_defaults(handler=cmd_protocol_export)
 
     return parser
 

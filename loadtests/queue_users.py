@@ -13,6 +13,8 @@ Runs inside Locust (gevent); nothing in ``chaos`` imports this module.
 
 from __future__ import annotations
 
+import itertools
+import json
 import os
 import random
 import secrets
@@ -32,6 +34,7 @@ from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys, connect
+from chaos.reference.payload import HandlerDistribution, PayloadMaker
 
 T = TypeVar("T")
 
@@ -69,7 +72,11 @@ def _queue_options(parser: Any) -> None:
            help="jobs/s each producer user enqueues; 0 = as fast as it can (default 100)")
     option("--batch", type=int, default=1,
            help="jobs per pipelined enqueue round trip (default 1)")
-    option("--payload-bytes", type=int, default=16, help="job payload size")
+    option("--payload-bytes", type=int, default=16, help="job payload filler size (pad)")
+    option("--handler", default="{}",
+           help="the handler distribution each job's payload draws its handler_ms from "
+                "(JSON, as the scenario's topology.handler; default uniform 50..200 ms)")
+    option("--seed", type=int, default=1, help="seeds the payloads' handler times (default 1)")
     option("--producers", type=int, default=0,
            help="exactly this many users are producers (0: by weight, 1:1)")
     option("--consumers", type=int, default=0,
@@ -106,6 +113,10 @@ def _check_options(environment: Environment, **_: Any) -> None:
                     ("poll_ms", "> 0", options.poll_ms > 0),
                     ("wait_replicas", ">= 0", options.wait_replicas >= 0),
                 ) if not ok]
+    try:
+        HandlerDistribution(**json.loads(options.handler))
+    except (ValueError, TypeError) as error:
+        problems.append(f"--handler {options.handler!r}: {error}")
     if problems:
         raise SystemExit("loadtests/queue.py: " + "; ".join(problems))
     if not options.worker:  # a worker learns the host from its master, which checked it
@@ -255,6 +266,9 @@ class QueueUser(User):
         self.client.close()
 
 
+_PRODUCER_NUMBERS = itertools.count(1)
+
+
 class ProducerUser(QueueUser):
     """Enqueues at ``--producer-rate`` jobs/s (deadline-based pacing: a slow call is caught up
     on, not silently lost), ``--batch`` jobs per round trip."""
@@ -263,7 +277,11 @@ class ProducerUser(QueueUser):
         super().on_start()
         self.sent = 0
         self.started = time.monotonic()
-        self.payload = "x" * self.options.payload_bytes
+        options = self.options
+        # docs/sut.md: {"handler_ms", "crash", "pad"}; each user its own seeded draws
+        self.payloads = PayloadMaker(HandlerDistribution(**json.loads(options.handler)),
+                                     options.payload_bytes,
+                                     hash((options.seed, next(_PRODUCER_NUMBERS))))
 
     def wait_time(self) -> float:
         rate = self.options.producer_rate
@@ -273,7 +291,7 @@ class ProducerUser(QueueUser):
 
     @task
     def enqueue(self) -> None:
-        batch = [(f"L{self.token}-{self.sent + i:08d}", self.payload)
+        batch = [(f"L{self.token}-{self.sent + i:08d}", self.payloads.make())
                  for i in range(self.options.batch)]
         self.sent += len(batch)
         self.client.enqueue_batch(batch)

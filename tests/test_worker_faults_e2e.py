@@ -17,7 +17,8 @@ from test_scenarios_e2e import ROOT, run_cli, run_scenario
 
 from chaos.history.events import read_history
 from chaos.protocol.client import QueueClient, QueueKeys, redis_client
-from chaos.reference.worker import LeaseRenewer, WorkerConfig
+from chaos.reference.config import WorkerConfig
+from chaos.reference.heartbeat import LeaseRenewer
 from chaos.run.preflight import judge
 from chaos.runtime.valkey import ValkeyServer, valkey_server_binary
 

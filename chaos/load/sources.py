@@ -32,7 +32,8 @@ from redis.exceptions import TimeoutError as StoreTimeoutError
 
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import POISON, QueueClient, QueueKeys
-from chaos.scenario.model import Load
+from chaos.reference.payload import HandlerDistribution, PayloadMaker
+from chaos.scenario.model import Handler, Load
 
 if TYPE_CHECKING:
     from chaos.runtime.base import Child, RuntimeBase
@@ -145,7 +146,8 @@ def locustfile() -> Path:
 
 
 def locust_argv(load: Load, url: str, keys: QueueKeys, lease_ms: int, protocol: str,
-                out_prefix: Path, extra: list[str] | None = None) -> list[str]:
+                out_prefix: Path, extra: list[str] | None = None,
+                handler: Handler | None = None, seed: int = 1) -> list[str]:
     """Locust's own CLI for a headless run of ``load`` (no password: that goes in the env).
     ``extra``: more locustfile options (``--wait-replicas``, ``--ack-ledger-dir`` ...)."""
     producers, consumers = load.producers, load.consumers
@@ -159,6 +161,7 @@ def locust_argv(load: Load, url: str, keys: QueueKeys, lease_ms: int, protocol: 
         "--producer-rate", str(load.rate / producers), "--batch", str(load.batch),
         "--payload-bytes", str(load.payload_bytes), "--lease-ms", str(lease_ms),
         "--work-min-ms", str(load.work_min_ms), "--work-max-ms", str(load.work_max_ms),
+        "--handler", json.dumps((handler or Handler()).model_dump()), "--seed", str(seed),
     ]
     if load.processes > 1:
         argv += ["--processes", str(load.processes)]
@@ -194,8 +197,10 @@ class LocustLoad:
         # (acks/locust-<pid>.jsonl, one per Locust process).
         extra = ["--wait-replicas", str(self.runtime.scenario.wait_replicas),
                  "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent)]
+        scenario = self.runtime.scenario
         argv = locust_argv(self.load, self.runtime.url, self.keys, self.lease_ms, self.protocol,
-                           self.run_dir / self.prefix, extra)
+                           self.run_dir / self.prefix, extra, scenario.topology.handler,
+                           scenario.seed)
         self.child = self.runtime.spawn(self.name, argv)
         if self.ready is not None:
             self.wait_until_enqueuing(self.ready)
@@ -247,6 +252,11 @@ class LocustLoad:
         return {"target_rate": self.load.rate, "engine": "locust", "poison_sent": 0}
 
 
+def payload_maker(handler: Handler, load: Load, seed: int) -> PayloadMaker:
+    """The payloads of a scenario's jobs (chaos.reference.payload), seeded by its seed."""
+    return PayloadMaker(HandlerDistribution(**handler.model_dump()), load.payload_bytes, seed)
+
+
 class Producer:
     """The built-in producer: enqueues at ``load.rate`` jobs/s in a background thread.
 
@@ -254,15 +264,17 @@ class Producer:
     rather than silently lowering the rate.
     """
 
-    def __init__(self, queue: QueueClient, load: Load, ledger: AckLedger | None = None) -> None:
+    def __init__(self, queue: QueueClient, load: Load, ledger: AckLedger | None = None,
+                 payloads: PayloadMaker | None = None) -> None:
         self.queue = queue
         self.load = load
+        # docs/sut.md: each job says how long its handler works and whether it crashes
+        self.payloads = payloads or payload_maker(Handler(), load, 1)
         self.ledger = ledger or AckLedger(None)  # every acknowledged enqueue (chaos.check.ledger)
         self.enqueued = 0  # acknowledged by the server
         self.errors = 0
         self.latency_ms: dict[int, int] = {}  # Locust-style histogram, for the same figures
         self.poisoned = 0  # poison jobs sent (Load.poison_fraction, poison_jobs)
-        self.payload = "x" * load.payload_bytes
         self._started: float | None = None
         self._stopped: float | None = None
         self._stop = threading.Event()
@@ -299,10 +311,8 @@ class Producer:
             self.poisoned += poison
             try:
                 job_id = f"job-{sent:07d}"
-                if poison:
-                    accepted = self.queue.enqueue(job_id, POISON, kind=POISON)
-                else:
-                    accepted = self.queue.enqueue(job_id, self.payload)
+                accepted = self.queue.enqueue(job_id, self.payloads.make(crash=poison),
+                                              kind=POISON if poison else "")
                 if accepted:
                     self.ledger.record("enqueue", job_id)
                     self.enqueued += 1

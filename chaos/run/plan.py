@@ -24,8 +24,12 @@ def describe_plan(scenario: Scenario) -> str:
         + f", reap every {topo.reap_interval_ms} ms "
         f"(batch {topo.reap_limit}"
         + (f", {topo.reapers} reapers" if topo.reapers > 1 else "") + ")",
-        "  workers   heartbeat "
-        + (f"in a {topo.heartbeat}" if topo.effective_heartbeat_ms else "off")
+        ("  workers   heartbeat "
+         + (f"in a {topo.heartbeat}" if topo.effective_heartbeat_ms else "off")
+         if not scenario.sut.foreign else
+         f"  sut       workers {' '.join(scenario.sut.workers or [])}, reaper "
+         f"{' '.join(scenario.sut.own_reaper or [str(scenario.sut.reaper)])} (in "
+         f"{scenario.sut.cwd}), history {scenario.history.source}")
         + (f", stall limit {topo.max_stalls}" if topo.max_stalls else "")
         + (", crashed workers restarted" if topo.restart_crashed else ""),
         f"  handler   {handler.distribution} "

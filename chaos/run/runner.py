@@ -28,13 +28,20 @@ from chaos.history import schema
 from chaos.history.dialects import make_dialect
 from chaos.history.events import HistoryExporter, read_history, stream_entries, write_records
 from chaos.history.monitor import HEALTH_FILE, MONITOR_HISTORY, MonitorRecorder
-from chaos.load.sources import LOCUST_PREFIX, LoadSource, LocustLoad, Producer
+from chaos.load.sources import (
+    LOCUST_PREFIX,
+    LoadSource,
+    LocustLoad,
+    Producer,
+    payload_maker,
+)
 from chaos.protocol.acks import ACKS_DIR, AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys
 from chaos.report.summary import build_report, summary_text, write_rendered_reports
 from chaos.run.evaluate import Evaluation, SavedRunError, evaluate
 from chaos.run.preflight import Preflight, preflight
 from chaos.run.progress import Progress, Status
+from chaos.run.sources import LiveCounts
 from chaos.runtime.base import RuntimeBase
 from chaos.runtime.local import LocalRuntime
 from chaos.runtime.pids import (
@@ -128,6 +135,7 @@ class Run:
         self.queue: QueueClient | None = None
         self.exporter: HistoryExporter | None = None
         self.recorder: MonitorRecorder | None = None  # history.source monitor | both
+        self.live_counts: LiveCounts | None = None  # history.source monitor: the panel's
         self.load_source: LoadSource | None = None  # chosen by use_load, else the scenario's
         self.nemesis: Nemesis | None = None
         self.drained = False
@@ -192,6 +200,8 @@ class Run:
             self.run_dir / MONITOR_HISTORY, server["host"], int(server["port"]),
             server.get("password"), server.get("username"))
         self.recorder.start()
+        if self.scenario.history.source == "monitor":
+            self.live_counts = LiveCounts(self.run_dir / MONITOR_HISTORY)
 
     def stop_recorder(self) -> None:
         """Read the feed up to now, close, and save the recorder's health (monitor.json)."""
@@ -199,8 +209,6 @@ class Run:
             health = self.recorder.stop()
             self.recorder = None
             write_json_atomic(self.run_dir / HEALTH_FILE, health.as_dict())
-            for problem in health.problems():
-                self.progress.say(f"!! monitor history: {problem}")
 
     # --- what the capacity search and the pytest plugin use -------------------------------
     def new_nemesis(self) -> Nemesis:
@@ -232,7 +240,8 @@ class Run:
             return self.locust_load(load)
         return Producer(QueueClient(self.runtime.client(retrying=False), self.keys,
                                     wait_replicas=self.scenario.wait_replicas),
-                        load, AckLedger(self.runtime.ack_ledger_path("producer")))
+                        load, AckLedger(self.runtime.ack_ledger_path("producer")),
+                        payload_maker(self.scenario.topology.handler, load, self.scenario.seed))
 
     def restart_stopped_workers(self) -> list[str]:
         """Start again every worker that is not running (a fault killed it); their names."""
@@ -244,24 +253,35 @@ class Run:
         return restarted
 
     def _wait_for_clients(self, names: list[str], timeout: float | None = None) -> None:
+        """Until each process has a client in CLIENT LIST: a foreign SUT's by its own ACL user
+        (it need not name its connections), a reference process's by its client name."""
         assert self.queue is not None
+        users = self.runtime.sut_users
+        if timeout is None and users:
+            timeout = self.scenario.sut.start_timeout_s
         if timeout is None:
             # Each child is a Python interpreter importing the toolkit (about 1 s of CPU here):
             # a 2-core machine starting 128 of them needs more than a fixed half minute.
             timeout = 30.0 + 0.5 * len(names)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            connected = {c.get("name") for c in self.queue.client.client_list()}
-            missing = [name for name in names if name not in connected]
+            clients = self.queue.client.client_list()
+            by_user = {c.get("user") for c in clients}
+            by_name = {c.get("name") for c in clients}
+            missing = [name for name in names
+                       if name not in (by_user if name in users else by_name)]
             if not missing:
                 return
             for name in missing:
                 child = self.runtime.members().get(name)
                 if child is not None and not child.alive:
-                    raise InfraError(f"{name} exited during start-up; its log ends:\n"
-                                     f"{self.runtime.log_tail(name)}")
+                    raise InfraError(f"{name} exited during start-up (code {child.exit_code}); "
+                                     f"its log ends:\n{self.runtime.log_tail(name)}")
             time.sleep(0.05)
-        raise InfraError(f"not connected after {timeout:.0f}s: {', '.join(missing)}")
+        how = [f"{name} (no client with its ACL user {name!r} in CLIENT LIST)" if name in users
+               else name for name in missing]
+        raise InfraError(f"not connected after {timeout:g}s: {', '.join(how)}; see "
+                         f"logs/{missing[0]}.log")
 
     def status(self, force: bool = False) -> None:
         """Watch the children; every 250 ms sample the backlog and update the progress."""
@@ -276,6 +296,8 @@ class Run:
         self.backlog.append({"t_ms": elapsed_ms, "phase": self.progress.phase,
                              "pending": pending, "active": active})
         counts = self.exporter.counts if self.exporter else {}
+        if self.live_counts is not None:  # judged on the monitor history: count that
+            counts = self.live_counts.update()
         self.progress.update(Status(
             enqueued=counts.get("enqueue", 0), claimed=counts.get("claim", 0),
             completed=counts.get("complete", 0), reaped=counts.get("reap", 0),
@@ -527,6 +549,8 @@ def finish(run: Run, outcome: str, error: str | None, wall_ms: int,
     write_json_atomic(run.run_dir / "report.json", report)
     for problem in write_rendered_reports(run.run_dir, report, evaluation.verdict):
         print(f"   (report not rendered: {problem})", file=stream, flush=True)
+    for problem in (evaluation.recorder or {}).get("problems", []):  # why never a pass
+        print(f"!! history evidence: {problem}", file=stream, flush=True)
     print(summary_text(report), file=stream, flush=True)
     print(f"run directory: {run.run_dir}", file=stream, flush=True)
     return RunResult(evaluation.word, evaluation.exit_code, run.run_dir, report,

@@ -49,6 +49,33 @@ def judged_history(run_dir: Path) -> Path:
     return run_dir / name
 
 
+class LiveCounts:
+    """Events per type of a history file while it is being written (the live panel of a run
+    judged on the monitor history, whose events are not in the stream the exporter counts)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""  # a line not yet written whole
+        self.counts: Counter[str] = Counter()
+
+    def update(self) -> Counter[str]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except OSError:
+            return self.counts
+        self.offset += len(chunk)
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        for line in lines:
+            try:
+                self.counts[str(json.loads(line)["type"])] += 1
+            except (ValueError, KeyError, TypeError):
+                continue
+        return self.counts
+
+
 def compare_histories(scripts: list[Event], monitor: list[Event]) -> dict[str, Any]:
     """The two sources' transitions side by side: counts per type, and event by event (in
     order) the first fields that differ and the largest timestamp difference."""
@@ -113,12 +140,26 @@ def evidence(run_dir: Path, config: CheckConfig, final: bool | None) -> dict[str
                              "health": health.as_dict() if health is not None else None}
     problems = (health.problems() if health is not None
                 else [f"no {HEALTH_FILE}: the recorder's health is unknown"])
+    silent = _enqueued_never_claimed(run_dir / MONITOR_HISTORY)
+    if silent:
+        problems.append(f"{silent} job(s) were enqueued but no claim was ever decoded: the "
+                        "workers speak another key layout or dialect than the scenario's "
+                        "(valkey.prefix, valkey.queue, sut.dialect), or never ran")
     if source == "both" and (run_dir / MONITOR_HISTORY).exists():
         found["agreement"] = agreement = judge_both(run_dir, config, final)
         if not agreement["agree"]:
             problems.append("the scripts and monitor histories disagree")
     found["problems"] = problems
     return found
+
+
+def _enqueued_never_claimed(path: Path) -> int:
+    """How many jobs a monitor history shows enqueued when it shows no claim at all (0 when
+    it has a claim, or no such history)."""
+    if not path.exists():
+        return 0
+    counts = Counter(event.type for event in read_history(path))
+    return 0 if counts["claim"] else counts["enqueue"]
 
 
 def main(argv: list[str]) -> int:

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import redis
 from redis.backoff import ExponentialBackoff
@@ -106,6 +106,8 @@ class RuntimeBase(ABC):
     link_urls: dict[str, str] = field(default_factory=dict)  # process -> its Valkey URL via proxy
     # Child processes of the runner: every process locally, host-side helpers (Locust) in Docker
     children: dict[str, Child] = field(default_factory=dict)
+    # A foreign SUT's processes: each its own ACL user (named after it) and password
+    sut_users: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         _LIVE_RUNTIMES.append(self)
@@ -261,6 +263,67 @@ class RuntimeBase(ABC):
                 "--control-file", control_file,
                 "--ack-ledger", ack_ledger, "--wait-replicas", str(self.scenario.wait_replicas)]
 
+    # --- a foreign SUT's processes (docs/sut.md): their environment is the whole contract ---
+    def sut_user(self, name: str) -> str:
+        """Create (or reset) process ``name``'s own ACL user; its password. The MONITOR
+        recorder attributes each call to its caller's user (CLIENT LIST), so a foreign worker
+        is identified by the URL it was given, whatever it names its connections."""
+        password = self.sut_users.get(name) or secrets.token_hex(16)
+        client = self.client()
+        try:
+            client.execute_command("ACL", "SETUSER", name, "reset", "on", f">{password}",
+                                   "~*", "&*", "+@all")
+        except redis.exceptions.RedisError as error:
+            raise InfraError(f"cannot create the ACL user {name!r} for the SUT: {error}") \
+                from None
+        finally:
+            client.close()
+        self.sut_users[name] = password
+        return password
+
+    def forget_sut_users(self) -> None:
+        """Delete the SUT's ACL users from a server the run did not start (its own server
+        goes with it); best effort, at teardown."""
+        if not self.sut_users or not self.scenario.valkey.url:
+            return
+        with contextlib.suppress(redis.exceptions.RedisError):
+            client = connect(self.url, self.password)
+            try:
+                client.execute_command("ACL", "DELUSER", *self.sut_users)
+            finally:
+                client.close()
+        self.sut_users.clear()
+
+    def sut_url(self, name: str) -> str:
+        """``CHAOS_VALKEY_URL`` of process ``name``: its own proxy when it has one, with the
+        credentials of its own ACL user."""
+        password = self.sut_user(name)
+        parts = urlsplit(self._valkey_url_for(name))
+        address = parts.netloc.rsplit("@", 1)[-1]
+        netloc = f"{quote(name, safe='')}:{quote(password, safe='')}@{address}"
+        return urlunsplit(parts._replace(scheme="redis", netloc=netloc))
+
+    def sut_env(self, name: str) -> dict[str, str]:
+        """The environment of a foreign SUT process: the contract of docs/sut.md, and not the
+        run's admin password."""
+        topo, settings = self.scenario.topology, self.scenario.valkey
+        env = {key: value for key, value in os.environ.items()
+               if key != "ECHOMQ_VALKEY_PASSWORD" and not key.startswith("CHAOS_")}
+        env.update({
+            "CHAOS_VALKEY_URL": self.sut_url(name),
+            "CHAOS_NAME": name,
+            "CHAOS_QUEUE": settings.queue,
+            "CHAOS_PREFIX": settings.prefix,
+            "CHAOS_LEASE_MS": str(topo.lease_ms),
+            "CHAOS_HEARTBEAT_MS": str(topo.effective_heartbeat_ms),
+            "CHAOS_REAP_INTERVAL_MS": str(topo.reap_interval_ms),
+            "CHAOS_REAP_LIMIT": str(topo.reap_limit),
+            "CHAOS_CONCURRENCY": str(topo.concurrency),
+            "CHAOS_MAX_STALLS": str(topo.max_stalls or 0),
+            "CHAOS_POLL_MS": str(topo.poll_ms),
+        })
+        return env
+
     # --- network and clock faults (the same whatever runs the processes) ------------------
     def _network(self) -> Links:
         if self.links is None:
@@ -295,15 +358,22 @@ class RuntimeBase(ABC):
             env["ECHOMQ_VALKEY_PASSWORD"] = self.password  # never on a command line
         return env
 
-    def spawn(self, name: str, argv: list[str]) -> Child:
+    def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
+              cwd: str | None = None) -> Child:
         """Start a child logging to ``logs/<name>.log``, torn down with its process group by
-        ``close()`` whatever happens."""
+        ``close()`` whatever happens. A command that cannot be started is an InfraError."""
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in close()
-        process = subprocess.Popen(
-            argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            env=self.child_env(), start_new_session=True,
-            preexec_fn=die_with_parent,  # also for children that are not ours (toxiproxy-server)
-        )
+        try:
+            process = subprocess.Popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                env=self.child_env() if env is None else env, cwd=cwd, start_new_session=True,
+                preexec_fn=die_with_parent,  # also for children not ours (toxiproxy-server)
+            )
+        except OSError as error:
+            log.close()
+            where = f" (in {cwd})" if cwd else ""
+            raise InfraError(f"{name}: cannot start {argv[0]!r}{where}: "
+                             f"{error.strerror or error}") from None
         child = Child(name, process, log)
         self.children[name] = child
         record_process(self.run_dir, name, process.pid)  # for `echomq-chaos clean`

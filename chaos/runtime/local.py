@@ -27,6 +27,7 @@ from chaos.runtime.valkey import (
     free_port,
     valkey_server_binary,
 )
+from chaos.scenario.sut import fill
 
 
 @dataclass
@@ -167,16 +168,26 @@ class LocalRuntime(RuntimeBase):
         return ToxiproxyServerInfo(kind, api_url, version, argv)
 
     def start_reapers(self) -> list[Child]:
-        """The scenario's reapers; none for the ``no-reaper`` variant (nothing recovers)."""
-        return [self.spawn(name, [sys.executable,
-                                   *self.reaper_args(name, str(self._clock_file(name)))])
-                for name in self.scenario.reaper_names]
+        """The scenario's reapers: the SUT's own command, else the reference reaper; none for
+        the ``no-reaper`` variant or ``sut.reaper = "none"``."""
+        own = self.scenario.sut.own_reaper
+        return [self._spawn_sut(name, own, index) if own else
+                self.spawn(name, [sys.executable,
+                                  *self.reaper_args(name, str(self._clock_file(name)))])
+                for index, name in enumerate(self.scenario.reaper_names, 1)]
 
     def start_workers(self) -> list[Child]:
         return [self._start_worker(name) for name in self.scenario.topology.worker_names]
 
+    def _spawn_sut(self, name: str, template: list[str], index: int) -> Child:
+        """A process of a foreign SUT, with the contract's environment (docs/sut.md)."""
+        return self.spawn(name, fill(template, name, index), env=self.sut_env(name),
+                          cwd=self.scenario.sut.cwd)
+
     def _start_worker(self, name: str, incarnation: int = 0) -> Child:
         index = self.scenario.topology.worker_names.index(name)
+        if self.scenario.sut.workers is not None:
+            return self._spawn_sut(name, self.scenario.sut.workers, index + 1)
         return self.spawn(name, [sys.executable, *self.worker_args(
             name, index, str(self._clock_file(name)), str(self.ack_ledger_path(name)),
             str(self._control_file(name)), incarnation)])
@@ -236,6 +247,7 @@ class LocalRuntime(RuntimeBase):
         self._closed = True
         if self.links is not None:  # before the server goes: on a shared one nothing else will
             self.links.close()
+        self.forget_sut_users()
         self._close_children()
         self._retire()
 

@@ -123,6 +123,15 @@ def scenario_from_dict(data: dict[str, Any], source: str) -> Scenario:
         raise ScenarioError(_format_errors(source, error)) from None
 
 
+def _sut_cwd_beside(data: dict[str, Any], path: Path) -> None:
+    """``sut.cwd`` is relative to the scenario file (so a scenario and its SUT move together)."""
+    sut = data.get("sut")
+    if isinstance(sut, dict) and sut.get("workers") is not None:
+        cwd = sut.get("cwd", ".")
+        if isinstance(cwd, str) and not Path(cwd).is_absolute():
+            sut["cwd"] = str((path.parent / cwd).resolve())
+
+
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     source = str(path)
     try:
@@ -142,6 +151,7 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
         except ScenarioError as error:
             raise ScenarioError(f"{source}: {error}") from None
         apply_override(data, field_path, value, f"{source}: --set {assignment}")
+    _sut_cwd_beside(data, Path(path))
     try:
         return scenario_from_dict(data, source)
     except RecursionError:

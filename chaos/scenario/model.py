@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
@@ -11,6 +11,7 @@ from chaos import __version__
 from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS, PROTOCOLS
 from chaos.scenario.faults import HOLDING_OLDEST_LEASE, Fault, FaultBase, StoreFaultBase
 from chaos.scenario.fields import NonNegativeMs, PositiveMs, Strict
+from chaos.scenario.sut import COOPERATIVE_FAULTS, Sut
 
 
 def _known_invariants(value: list[str]) -> list[str]:
@@ -258,6 +259,22 @@ class Scenario(Strict):
     # Where the processes run: child processes here, or containers (``docker`` settings).
     runtime: Literal["local", "docker"] = "local"
     docker: DockerSettings = DockerSettings()
+    sut: Sut = Sut()  # the system under test: the reference implementation, or the user's
+
+    @model_validator(mode="before")
+    @classmethod
+    def _foreign_history(cls, data: Any) -> Any:
+        """A foreign SUT writes no events stream: its history comes from the MONITOR recorder
+        in its dialect, unless the scenario says otherwise (``scripts`` is accepted: the user's
+        worker may run the exported recording scripts)."""
+        sut = data.get("sut") if isinstance(data, dict) else None
+        if not isinstance(sut, dict) or sut.get("workers") is None:
+            return data
+        history = data.get("history", {})
+        if not isinstance(history, dict):
+            return data
+        history = {"source": "monitor", "dialect": sut.get("dialect", "echomq"), **history}
+        return {**data, "history": history}
 
     @field_validator("protocol")
     @classmethod
@@ -269,7 +286,9 @@ class Scenario(Strict):
     @property
     def reaper_names(self) -> list[str]:
         """The reaper processes this run starts: none for ``no-reaper`` (nothing recovers)."""
-        return [] if self.protocol == "no-reaper" else self.topology.reaper_names
+        if self.protocol == "no-reaper" or self.sut.reaper == "none":
+            return []
+        return self.topology.reaper_names
 
     @property
     def network_faults(self) -> bool:
@@ -287,6 +306,33 @@ class Scenario(Strict):
             return []
         reapers = self.reaper_names if self.toxiproxy.proxy_reaper else []
         return self.topology.worker_names + reapers
+
+    @model_validator(mode="after")
+    def _sut_fits(self) -> Scenario:
+        """A foreign SUT: only what it can honour (docs/sut.md)."""
+        if not self.sut.foreign:
+            return self
+        if self.protocol != "sound":
+            raise ValueError(f"protocol = {self.protocol!r}: the broken variants are the "
+                             "reference worker's; a foreign SUT (sut.workers) runs its own code")
+        if self.runtime != "local":
+            raise ValueError(f"runtime = {self.runtime!r}: a foreign SUT (sut.workers) runs "
+                             "under runtime = 'local' only, for now")
+        if self.valkey.replication != "none":
+            raise ValueError(f"valkey.replication = {self.valkey.replication!r}: a foreign SUT "
+                             "gets a plain redis:// URL, not Sentinel's")
+        if self.wait_replicas:
+            raise ValueError(f"wait_replicas = {self.wait_replicas}: a reference worker "
+                             "setting; a foreign SUT (sut.workers) does not WAIT")
+        if self.history.source != "scripts" and self.history.dialect != self.sut.dialect:
+            raise ValueError(f"history.dialect = {self.history.dialect!r}: the SUT speaks "
+                             f"sut.dialect = {self.sut.dialect!r}")
+        for index, fault in enumerate(self.faults):
+            why = COOPERATIVE_FAULTS.get(fault.kind)
+            if why is not None:
+                raise ValueError(f"faults.{index}.kind = {fault.kind!r}: needs {why}; a "
+                                 "foreign SUT (sut.workers) cannot carry it out")
+        return self
 
     @model_validator(mode="after")
     def _runtime_fits(self) -> Scenario:

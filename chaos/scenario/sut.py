@@ -1,0 +1,82 @@
+"""The system under test (docs/sut.md): the reference implementation by default, or the user's
+own workers (and reaper) as commands, speaking the contract of docs/sut.md.
+
+A foreign SUT gets everything through environment variables and writes no events stream of its
+own, so its history comes from the MONITOR recorder (``[history] source = "monitor"``, implied
+unless the scenario says otherwise). Faults that need the reference worker's cooperation (an
+order it carries out on itself, its clock file, its claim-gap hook) cannot be applied to it.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from chaos.scenario.fields import Strict
+
+# The dialects a foreign SUT may speak: how the MONITOR recorder decodes its script calls.
+# A new dialect is one more name here (and its decoder in chaos/history/dialects/).
+SutDialect = Literal["echomq"]
+
+# Placeholders an argv element may hold; each process also gets them through the environment.
+PLACEHOLDERS = ("{name}", "{index}")
+
+# Fault kinds carried out by the reference worker itself (an order in its control file, its
+# clock offset file, its claim-gap hook): a foreign process does not know them.
+COOPERATIVE_FAULTS = {
+    "cpu_hog": "an order the reference worker carries out on itself",
+    "block_heartbeat": "an order the reference worker carries out on itself",
+    "heartbeat_lag": "an order the reference worker carries out on itself",
+    "kill_in_claim_gap": "the reference worker's claim-gap hook",
+    "clock_skew": "the reference processes' clock offset file",
+}
+
+Argv = Annotated[list[Annotated[str, Field(min_length=1)]], Field(min_length=1)]
+
+
+class Sut(Strict):
+    """``[sut]``: what runs as the workers and the reaper. Without ``workers``: the reference
+    worker; ``reaper``: ``builtin`` (the reference reaper), ``none`` (the workers reap), or a
+    command of the user's."""
+
+    workers: Argv | None = None  # argv template; "{name}" and "{index}" are filled in
+    image: str | None = None  # runtime = "docker": the workers' image (not supported yet)
+    reaper: Literal["builtin", "none"] | Argv = "builtin"
+    dialect: SutDialect = "echomq"
+    # Where the commands run; relative to the scenario file when loaded from one.
+    cwd: str = "."
+    # How long a SUT process has to connect (a client with its ACL user in CLIENT LIST).
+    start_timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Sut:
+        if self.image is not None:
+            raise ValueError(f"image = {self.image!r}: a foreign SUT as a Docker image is not "
+                             "supported yet; run it locally with workers = [argv...]")
+        for label, argv in (("workers", self.workers),
+                            ("reaper", self.reaper if isinstance(self.reaper, list) else None)):
+            for part in argv or []:
+                stray = part.replace("{name}", "").replace("{index}", "")
+                if "{" in stray or "}" in stray:
+                    raise ValueError(f"{label} element {part!r}: the only placeholders are "
+                                     f"{', '.join(PLACEHOLDERS)}")
+        if self.workers is None and self.reaper != "builtin":
+            raise ValueError(f"reaper = {self.reaper!r}: the reference workers run with the "
+                             "built-in reaper; set workers = [argv...] for a SUT of your own")
+        return self
+
+    @property
+    def foreign(self) -> bool:
+        """Is it the user's own implementation (not the reference one)?"""
+        return self.workers is not None
+
+    @property
+    def own_reaper(self) -> list[str] | None:
+        """The user's reaper command, if the SUT brings one."""
+        return self.reaper if isinstance(self.reaper, list) else None
+
+
+def fill(argv: list[str], name: str, index: int) -> list[str]:
+    """An argv template for one process: ``{name}`` and ``{index}`` (from 1) filled in."""
+    return [part.replace("{name}", name).replace("{index}", str(index)) for part in argv]

@@ -1,0 +1,97 @@
+"""The Node.js example SUT (sut/node-echomq, docs/sut.md), judged on the MONITOR recorder's
+history alone: sound under kill and pause, and its broken switch caught by the invariant it
+breaks. Real node processes, really SIGKILLed and SIGSTOPped, against a real valkey-server."""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from chaos.run.runner import run_scenario
+from chaos.scenario.loading import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+NODE_SUT = ROOT / "sut" / "node-echomq"
+SCENARIOS = ROOT / "scenarios" / "node"
+
+
+def _missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not on PATH"
+    if not (NODE_SUT / "node_modules").is_dir():
+        return f"{NODE_SUT}/node_modules is absent: run `npm ci` in sut/node-echomq"
+    return None
+
+
+@pytest.fixture(scope="module", autouse=True)
+def node_sut() -> None:
+    """Skip without Node or its modules, except under CI, where that is a failure."""
+    problem = _missing()
+    if problem is None:
+        return
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"CI=true but {problem}")
+    pytest.skip(problem)
+
+
+def processes_in(directory: Path) -> list[int]:
+    """Live processes whose working directory is ``directory``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == directory:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def run(name: str, tmp_path: Path, overrides: list[str] | None = None):
+    scenario = load_scenario(SCENARIOS / f"{name}.toml", overrides)
+    assert scenario.sut.foreign
+    result = run_scenario(scenario, tmp_path / name, io.StringIO())
+    assert processes_in(NODE_SUT.resolve()) == []  # nothing the run started outlives it
+    return result
+
+
+@pytest.mark.parametrize("name", ["kill-worker", "pause-worker"])
+def test_the_node_sut_passes(name: str, tmp_path: Path):
+    result = run(name, tmp_path)
+    assert result.passed, result
+    assert result.checked is not None
+    figures = result.report["history_recorder"]
+    assert figures["source"] == "monitor" and figures["problems"] == []
+    assert result.report["run"]["faults"]  # the fault was applied
+    # ... and the Node reaper brought its stranded leases back
+    history = (result.run_dir / "history-monitor.jsonl").read_text()
+    assert '"type":"reap"' in history.replace(" ", "")
+    # Attributed by each process's own ACL user, not by a name it chose for itself.
+    assert '"conn":"worker-1"' in history.replace(" ", "")
+
+
+def test_the_broken_switch_is_caught(tmp_path: Path):
+    result = run("unfenced-complete", tmp_path)
+    assert result.verdict == "fail", result
+    assert result.checked is not None
+    assert "no_double_completion" in result.checked.failed_invariants()
+
+
+def test_both_sources_judge_alike_when_the_node_worker_records(tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch):
+    """With the recording flag on, the Node worker's scripts write the events stream too: the
+    recorder's history and the scripts' must then agree, event by event."""
+    monkeypatch.setenv("ECHOMQ_NODE_RECORD", "1")
+    result = run("kill-worker", tmp_path, ["history.source=both"])
+    agreement = result.report["history_recorder"]["agreement"]
+    # Both sources judge every invariant alike, and sound.
+    assert all(oks == [True, True] for oks in agreement["invariants"].values()), agreement
+    events = agreement["events"]
+    assert events["same_counts"] and events["mismatches"] == [], events
+    assert events["counts"]["claim"][0] > 0  # the scripts did record
+    # Timestamps: the dialect's own precision (its tests); a complete's ts is its TIME line's
+    # stamp, which a stalled server can make late, so a loaded machine may show a few ms here.

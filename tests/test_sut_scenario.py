@@ -1,0 +1,96 @@
+"""The ``[sut]`` section: its default is the reference implementation, a foreign SUT implies the
+monitor history, and what a foreign process cannot honour is refused by name (exit 2)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaos.scenario.loading import ScenarioError, load_scenario
+from chaos.scenario.sut import COOPERATIVE_FAULTS, fill
+
+FOREIGN = 'name = "t"\n[sut]\nworkers = ["node", "worker.js", "{name}"]\n'
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "scenario.toml"
+    path.write_text(text)
+    return path
+
+
+def test_default_is_the_reference_implementation(tmp_path: Path):
+    scenario = load_scenario(write(tmp_path, 'name = "t"\n'))
+    assert not scenario.sut.foreign
+    assert scenario.history.source == "scripts"
+    assert scenario.reaper_names == ["reaper"]
+
+
+def test_foreign_sut_implies_monitor_history_and_resolves_cwd(tmp_path: Path):
+    (tmp_path / "app").mkdir()
+    scenario = load_scenario(write(tmp_path, FOREIGN + 'cwd = "app"\n'))
+    assert scenario.sut.foreign
+    assert scenario.history.source == "monitor"
+    assert scenario.sut.cwd == str((tmp_path / "app").resolve())
+    assert fill(scenario.sut.workers or [], "worker-2", 2) == ["node", "worker.js", "worker-2"]
+
+
+def test_explicit_scripts_source_is_kept_for_a_foreign_sut(tmp_path: Path):
+    scenario = load_scenario(write(tmp_path, FOREIGN + '[history]\nsource = "scripts"\n'))
+    assert scenario.history.source == "scripts"
+
+
+def test_reaper_none_and_own_reaper(tmp_path: Path):
+    none = load_scenario(write(tmp_path, FOREIGN + 'reaper = "none"\n'))
+    assert none.reaper_names == []
+    own = load_scenario(write(tmp_path, FOREIGN + 'reaper = ["node", "reaper.js"]\n'))
+    assert own.sut.own_reaper == ["node", "reaper.js"] and own.reaper_names == ["reaper"]
+
+
+@pytest.mark.parametrize("kind", sorted(COOPERATIVE_FAULTS))
+def test_cooperative_faults_are_refused_for_a_foreign_sut(tmp_path: Path, kind: str):
+    params = {"clock_skew": "offset_ms = 100", "kill_in_claim_gap": ""}.get(
+        kind, "duration_ms = 500")
+    text = FOREIGN + f'[[faults]]\nkind = "{kind}"\ntarget = "worker-1"\n{params}\n'
+    with pytest.raises(ScenarioError) as caught:
+        load_scenario(write(tmp_path, text))
+    assert f"faults.0.kind = {kind!r}" in str(caught.value)
+    assert "sut.workers" in str(caught.value)
+    # The same fault on the reference worker is fine.
+    load_scenario(write(tmp_path, text.replace(FOREIGN, 'name = "t"\n')))
+
+
+@pytest.mark.parametrize(("extra", "expected"), [
+    ('protocol = "unfenced-complete"\n', "protocol = 'unfenced-complete'"),
+    ('runtime = "docker"\n', "runtime = 'docker'"),
+    ('[valkey]\nreplication = "sentinel"\n', "valkey.replication = 'sentinel'"),
+    ('[history]\nsource = "monitor"\ndialect = "nope"\n', "history.dialect"),
+])
+def test_what_a_foreign_sut_cannot_honour_is_named(tmp_path: Path, extra: str, expected: str):
+    head, sut = 'name = "t"\n', FOREIGN.removeprefix('name = "t"\n')
+    with pytest.raises(ScenarioError, match=expected.replace("(", r"\(")):
+        load_scenario(write(tmp_path, head + extra + sut))
+
+
+@pytest.mark.parametrize(("sut", "expected"), [
+    ('reaper = "none"\n', "reaper = 'none'"),
+    ('workers = []\n', "sut.workers"),
+    ('workers = ["w", "{id}"]\n', "placeholders"),
+    ('workers = ["w"]\nimage = "me/w:1"\n', "image = 'me/w:1'"),
+    ('workers = ["w"]\nstart_timeout_s = 0\n', "sut.start_timeout_s = 0"),
+    ('workers = ["w"]\nreaper = "sometimes"\n', "sut.reaper"),
+])
+def test_bad_sut_sections_are_named(tmp_path: Path, sut: str, expected: str):
+    with pytest.raises(ScenarioError, match=expected):
+        load_scenario(write(tmp_path, 'name = "t"\n[sut]\n' + sut))
+
+
+def test_cli_validate_exits_2_on_a_refused_fault(tmp_path: Path):
+    path = write(tmp_path, FOREIGN + '[[faults]]\nkind = "cpu_hog"\ntarget = "worker-1"\n'
+                                     'duration_ms = 500\n')
+    done = subprocess.run([sys.executable, "-m", "chaos", "validate", str(path)],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "cpu_hog" in done.stderr and "Traceback" not in done.stderr
