@@ -178,7 +178,7 @@ class HistorySettings(Strict):
     stream), a recorder decoding Valkey's MONITOR feed, or both at once (judged, and compared)."""
 
     source: Literal["scripts", "monitor", "both"] = "scripts"
-    dialect: Literal["echomq"] = "echomq"  # how the monitor source decodes script calls
+    dialect: Literal["echomq", "bullmq"] = "echomq"  # how the monitor source decodes script calls
 
 
 class ValkeySettings(Strict):
