@@ -219,9 +219,11 @@ class BullMQ:
         if job_id in self.dead:
             return []  # the deferred failure of a job already recorded dead
         if not accepted:
+            # ``target``: BullMQ answers a refused completion by trying to fail the job, which
+            # is refused the same way: two rejections, completed then failed.
             return [{"type": "complete_rejected", "id": job_id, "attempt": attempt,
                      "current_attempt": str(self.attempts.get(job_id, "")), "worker": worker,
-                     "ts": ts}]
+                     "target": target, "ts": ts}]
         self.leases.pop(job_id, None)
         if target == "failed":  # the handler failed it: out of the queue, never completed
             return [{"type": "dead", "id": job_id, "attempt": attempt, "worker": worker,

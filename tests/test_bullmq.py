@@ -1,0 +1,287 @@
+"""Real BullMQ under test (docs/bullmq.md): a real valkey-server, three real BullMQ worker
+processes from ``sut/bullmq`` (npm ``bullmq``, installed with ``npm ci``), jobs added through
+BullMQ's own add script (``chaos.load.bullmq``), workers really SIGKILLed and SIGSTOPped, the
+history recorded from MONITOR with the ``bullmq`` dialect, and the pure checker's verdict on it.
+
+Without node or ``sut/bullmq/node_modules`` these tests skip, except under CI=true, where that is
+a failure (the set-up must have installed them)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.check.checker import Verdict, check
+from chaos.history.dialects import make_dialect
+from chaos.history.events import Event, read_history
+from chaos.history.monitor import MonitorRecorder, RecorderHealth
+from chaos.history.schema import Fault, Heal, Phase, Run
+from chaos.load.bullmq import BullMQQueue, BullMQUnavailable, require_installed, sut_dir
+from chaos.protocol.client import QueueClient, QueueKeys, redis_client
+from chaos.runtime.valkey import ValkeyServer
+
+PREFIX = "bq"
+_runs = itertools.count(1)
+
+try:
+    require_installed()
+    MISSING = ""
+except BullMQUnavailable as problem:
+    MISSING = str(problem)
+if MISSING and os.environ.get("CI", "").lower() == "true":
+    raise RuntimeError(f"CI=true but BullMQ cannot run: {MISSING}")
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
+
+
+def _payload(handler_ms: int) -> str:
+    return json.dumps({"handler_ms": handler_ms, "crash": False, "pad": "x"})
+
+
+class BullMQRun:
+    """One short run by hand: recorder, runner events, N BullMQ workers, a producer."""
+
+    def __init__(self, server: ValkeyServer, lease_ms: int, stalled_ms: int, workers: int = 3,
+                 concurrency: int = 2, broken: str = "", heartbeat_ms: int = 0) -> None:
+        self.server = server
+        self.lease_ms, self.stalled_ms = lease_ms, stalled_ms
+        self.queue_name = f"q{next(_runs)}"
+        self.path = Path(server.data_dir).parent / f"{self.queue_name}-history.jsonl"
+        host, port = "127.0.0.1", server.port
+        self.node_url = f"redis://:{server.password}@{host}:{port}/0" if server.password \
+            else f"redis://{host}:{port}/0"
+        self.client = redis_client(server.url, password=server.password, decode_responses=True)
+        self.runner = QueueClient(self.client, QueueKeys(PREFIX, self.queue_name))
+        self.recorder = MonitorRecorder(make_dialect("bullmq", PREFIX, self.queue_name),
+                                        self.path, host, port, server.password)
+        self.recorder.start()
+        self.names = [f"worker-{n}" for n in range(1, workers + 1)]
+        self.runner.record(**Run(
+            scenario="bullmq-test", lease_ms=lease_ms, reap_interval_ms=stalled_ms,
+            heartbeat_ms=heartbeat_ms or lease_ms // 2, workers=tuple(self.names),
+            concurrency=concurrency, protocol="bullmq", reapers=0, dialect="bullmq").fields())
+        self.runner.record(**Phase("warmup").fields())
+        env = {**os.environ, "CHAOS_VALKEY_URL": self.node_url, "CHAOS_QUEUE": self.queue_name,
+               "CHAOS_PREFIX": PREFIX, "CHAOS_LEASE_MS": str(lease_ms),
+               "CHAOS_REAP_INTERVAL_MS": str(stalled_ms), "CHAOS_HEARTBEAT_MS": str(heartbeat_ms),
+               "CHAOS_CONCURRENCY": str(concurrency), "CHAOS_MAX_STALLS": "0",
+               "CHAOS_BULLMQ_BREAK": broken}
+        self.workers = {name: subprocess.Popen(
+            ["node", str(sut_dir() / "worker.js")], env={**env, "CHAOS_NAME": name},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True) for name in self.names}
+        for name, process in self.workers.items():
+            self._wait_ready(name, process)
+        self.producer = BullMQQueue(self.node_url, self.queue_name, PREFIX)
+        self.enqueued: list[str] = []
+        self.faults = itertools.count(1)
+
+    def _wait_ready(self, name: str, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 20)
+        line = process.stdout.readline() if ready else ""
+        assert "ready" in line, f"{name} did not start: {line!r} (exit {process.poll()})"
+
+    def key(self, suffix: str) -> str:
+        return f"{PREFIX}:{self.queue_name}:{suffix}"
+
+    def enqueue(self, count: int, handler_ms: int, rate: float = 0.0) -> None:
+        for _ in range(count):
+            job_id = f"job-{len(self.enqueued) + 1:05d}"
+            assert self.producer.enqueue(job_id, _payload(handler_ms))
+            self.enqueued.append(job_id)
+            if rate:
+                time.sleep(1 / rate)
+
+    def holder(self, timeout_s: float = 5.0) -> tuple[str, str]:
+        """A (job, worker) pair: a job now active and the worker whose lock it holds."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            for job_id in self.client.lrange(self.key("active"), 0, -1):
+                name = self.client.hget(self.key(job_id), "pb")
+                if name in self.workers and self.client.exists(self.key(f"{job_id}:lock")):
+                    return job_id, name
+            time.sleep(0.01)
+        raise AssertionError("no active job with a live lock")
+
+    def fault(self, kind: str, name: str) -> str:
+        fault_id = f"f{next(self.faults)}"
+        os.kill(self.workers[name].pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+        self.runner.record(**Fault(fault_id, kind, name).fields())
+        return fault_id
+
+    def resume(self, fault_id: str, name: str) -> None:
+        self.runner.record(**Heal(fault_id, "pause", name).fields())
+        os.kill(self.workers[name].pid, signal.SIGCONT)
+
+    def drain(self, timeout_s: float) -> bool:
+        self.runner.record(**Phase("drain").fields())
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            finished = (self.client.zcard(self.key("completed"))
+                        + self.client.zcard(self.key("failed")))
+            if finished >= len(self.enqueued) and not self.client.llen(self.key("active")):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def finish(self, drained: bool) -> tuple[Verdict, list[Event], RecorderHealth]:
+        self.runner.record(**Phase("end", drained=drained).fields())
+        health = self.recorder.stop()
+        self.close()
+        events = read_history(self.path)
+        return check(events), events, health
+
+    def close(self) -> None:
+        self.producer.close()
+        for process in self.workers.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+        self.client.close()
+
+
+@pytest.fixture
+def bullmq_runs(valkey_server: ValkeyServer) -> Iterator[list[BullMQRun]]:
+    """Every run a test starts is torn down, whatever the test did."""
+    runs: list[BullMQRun] = []
+    yield runs
+    for run in runs:
+        if any(process.poll() is None for process in run.workers.values()):
+            run.recorder.stop()
+            run.close()
+
+
+def _of(events: list[Event], kind: str, **fields: Any) -> list[Event]:
+    return [event for event in events if event.type == kind and all(
+        getattr(event, name, None) == value or event.extra.get(name) == value
+        for name, value in fields.items())]
+
+
+def test_kill_worker_mid_job_every_job_recovered_within_bullmqs_bound(valkey_server,
+                                                                       bullmq_runs):
+    run = BullMQRun(valkey_server, lease_ms=1000, stalled_ms=500)
+    bullmq_runs.append(run)
+    run.enqueue(12, handler_ms=600, rate=40)
+    run.runner.record(**Phase("chaos").fields())
+    job_id, victim = run.holder()
+    run.fault("kill", victim)
+    run.enqueue(12, handler_ms=300, rate=40)
+    drained = run.drain(timeout_s=run.lease_ms / 1000 + 2 * run.stalled_ms / 1000 + 5)
+    verdict, events, health = run.finish(drained)
+
+    assert health.trustworthy and not health.undecoded_calls, health.problems()
+    assert drained and verdict.passed, {name: result.examples for name, result
+                                        in verdict.invariants.items() if not result.ok}
+    assert verdict.jobs.enqueued == 24 and verdict.jobs.completed == 24
+    # The killed worker's job came back: reaped from the killed holder, claimed and completed
+    # by another worker with a higher attempt.
+    (reap,) = _of(events, "reap", job_id=job_id)
+    assert reap.worker == victim and reap.extra["stalls"] == "1"
+    (complete,) = _of(events, "complete", job_id=job_id)
+    assert complete.worker != victim and complete.attempt == 2
+    bound = verdict.invariants["recovery_bound"].figures
+    assert bound["stranded"] >= 1
+    assert bound["bullmq"]["within_bullmq_bound"] is True
+    assert bound["bound_ms"] == 500 + max(1000, 500) + verdict.config.tolerance_ms
+    # Every claim's holder is the connection that made the call (client name = worker name).
+    claims = _of(events, "claim")
+    assert claims and all(event.worker == event.extra.get("conn") for event in claims)
+
+
+def test_woken_holder_complete_is_refused_and_recorded(valkey_server, bullmq_runs):
+    """A SIGSTOPped worker woken after its lock lapsed and the job was re-run elsewhere: BullMQ
+    refuses its moveToFinished, the history records a complete_rejected, nothing completes
+    twice."""
+    run = BullMQRun(valkey_server, lease_ms=600, stalled_ms=300)
+    bullmq_runs.append(run)
+    run.runner.record(**Phase("chaos").fields())
+    run.enqueue(4, handler_ms=400)
+    job_id, victim = run.holder()
+    fault_id = run.fault("pause", victim)
+    _wait_reclaimed(run, job_id, victim)
+    run.resume(fault_id, victim)
+    run.enqueue(4, handler_ms=100)
+    drained = run.drain(timeout_s=6)
+    verdict, events, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    assert drained and verdict.passed, {name: result.examples for name, result
+                                        in verdict.invariants.items() if not result.ok}
+    rejected = _of(events, "complete_rejected", job_id=job_id)
+    # BullMQ refuses the completion ("Missing lock" / "Lock mismatch"), then the worker's
+    # attempt to fail the job instead, refused the same way.
+    assert [(event.worker, event.extra["target"]) for event in rejected] == [
+        (victim, "completed"), (victim, "failed")]
+    assert all(event.attempt == 1 and event.current_attempt == 2 for event in rejected)
+    assert len(_of(events, "complete", job_id=job_id)) == 1
+    assert verdict.jobs.double_completed == 0 and verdict.rejected.get("complete_rejected")
+
+
+def _wait_reclaimed(run: BullMQRun, job_id: str, holder: str, timeout_s: float = 6.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if run.client.hget(run.key(job_id), "pb") not in (holder, None) \
+                and run.client.exists(run.key(f"{job_id}:lock")):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"{job_id} was not claimed again within {timeout_s}s")
+
+
+def test_broken_bullmq_unfenced_finish_is_caught_by_exclusive_lease(valkey_server,
+                                                                    bullmq_runs):
+    """moveToFinished with its lock check patched out (in memory, at the worker's start-up):
+    the woken holder's stale complete is accepted while another worker holds the job, and only
+    exclusive_lease says so."""
+    run = BullMQRun(valkey_server, lease_ms=600, stalled_ms=300, broken="unfenced-finish")
+    bullmq_runs.append(run)
+    run.runner.record(**Phase("chaos").fields())
+    run.enqueue(4, handler_ms=900)
+    job_id, victim = run.holder()
+    fault_id = run.fault("pause", victim)
+    _wait_reclaimed(run, job_id, victim)
+    run.resume(fault_id, victim)  # its handler's time is up: it finishes at once, stale
+    drained = run.drain(timeout_s=6)
+    verdict, events, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    broken = sorted(name for name, result in verdict.invariants.items() if not result.ok)
+    assert broken == ["exclusive_lease"] and not verdict.passed
+    # The accepted stale completes: the woken holder's, for a job claimed again since.
+    reclaimed = {event.job_id for event in _of(events, "claim", attempt=2)}
+    stale = [event for event in _of(events, "complete", worker=victim, attempt=1)
+             if event.job_id in reclaimed]
+    assert stale and job_id in reclaimed
+    assert verdict.invariants["exclusive_lease"].violations == len(stale)
+
+
+def test_broken_bullmq_without_stalled_check_is_caught_by_recovery_bound(valkey_server,
+                                                                         bullmq_runs):
+    """Every worker started with skipStalledCheck: a killed worker's jobs stay active for ever;
+    recovery_bound fails ("never recovered"), the drain does not finish."""
+    run = BullMQRun(valkey_server, lease_ms=400, stalled_ms=200, broken="skip-stalled-check")
+    bullmq_runs.append(run)
+    run.enqueue(6, handler_ms=500)
+    run.runner.record(**Phase("chaos").fields())
+    job_id, victim = run.holder()
+    run.fault("kill", victim)
+    drained = run.drain(timeout_s=2.5)
+    verdict, _, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    assert not drained and not verdict.passed
+    assert not verdict.invariants["recovery_bound"].ok
+    reasons = {example.get("reason") for example in verdict.invariants["recovery_bound"].examples}
+    assert reasons == {"never recovered"}
+    assert verdict.invariants["no_double_completion"].ok
