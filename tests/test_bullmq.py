@@ -285,3 +285,46 @@ def test_broken_bullmq_without_stalled_check_is_caught_by_recovery_bound(valkey_
     reasons = {example.get("reason") for example in verdict.invariants["recovery_bound"].examples}
     assert reasons == {"never recovered"}
     assert verdict.invariants["no_double_completion"].ok
+
+
+def _kill_in_the_worst_phase(run: BullMQRun, job_id: str, victim: str) -> None:
+    """SIGKILL ``victim`` just after its first renewal that follows a stalled check: that check
+    marked the job and the renewal unmarked it, so the next check only marks it again and the
+    one after returns it: recovery ≈ 2 × stalledInterval after the renewal."""
+    check_key, lock_key = run.key("stalled-check"), run.key(f"{job_id}:lock")
+    last_check = run.client.get(check_key)
+    deadline = time.monotonic() + 5 * run.stalled_ms / 1000
+    while run.client.get(check_key) == last_check:
+        assert time.monotonic() < deadline, "no stalled check ran"
+        time.sleep(0.002)
+    ttl = run.client.pttl(lock_key)
+    while (now := run.client.pttl(lock_key)) <= ttl:
+        assert now > 0 and time.monotonic() < deadline, "the lock was not renewed"
+        ttl = now
+        time.sleep(0.001)
+    run.fault("kill", victim)
+
+
+def test_short_lock_recovery_exceeds_lease_plus_interval_within_bullmqs_bound(valkey_server,
+                                                                              bullmq_runs):
+    """lockDuration < stalledInterval: a job can come back later than "lease + one reap
+    interval" — up to stalledInterval + max(lockDuration, stalledInterval) = 2 × stalledInterval
+    after the last renewal. Killed in the worst phase, it does, and stays within BullMQ's bound."""
+    run = BullMQRun(valkey_server, lease_ms=300, stalled_ms=1000, workers=2)
+    bullmq_runs.append(run)
+    run.enqueue(2, handler_ms=1500)
+    run.runner.record(**Phase("chaos").fields())
+    job_id, victim = run.holder()
+    _kill_in_the_worst_phase(run, job_id, victim)
+    drained = run.drain(timeout_s=8)
+    verdict, _, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    assert drained and verdict.passed, {name: result.examples for name, result
+                                        in verdict.invariants.items() if not result.ok}
+    figures = verdict.invariants["recovery_bound"].figures["bullmq"]
+    tolerance = verdict.config.tolerance_ms
+    assert figures["lease_plus_interval_ms"] == 1300 and figures["bullmq_bound_ms"] == 2000
+    assert figures["worst_renewal_to_reap_ms"] > 1300 + tolerance
+    assert figures["worst_renewal_to_reap_ms"] <= 2000 + tolerance
+    print("short lock (L=300, S=1000): renewal to reap", figures)
