@@ -51,7 +51,8 @@ class BullMQRun:
     """One short run by hand: recorder, runner events, N BullMQ workers, a producer."""
 
     def __init__(self, server: ValkeyServer, lease_ms: int, stalled_ms: int, workers: int = 3,
-                 concurrency: int = 2, broken: str = "", heartbeat_ms: int = 0) -> None:
+                 concurrency: int = 2, broken: str = "", heartbeat_ms: int = 0,
+                 max_stalls: int = 0) -> None:
         self.server = server
         self.lease_ms, self.stalled_ms = lease_ms, stalled_ms
         self.queue_name = f"q{next(_runs)}"
@@ -68,12 +69,13 @@ class BullMQRun:
         self.runner.record(**Run(
             scenario="bullmq-test", lease_ms=lease_ms, reap_interval_ms=stalled_ms,
             heartbeat_ms=heartbeat_ms or lease_ms // 2, workers=tuple(self.names),
-            concurrency=concurrency, protocol="bullmq", reapers=0, dialect="bullmq").fields())
+            concurrency=concurrency, protocol="bullmq", reapers=0, max_stalls=max_stalls or None,
+            dialect="bullmq").fields())
         self.runner.record(**Phase("warmup").fields())
         env = {**os.environ, "CHAOS_VALKEY_URL": self.node_url, "CHAOS_QUEUE": self.queue_name,
                "CHAOS_PREFIX": PREFIX, "CHAOS_LEASE_MS": str(lease_ms),
                "CHAOS_REAP_INTERVAL_MS": str(stalled_ms), "CHAOS_HEARTBEAT_MS": str(heartbeat_ms),
-               "CHAOS_CONCURRENCY": str(concurrency), "CHAOS_MAX_STALLS": "0",
+               "CHAOS_CONCURRENCY": str(concurrency), "CHAOS_MAX_STALLS": str(max_stalls),
                "CHAOS_BULLMQ_BREAK": broken}
         self.workers = {name: subprocess.Popen(
             ["node", str(sut_dir() / "worker.js")], env={**env, "CHAOS_NAME": name},
@@ -94,10 +96,10 @@ class BullMQRun:
     def key(self, suffix: str) -> str:
         return f"{PREFIX}:{self.queue_name}:{suffix}"
 
-    def enqueue(self, count: int, handler_ms: int, rate: float = 0.0) -> None:
+    def enqueue(self, count: int, handler_ms: int, rate: float = 0.0, kind: str = "") -> None:
         for _ in range(count):
             job_id = f"job-{len(self.enqueued) + 1:05d}"
-            assert self.producer.enqueue(job_id, _payload(handler_ms))
+            assert self.producer.enqueue(job_id, _payload(handler_ms), kind=kind)
             self.enqueued.append(job_id)
             if rate:
                 time.sleep(1 / rate)
@@ -328,3 +330,27 @@ def test_short_lock_recovery_exceeds_lease_plus_interval_within_bullmqs_bound(va
     assert figures["worst_renewal_to_reap_ms"] > 1300 + tolerance
     assert figures["worst_renewal_to_reap_ms"] <= 2000 + tolerance
     print("short lock (L=300, S=1000): renewal to reap", figures)
+
+
+def test_poison_job_is_dead_lettered_after_max_stalls_recoveries(valkey_server, bullmq_runs):
+    """A job whose handler kills its worker every time, maxStalledCount 1: recovered once, then
+    failed by the stalled check (BullMQ's deferred failure): dead-lettered, not lost; the
+    surviving worker completes everything else."""
+    run = BullMQRun(valkey_server, lease_ms=400, stalled_ms=200, max_stalls=1)
+    bullmq_runs.append(run)
+    run.runner.record(**Phase("chaos").fields())
+    run.enqueue(1, handler_ms=0, kind="poison")
+    run.enqueue(6, handler_ms=100)
+    drained = run.drain(timeout_s=6)
+    crashed = sum(process.poll() is not None for process in run.workers.values())
+    verdict, events, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    assert drained and verdict.passed, {name: result.examples for name, result
+                                        in verdict.invariants.items() if not result.ok}
+    (dead,) = _of(events, "dead")
+    assert dead.job_id == "job-00001" and dead.extra["stalls"] == "2"
+    assert len(_of(events, "reap", job_id="job-00001")) == 1
+    assert verdict.outcomes.dead_lettered == 1 and verdict.outcomes.completed == 6
+    assert verdict.dead_letter.poison == 1
+    assert crashed == 2  # the poison ran twice, on two workers
