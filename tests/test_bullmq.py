@@ -26,7 +26,14 @@ from chaos.history.dialects import make_dialect
 from chaos.history.events import Event, read_history
 from chaos.history.monitor import MonitorRecorder, RecorderHealth
 from chaos.history.schema import Fault, Heal, Phase, Run
-from chaos.load.bullmq import BullMQQueue, BullMQUnavailable, require_installed, sut_dir
+from chaos.load.bullmq import (
+    BullMQQueue,
+    BullMQUnavailable,
+    backlog,
+    jobs_added,
+    require_installed,
+    sut_dir,
+)
 from chaos.protocol.client import QueueClient, QueueKeys, redis_client
 from chaos.runtime.valkey import ValkeyServer
 
@@ -128,10 +135,9 @@ class BullMQRun:
     def drain(self, timeout_s: float) -> bool:
         self.runner.record(**Phase("drain").fields())
         deadline = time.monotonic() + timeout_s
+        assert jobs_added(self.client, PREFIX, self.queue_name) == len(self.enqueued)
         while time.monotonic() < deadline:
-            finished = (self.client.zcard(self.key("completed"))
-                        + self.client.zcard(self.key("failed")))
-            if finished >= len(self.enqueued) and not self.client.llen(self.key("active")):
+            if backlog(self.client, PREFIX, self.queue_name) == (0, 0):
                 return True
             time.sleep(0.05)
         return False

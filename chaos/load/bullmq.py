@@ -151,3 +151,31 @@ def locust_argv(echomq_argv: list[str]) -> list[str]:
     argv[index] = str(Path(argv[index]).with_name("bullmq.py"))
     return [arg for arg in argv if arg not in ("ProducerUser", "ConsumerUser")] + [
         "BullMQProducerUser"]
+
+
+def queue_key(prefix: str, queue: str, suffix: str) -> str:
+    """A BullMQ key: ``<prefix>:<queue>:<suffix>`` (a trailing ":" of the prefix dropped, as
+    ``sut/bullmq`` does)."""
+    return f"{prefix.rstrip(':') or 'bull'}:{queue}:{suffix}"
+
+
+def backlog(client: Any, prefix: str, queue: str) -> tuple[int, int]:
+    """(waiting, active) of a BullMQ queue: what the drain waits for (waiting counts the wait,
+    paused, prioritized and delayed jobs)."""
+    def key(suffix: str) -> str:
+        return queue_key(prefix, queue, suffix)
+
+    pipe = client.pipeline(transaction=False)
+    pipe.llen(key("wait"))
+    pipe.llen(key("paused"))
+    pipe.zcard(key("prioritized"))
+    pipe.zcard(key("delayed"))
+    pipe.llen(key("active"))
+    wait, paused, prioritized, delayed, active = pipe.execute()
+    return int(wait) + int(paused) + int(prioritized) + int(delayed), int(active)
+
+
+def jobs_added(client: Any, prefix: str, queue: str) -> int:
+    """How many adds the queue has seen: every add script INCRs ``<queue>:id``, custom ids
+    included (what a load source's 'first job is in' wait can watch)."""
+    return int(client.get(queue_key(prefix, queue, "id")) or 0)
