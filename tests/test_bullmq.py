@@ -27,6 +27,7 @@ from chaos.history.events import Event, read_history
 from chaos.history.monitor import MonitorRecorder, RecorderHealth
 from chaos.history.schema import Fault, Heal, Phase, Run
 from chaos.load.bullmq import (
+    BullMQFaultHistory,
     BullMQQueue,
     BullMQUnavailable,
     backlog,
@@ -112,11 +113,14 @@ class BullMQRun:
                 time.sleep(1 / rate)
 
     def holder(self, timeout_s: float = 5.0) -> tuple[str, str]:
-        """A (job, worker) pair: a job now active and the worker whose lock it holds."""
+        """The oldest active job with a live lock, and its holder (as the nemesis picks
+        ``holding_oldest_lease``)."""
+        faults = BullMQFaultHistory(self.runner, self.client, PREFIX, self.queue_name)
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
-            for job_id in self.client.lrange(self.key("active"), 0, -1):
-                name = self.client.hget(self.key(job_id), "pb")
+            holders = faults.lease_holders_oldest_first()
+            oldest = list(reversed(self.client.lrange(self.key("active"), 0, -1)))
+            for job_id, name in zip(oldest, holders, strict=False):
                 if name in self.workers and self.client.exists(self.key(f"{job_id}:lock")):
                     return job_id, name
             time.sleep(0.01)

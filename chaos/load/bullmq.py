@@ -179,3 +179,33 @@ def jobs_added(client: Any, prefix: str, queue: str) -> int:
     """How many adds the queue has seen: every add script INCRs ``<queue>:id``, custom ids
     included (what a load source's 'first job is in' wait can watch)."""
     return int(client.get(queue_key(prefix, queue, "id")) or 0)
+
+
+def holders_oldest_first(client: Any, prefix: str, queue: str, limit: int = 100) -> list[str]:
+    """Workers holding BullMQ's ``limit`` longest-held jobs, oldest first (repeats kept): the
+    active list grows at its head, so its tail is the oldest; a job's holder is its ``pb``
+    (processedBy, the worker's name)."""
+    oldest = list(reversed(client.lrange(queue_key(prefix, queue, "active"), -limit, -1)))
+    if not oldest:
+        return []
+    pipe = client.pipeline(transaction=False)
+    for job_id in oldest:
+        pipe.hget(queue_key(prefix, queue, str(job_id)), "pb")
+    return [str(holder) for holder in pipe.execute() if holder]
+
+
+class BullMQFaultHistory:
+    """What the nemesis needs (``chaos.faults.nemesis.HistoryWriter``) for a BullMQ queue: the
+    runner's events recorded as always (``record``: the echomq record script, which the bullmq
+    dialect decodes too), and the holders of BullMQ's oldest jobs for ``holding_oldest_lease``."""
+
+    def __init__(self, recorder: Any, client: Any, prefix: str, queue: str) -> None:
+        self.recorder = recorder  # a chaos.protocol.client.QueueClient
+        self.client, self.prefix, self.queue = client, prefix, queue
+
+    def record(self, **fields: object) -> int:
+        stamp: int = self.recorder.record(**fields)
+        return stamp
+
+    def lease_holders_oldest_first(self) -> list[str]:
+        return holders_oldest_first(self.client, self.prefix, self.queue)
