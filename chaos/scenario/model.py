@@ -387,7 +387,10 @@ class Scenario(Strict):
 
     @property
     def recovery_bound_ms(self) -> int:
-        return self.topology.lease_ms + self.topology.reap_interval_ms
+        lease, interval = self.topology.lease_ms, self.topology.reap_interval_ms
+        if self.history.dialect == "bullmq":  # BullMQ's own bound (docs/bullmq.md)
+            return interval + max(lease, interval)
+        return lease + interval
 
     @property
     def drain_timeout_ms(self) -> int:
