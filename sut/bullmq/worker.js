@@ -12,7 +12,8 @@
 //   CHAOS_MAX_STALLS        -> maxStalledCount (0 = unlimited; BullMQ's 0 means "fail on the
 //                              first stall", so unlimited is passed as a very large count)
 //   CHAOS_CONCURRENCY       -> concurrency
-//   CHAOS_BULLMQ_BREAK      a broken variant, for proving the checker can fail:
+//   CHAOS_BULLMQ_BREAK      (or the argument --break NAME) a broken variant, for proving the
+//                           checker can fail:
 //                             skip-stalled-check  every worker started with skipStalledCheck
 //                             unfenced-finish     moveToFinished's lock check skipped (the script
 //                                                 is patched in memory at start-up, never on disk)
@@ -85,7 +86,8 @@ function main() {
   const heartbeat = integer('CHAOS_HEARTBEAT_MS', 0, 0);
   const maxStalls = integer('CHAOS_MAX_STALLS', 0, 0);
   const concurrency = integer('CHAOS_CONCURRENCY', 1, 1);
-  const broken = setting('CHAOS_BULLMQ_BREAK', '');
+  const flag = process.argv.indexOf('--break');
+  const broken = flag >= 0 ? process.argv[flag + 1] || '' : setting('CHAOS_BULLMQ_BREAK', '');
   if (!BREAKS.includes(broken)) {
     fail(`CHAOS_BULLMQ_BREAK=${JSON.stringify(broken)}: expected one of ${BREAKS.join(', ')}`);
   }
