@@ -1,5 +1,5 @@
 """The checker's BullMQ bound (chaos.check.bullmq), on hand-written histories: a run event with
-``dialect = "bullmq"`` makes recovery_bound judge stalledInterval + max(lockDuration,
+``dialect = "bullmq"`` makes recovery_bound judge 2 x stalledInterval + max(lockDuration,
 stalledInterval) and reap_prompt its lag; every other history keeps lease + reap interval."""
 
 from __future__ import annotations
@@ -7,7 +7,12 @@ from __future__ import annotations
 import pytest
 from histories import History
 
-from chaos.check.bullmq import bound_comparison, bullmq_bound_ms, bullmq_reap_lag_ms
+from chaos.check.bullmq import (
+    bound_comparison,
+    bullmq_bound_ms,
+    bullmq_reap_lag_ms,
+    checks_on_time_bound_ms,
+)
 from chaos.check.checker import check
 from chaos.history.schema import Run
 
@@ -33,30 +38,32 @@ def _killed_holder(dialect: str, reap_after_renewal_ms: int) -> History:
 
 
 def test_formulas():
-    assert bullmq_bound_ms(1000, 500) == 1500  # L >= S: lease + one interval
-    assert bullmq_bound_ms(300, 1000) == 2000  # L < S: two intervals
-    assert bullmq_reap_lag_ms(1000, 500) == 500 and bullmq_reap_lag_ms(300, 1000) == 1700
-    assert bound_comparison(300, 1000, [1200, 1945]) == {
-        "recoveries": 2, "worst_renewal_to_reap_ms": 1945, "lease_plus_interval_ms": 1300,
-        "bullmq_bound_ms": 2000, "within_lease_plus_interval": False,
-        "within_bullmq_bound": True}
+    assert checks_on_time_bound_ms(1000, 500) == 1500  # L >= S: lease + one interval
+    assert checks_on_time_bound_ms(300, 1000) == 2000  # L < S: two intervals
+    assert bullmq_bound_ms(1000, 500) == 2000 and bullmq_bound_ms(300, 1000) == 3000
+    assert bullmq_reap_lag_ms(1000, 500) == 1000 and bullmq_reap_lag_ms(300, 1000) == 2700
+    assert bound_comparison(300, 1000, [1200, 2672]) == {
+        "recoveries": 2, "worst_renewal_to_reap_ms": 2672,
+        "lease_plus_interval_ms": 1300, "within_lease_plus_interval": False,
+        "checks_on_time_ms": 2000, "within_checks_on_time": False,
+        "bullmq_bound_ms": 3000, "within_bullmq_bound": True}
     assert bound_comparison(300, 1000, [])["within_bullmq_bound"] is None
 
 
 def test_a_recovery_past_lease_plus_interval_passes_only_under_bullmqs_bound():
-    """1945 ms after the renewal: past L + S + ε (1400) but within S + max(L, S) + ε (2100)."""
-    bullmq = check(_killed_holder("bullmq", 1945).events())
+    """2672 ms after the renewal: past L + S + ε (1400) but within 2S + max(L, S) + ε (3100)."""
+    bullmq = check(_killed_holder("bullmq", 2672).events())
     assert bullmq.passed, {n: r.examples for n, r in bullmq.invariants.items() if not r.ok}
-    assert bullmq.invariants["recovery_bound"].figures["bound_ms"] == 2100
+    assert bullmq.invariants["recovery_bound"].figures["bound_ms"] == 3100
     assert bullmq.invariants["recovery_bound"].figures["bullmq"]["within_lease_plus_interval"] \
         is False
-    echomq = check(_killed_holder("", 1945).events())
+    echomq = check(_killed_holder("", 2672).events())
     assert not echomq.invariants["recovery_bound"].ok
     assert not echomq.invariants["reap_prompt"].ok
     assert "bullmq" not in echomq.invariants["recovery_bound"].figures
 
 
-@pytest.mark.parametrize("late_ms", [2101, 2500])
+@pytest.mark.parametrize("late_ms", [3101, 3500])
 def test_a_recovery_past_bullmqs_bound_fails_it(late_ms):
     verdict = check(_killed_holder("bullmq", late_ms).events())
     broken = sorted(name for name, result in verdict.invariants.items() if not result.ok)
@@ -66,14 +73,14 @@ def test_a_recovery_past_bullmqs_bound_fails_it(late_ms):
 
 
 def test_a_long_lock_keeps_lease_plus_interval():
-    """lockDuration >= stalledInterval: BullMQ's bound is lease + one interval, as for echomq."""
-    h = History(1000, 500, TOLERANCE, run=False)
-    h.write(Run(scenario="hand-written", lease_ms=1000, reap_interval_ms=500,
+    """lockDuration >= 2 x stalledInterval: BullMQ's bound is lease + two intervals."""
+    h = History(2000, 500, TOLERANCE, run=False)
+    h.write(Run(scenario="hand-written", lease_ms=2000, reap_interval_ms=500,
                 tolerance_ms=TOLERANCE, dialect="bullmq"), 0)
     h.enqueue("a", ts=0)
     h.claim("a", attempt=1, worker="w1", ts=1)
     h.fault("kill", "w1", ts=10)
-    h.reap("a", attempt=1, ts=1602)  # 1601 after the claim: past 1000 + 500 + 100
+    h.reap("a", attempt=1, ts=3102)  # 3101 after the claim: past 2000 + 2 x 500 + 100
     verdict = check(h.events(), final=False)
-    assert verdict.invariants["recovery_bound"].figures["bound_ms"] == 1600
+    assert verdict.invariants["recovery_bound"].figures["bound_ms"] == 3100
     assert not verdict.invariants["recovery_bound"].ok

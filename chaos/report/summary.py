@@ -84,7 +84,7 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(
         f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
         f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {bound['bound_ms']} "
-        + (f"(BullMQ: stalledInterval {bound['reap_interval_ms']} + max(lockDuration "
+        + (f"(BullMQ: 2 x stalledInterval {bound['reap_interval_ms']} + max(lockDuration "
            f"{bound['lease_ms']}, stalledInterval) " if "bullmq" in bound else
            f"(lease {bound['lease_ms']} + reap {bound['reap_interval_ms']} ")
         + f"+ tolerance {bound['tolerance_ms']})"
@@ -94,8 +94,9 @@ def summary_text(report: dict[str, Any]) -> str:
         lines.append(
             f"  bullmq    renewal-to-reap ms max {_ms(both['worst_renewal_to_reap_ms'])} "
             f"(n={both['recoveries']}): lease + interval {both['lease_plus_interval_ms']} "
-            f"{_within(both['within_lease_plus_interval'])}, stalledInterval + max(lockDuration, "
-            f"stalledInterval) {both['bullmq_bound_ms']} {_within(both['within_bullmq_bound'])}")
+            f"{_within(both['within_lease_plus_interval'])}, S + max(L, S) "
+            f"{both['checks_on_time_ms']} {_within(both['within_checks_on_time'])}, "
+            f"2S + max(L, S) {both['bullmq_bound_ms']} {_within(both['within_bullmq_bound'])}")
     prompt = invariants.get("reap_prompt")
     if prompt is not None:  # every lease, faulted or not
         lines.append(

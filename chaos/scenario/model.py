@@ -389,7 +389,7 @@ class Scenario(Strict):
     def recovery_bound_ms(self) -> int:
         lease, interval = self.topology.lease_ms, self.topology.reap_interval_ms
         if self.history.dialect == "bullmq":  # BullMQ's own bound (docs/bullmq.md)
-            return interval + max(lease, interval)
+            return 2 * interval + max(lease, interval)
         return lease + interval
 
     @property
