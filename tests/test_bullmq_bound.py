@@ -84,3 +84,17 @@ def test_a_long_lock_keeps_lease_plus_interval():
     verdict = check(h.events(), final=False)
     assert verdict.invariants["recovery_bound"].figures["bound_ms"] == 3100
     assert not verdict.invariants["recovery_bound"].ok
+
+
+def test_the_summary_states_the_worst_case_against_every_formula():
+    from chaos.report.summary import build_report, summary_text
+
+    verdict = check(_killed_holder("bullmq", 2672).events())
+    text = summary_text(build_report("hand-written", "pass", verdict))
+    assert ("bound 3100 (BullMQ: 2 x stalledInterval 1000 + max(lockDuration 300, "
+            "stalledInterval) + tolerance 100)") in text
+    assert ("bullmq    renewal-to-reap ms max 2672 (n=1): lease + interval 1300 EXCEEDED, "
+            "S + max(L, S) 2000 EXCEEDED, 2S + max(L, S) 3000 held") in text
+    echomq = summary_text(build_report("hand-written", "fail",
+                                       check(_killed_holder("", 2672).events())))
+    assert "(lease 300 + reap 1000 + tolerance 100)" in echomq and "bullmq " not in echomq
