@@ -119,9 +119,10 @@ class BullMQRun:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             holders = faults.lease_holders_oldest_first()
-            oldest = list(reversed(self.client.lrange(self.key("active"), 0, -1)))
-            for job_id, name in zip(oldest, holders, strict=False):
-                if name in self.workers and self.client.exists(self.key(f"{job_id}:lock")):
+            for job_id in reversed(self.client.lrange(self.key("active"), 0, -1)):
+                name = self.client.hget(self.key(job_id), "pb")
+                if holders and name == holders[0] and name in self.workers \
+                        and self.client.exists(self.key(f"{job_id}:lock")):
                     return job_id, name
             time.sleep(0.01)
         raise AssertionError("no active job with a live lock")
