@@ -366,3 +366,33 @@ def test_poison_job_is_dead_lettered_after_max_stalls_recoveries(valkey_server, 
     assert verdict.outcomes.dead_lettered == 1 and verdict.outcomes.completed == 6
     assert verdict.dead_letter.poison == 1
     assert crashed == 2  # the poison ran twice, on two workers
+
+
+def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_server, tmp_path):
+    """``loadtests/bullmq.py``: Locust users adding jobs with a handler time in their data; every
+    add Locust counts is in the queue and in the acknowledgement ledger."""
+    import sys
+
+    queue = f"q{next(_runs)}"
+    env = {**os.environ, "ECHOMQ_VALKEY_PASSWORD": valkey_server.password}
+    done = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(sut_dir().parent.parent / "loadtests" /
+                                                   "bullmq.py"),
+         "--headless", "--host", valkey_server.url, "-u", "2", "-r", "2", "-t", "2s",
+         "--queue-prefix", PREFIX, "--queue-name", queue, "--producer-rate", "10",
+         "--work-min-ms", "20", "--work-max-ms", "40", "--ack-ledger-dir", str(tmp_path),
+         "--only-summary", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (stats,) = [entry for entry in json.loads(done.stdout) if entry["name"] == "enqueue"]
+    assert stats["num_requests"] > 0 and stats["num_failures"] == 0
+    acked = [json.loads(line) for path in tmp_path.glob("locust-*.jsonl")
+             for line in path.read_text().splitlines()]
+    assert len(acked) == stats["num_requests"]
+    client = redis_client(valkey_server.url, password=valkey_server.password,
+                          decode_responses=True)
+    try:
+        assert jobs_added(client, PREFIX, queue) >= len(acked)
+        data = json.loads(client.hget(f"{PREFIX}:{queue}:{acked[0]['id']}", "data") or "{}")
+        assert 20 <= data["handler_ms"] <= 40 and data["crash"] is False
+    finally:
+        client.close()
