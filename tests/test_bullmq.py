@@ -269,14 +269,15 @@ def test_broken_bullmq_unfenced_finish_is_caught_by_exclusive_lease(valkey_serve
     verdict, events, health = run.finish(drained)
 
     assert health.trustworthy, health.problems()
-    broken = sorted(name for name, result in verdict.invariants.items() if not result.ok)
-    assert broken == ["exclusive_lease"] and not verdict.passed
+    broken = {name: result.examples for name, result in verdict.invariants.items()
+              if not result.ok}
+    assert sorted(broken) == ["exclusive_lease"] and not verdict.passed, broken
     # The accepted stale completes: the woken holder's, for a job claimed again since.
     reclaimed = {event.job_id for event in _of(events, "claim", attempt=2)}
     stale = [event for event in _of(events, "complete", worker=victim, attempt=1)
              if event.job_id in reclaimed]
     assert stale and job_id in reclaimed
-    assert verdict.invariants["exclusive_lease"].violations == len(stale)
+    assert verdict.invariants["exclusive_lease"].violations == len(stale), broken
 
 
 def test_broken_bullmq_without_stalled_check_is_caught_by_recovery_bound(valkey_server,
