@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from chaos.check.bullmq import bullmq_bound_ms, bullmq_reap_lag_ms
 from chaos.history.events import Event
 from chaos.history.schema import Phase, Run
 from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
@@ -61,10 +62,20 @@ class CheckConfig:
     # sweep, judged on every lease (a lazy or backing-off reaper overshoots it).
     reap_allowance_ms: int = DEFAULT_ALLOWANCE_MS
     max_needless: int | None = None  # needless redeliveries tolerated; None: not judged
+    dialect: str = ""  # the queue that made the history (the run event's); "" is echomq
 
     @property
     def bound_ms(self) -> int:
+        if self.dialect == "bullmq":  # its stalled check's own bound (chaos.check.bullmq)
+            return bullmq_bound_ms(self.lease_ms, self.reap_interval_ms) + self.tolerance_ms
         return self.lease_ms + self.reap_interval_ms + self.tolerance_ms
+
+    @property
+    def reap_limit_ms(self) -> int:
+        """reap_prompt's limit: a lapsed lease is reaped this long after its deadline, at most."""
+        if self.dialect == "bullmq":
+            return bullmq_reap_lag_ms(self.lease_ms, self.reap_interval_ms) + self.reap_allowance_ms
+        return self.reap_interval_ms + self.reap_allowance_ms
 
     @classmethod
     def from_history(cls, events: Iterable[Event]) -> CheckConfig:
@@ -87,6 +98,7 @@ class CheckConfig:
             reap_allowance_ms=(DEFAULT_ALLOWANCE_MS if run.reap_allowance_ms is None
                                else run.reap_allowance_ms),
             max_needless=run.max_needless,
+            dialect=run.dialect,
         )
 
 

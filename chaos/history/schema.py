@@ -255,6 +255,7 @@ class Run:
     heartbeat: str = ""  # process | thread
     reap_allowance_ms: int | None = None  # the checker's reap_prompt allowance
     max_needless: int | None = None  # needless redeliveries the scenario tolerates (None: any)
+    dialect: str = ""  # whose queue made the history (``bullmq``: its own recovery bound)
     ts: int = 0
     seq: str = ""
 
@@ -267,7 +268,8 @@ class Run:
             ("protocol", self.protocol), ("reapers", self.reapers),
             ("report_only", ",".join(self.report_only)), ("wait_replicas", self.wait_replicas),
             ("max_stalls", self.max_stalls), ("heartbeat", self.heartbeat),
-            ("reap_allowance_ms", self.reap_allowance_ms), ("max_needless", self.max_needless)))
+            ("reap_allowance_ms", self.reap_allowance_ms), ("max_needless", self.max_needless),
+            ("dialect", self.dialect or None)))
 
     @classmethod
     def decode(cls, event: Event) -> Run:
@@ -278,7 +280,8 @@ class Run:
             _int(get("tolerance_ms")), _names(get("workers")), _int(get("concurrency")),
             get("protocol", ""), _int(get("reapers")), _names(get("report_only")),
             _int(get("wait_replicas")), _int(get("max_stalls")), get("heartbeat", ""),
-            _int(get("reap_allowance_ms")), _int(get("max_needless")), event.ts, event.seq)
+            _int(get("reap_allowance_ms")), _int(get("max_needless")), get("dialect", ""),
+            event.ts, event.seq)
 
 
 def _names(value: str | None) -> tuple[str, ...]:

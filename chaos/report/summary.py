@@ -84,16 +84,28 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(
         f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
         f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {bound['bound_ms']} "
-        f"(lease {bound['lease_ms']} + reap {bound['reap_interval_ms']} "
-        f"+ tolerance {bound['tolerance_ms']})"
+        + (f"(BullMQ: 2 x stalledInterval {bound['reap_interval_ms']} + max(lockDuration "
+           f"{bound['lease_ms']}, stalledInterval) " if "bullmq" in bound else
+           f"(lease {bound['lease_ms']} + reap {bound['reap_interval_ms']} ")
+        + f"+ tolerance {bound['tolerance_ms']})"
     )
+    if "bullmq" in bound:  # the measured worst case against both formulas (chaos.check.bullmq)
+        both = bound["bullmq"]
+        lines.append(
+            f"  bullmq    renewal-to-reap ms max {_ms(both['worst_renewal_to_reap_ms'])} "
+            f"(n={both['recoveries']}): lease + interval {both['lease_plus_interval_ms']} "
+            f"{_within(both['within_lease_plus_interval'])}, S + max(L, S) "
+            f"{both['checks_on_time_ms']} {_within(both['within_checks_on_time'])}, "
+            f"2S + max(L, S) {both['bullmq_bound_ms']} {_within(both['within_bullmq_bound'])}")
     prompt = invariants.get("reap_prompt")
     if prompt is not None:  # every lease, faulted or not
         lines.append(
             f"  prompt    reap-deadline ms min {_ms(prompt['min_ms'])} p50 {_ms(prompt['p50_ms'])} "
             f"p99 {_ms(prompt['p99_ms'])} max {_ms(prompt['max_ms'])} (n={prompt['count']})  "
-            f"limit {prompt['limit_ms']} (reap {prompt['reap_interval_ms']} + allowance "
-            f"{prompt['reap_allowance_ms']})"
+            f"limit {prompt['limit_ms']} ("
+            + ("BullMQ: the bound - lockDuration" if "bullmq" in bound
+               else f"reap {prompt['reap_interval_ms']}")
+            + f" + allowance {prompt['reap_allowance_ms']})"
         )
     for name in ("reclaim", "recomplete"):
         figures = report["recovery"][name]
@@ -194,3 +206,7 @@ def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdi
     except Exception as error:  # noqa: BLE001
         problems.append(f"report.html: {type(error).__name__}: {error}")
     return problems
+
+
+def _within(held: bool | None) -> str:
+    return "(no recovery)" if held is None else "held" if held else "EXCEEDED"

@@ -49,7 +49,7 @@ def describe_plan(scenario: Scenario) -> str:
         f"{phases.heal_ms} ms -> drain <= {scenario.drain_timeout_ms} ms",
         f"  bound     recovery <= {scenario.recovery_bound_ms} ms + tolerance "
         f"{scenario.check.tolerance_ms} ms from the last renewal; every reap <= "
-        f"{scenario.topology.reap_interval_ms} ms + allowance "
+        f"{scenario.recovery_bound_ms - scenario.topology.lease_ms} ms + allowance "
         f"{scenario.check.reap_allowance_ms} ms after its deadline",
         "  faults (ms from chaos start):" if scenario.faults else "  faults    none",
     ]

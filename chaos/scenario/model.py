@@ -179,7 +179,7 @@ class HistorySettings(Strict):
     stream), a recorder decoding Valkey's MONITOR feed, or both at once (judged, and compared)."""
 
     source: Literal["scripts", "monitor", "both"] = "scripts"
-    dialect: Literal["echomq"] = "echomq"  # how the monitor source decodes script calls
+    dialect: Literal["echomq", "bullmq"] = "echomq"  # how the monitor source decodes script calls
 
 
 class ValkeySettings(Strict):
@@ -433,7 +433,10 @@ class Scenario(Strict):
 
     @property
     def recovery_bound_ms(self) -> int:
-        return self.topology.lease_ms + self.topology.reap_interval_ms
+        lease, interval = self.topology.lease_ms, self.topology.reap_interval_ms
+        if self.history.dialect == "bullmq":  # BullMQ's own bound (docs/bullmq.md)
+            return 2 * interval + max(lease, interval)
+        return lease + interval
 
     @property
     def drain_timeout_ms(self) -> int:

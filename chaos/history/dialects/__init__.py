@@ -1,5 +1,6 @@
 """History dialects: how one queue's script executions, as MONITOR lists them, become the typed
-events of ``chaos.history.schema`` (docs/design.md §5). ``echomq``: the keys and scripts of §2.
+events of ``chaos.history.schema`` (docs/design.md §5). ``echomq``: the keys and scripts of §2;
+``bullmq``: real BullMQ workers (docs/bullmq.md).
 
 A dialect sees each script execution as a ``Call`` (the calling line and the commands the script
 ran) and never a reply: MONITOR shows commands only. What a reply would carry (the popped id,
@@ -39,7 +40,7 @@ class Dialect(Protocol):
     def decode(self, call: Call) -> Decoded: ...
 
 
-DIALECTS = ("echomq",)
+DIALECTS = ("echomq", "bullmq")
 
 
 def make_dialect(name: str, prefix: str, queue: str) -> Dialect:
@@ -47,4 +48,8 @@ def make_dialect(name: str, prefix: str, queue: str) -> Dialect:
         from chaos.history.dialects.echomq import EchoMQ
 
         return EchoMQ(prefix, queue)
+    if name == "bullmq":
+        from chaos.history.dialects.bullmq import BullMQ
+
+        return BullMQ(prefix, queue)
     raise ValueError(f"unknown history dialect {name!r}; expected one of {', '.join(DIALECTS)}")

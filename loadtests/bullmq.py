@@ -1,0 +1,102 @@
+"""Locustfile: producer users that add jobs to a real BullMQ queue (docs/bullmq.md).
+
+    ECHOMQ_VALKEY_PASSWORD=... locust -f loadtests/bullmq.py --host valkey://127.0.0.1:6379/0 \\
+        --queue-prefix bull --queue-name jobs --producer-rate 50 --work-min-ms 50 --work-max-ms 200
+
+Each job goes in through BullMQ's own ``Queue.add`` (``chaos.load.bullmq``: one ``producer.js``
+per Locust process, shared by its users) and carries the SUT contract's payload, its handler time
+drawn from ``--work-min-ms``..``--work-max-ms``. The queue options are ``loadtests/queue.py``'s
+(``python -m loadtests.queue --help``); consumers are the BullMQ workers under test, not users.
+Each acknowledged add fires Locust's ``events.request`` (type ``BULLMQ``, name ``enqueue``) and,
+with ``--ack-ledger-dir``, is written to the acknowledgement ledger.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import secrets
+import threading
+import time
+from urllib.parse import quote, urlsplit, urlunsplit
+
+from locust import User, task
+
+import loadtests.queue_users as queue_users  # registers the queue options; its users stay out
+from chaos.load.bullmq import BullMQQueue
+
+REQUEST_TYPE = "BULLMQ"
+_shared: BullMQQueue | None = None
+_shared_lock = threading.Lock()
+
+
+def node_url(host: str) -> str:
+    """``host`` as the redis:// URL Node's client takes, the password from the environment
+    added when the URL has none (it is handed to the child through its environment)."""
+    parts = urlsplit(host)
+    scheme = {"valkey": "redis", "valkeys": "rediss"}.get(parts.scheme, parts.scheme)
+    netloc = parts.netloc
+    password = os.environ.get(queue_users.PASSWORD_VARIABLE)
+    if password and "@" not in netloc:
+        netloc = f":{quote(password, safe='')}@{netloc}"
+    return urlunsplit((scheme, netloc, parts.path, parts.query, parts.fragment))
+
+
+def shared_queue(host: str, queue: str, prefix: str) -> BullMQQueue:
+    """This Locust process's one producer (users share it; its calls are serialised)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = BullMQQueue(node_url(host), queue, prefix, name=f"locust-{os.getpid()}")
+        return _shared
+
+
+class BullMQProducerUser(User):
+    """Adds ``--batch`` jobs per round trip at ``--producer-rate`` jobs/s."""
+
+    host = "valkey://127.0.0.1:6379/0"
+
+    def on_start(self) -> None:
+        options = self.environment.parsed_options
+        self.options = options
+        self.queue = shared_queue(str(self.host), options.queue_name, options.queue_prefix)
+        self.token = f"{os.getpid():x}{secrets.token_hex(4)}"
+        self.rng = random.Random(self.token)
+        self.pad = "x" * options.payload_bytes
+        self.sent = 0
+        self.started = time.monotonic()
+
+    def wait_time(self) -> float:
+        rate = self.options.producer_rate
+        if rate <= 0:
+            return 0.0
+        return max(0.0, self.started + self.sent / rate - time.monotonic())
+
+    def _payload(self) -> str:
+        handler_ms = round(self.rng.uniform(self.options.work_min_ms, self.options.work_max_ms))
+        return json.dumps({"handler_ms": handler_ms, "crash": False, "pad": self.pad})
+
+    @task
+    def enqueue(self) -> None:
+        jobs = [(f"B{self.token}-{self.sent + i:08d}", self._payload())
+                for i in range(self.options.batch)]
+        self.sent += len(jobs)
+        started = time.perf_counter()
+        try:
+            accepted = self.queue.enqueue_batch(jobs)
+            error: Exception | None = None
+        except Exception as failure:  # every failure is Locust's to count
+            accepted, error = [], failure
+        elapsed_ms = (time.perf_counter() - started) * 1000
+        for job_id in accepted:
+            queue_users.LEDGER.record("enqueue", job_id)
+        for index in range(len(jobs)):
+            self.environment.events.request.fire(
+                request_type=REQUEST_TYPE, name="enqueue", response_time=elapsed_ms,
+                response_length=len(jobs[index][1]), context={},
+                exception=None if index < len(accepted) else (
+                    error or RuntimeError("add refused")))
+
+
+__all__ = ["BullMQProducerUser"]

@@ -1,0 +1,399 @@
+"""Real BullMQ under test (docs/bullmq.md): a real valkey-server, three real BullMQ worker
+processes from ``sut/bullmq`` (npm ``bullmq``, installed with ``npm ci``), jobs added through
+BullMQ's own add script (``chaos.load.bullmq``), workers really SIGKILLed and SIGSTOPped, the
+history recorded from MONITOR with the ``bullmq`` dialect, and the pure checker's verdict on it.
+
+Without node or ``sut/bullmq/node_modules`` these tests skip, except under CI=true, where that is
+a failure (the set-up must have installed them)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import select
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from chaos.check.checker import Verdict, check
+from chaos.history.dialects import make_dialect
+from chaos.history.events import Event, read_history
+from chaos.history.monitor import MonitorRecorder, RecorderHealth
+from chaos.history.schema import Fault, Heal, Phase, Run
+from chaos.load.bullmq import (
+    BullMQFaultHistory,
+    BullMQQueue,
+    BullMQUnavailable,
+    backlog,
+    jobs_added,
+    require_installed,
+    sut_dir,
+)
+from chaos.protocol.client import QueueClient, QueueKeys, redis_client
+from chaos.runtime.valkey import ValkeyServer
+
+PREFIX = "bq"
+_runs = itertools.count(1)
+
+try:
+    require_installed()
+    MISSING = ""
+except BullMQUnavailable as problem:
+    MISSING = str(problem)
+if MISSING and os.environ.get("CI", "").lower() == "true":
+    raise RuntimeError(f"CI=true but BullMQ cannot run: {MISSING}")
+pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
+
+
+def _payload(handler_ms: int) -> str:
+    return json.dumps({"handler_ms": handler_ms, "crash": False, "pad": "x"})
+
+
+class BullMQRun:
+    """One short run by hand: recorder, runner events, N BullMQ workers, a producer."""
+
+    def __init__(self, server: ValkeyServer, lease_ms: int, stalled_ms: int, workers: int = 3,
+                 concurrency: int = 2, broken: str = "", heartbeat_ms: int = 0,
+                 max_stalls: int = 0) -> None:
+        self.server = server
+        self.lease_ms, self.stalled_ms = lease_ms, stalled_ms
+        self.queue_name = f"q{next(_runs)}"
+        self.path = Path(server.data_dir).parent / f"{self.queue_name}-history.jsonl"
+        host, port = "127.0.0.1", server.port
+        self.node_url = f"redis://:{server.password}@{host}:{port}/0" if server.password \
+            else f"redis://{host}:{port}/0"
+        self.client = redis_client(server.url, password=server.password, decode_responses=True)
+        self.runner = QueueClient(self.client, QueueKeys(PREFIX, self.queue_name))
+        self.recorder = MonitorRecorder(make_dialect("bullmq", PREFIX, self.queue_name),
+                                        self.path, host, port, server.password)
+        self.recorder.start()
+        self.names = [f"worker-{n}" for n in range(1, workers + 1)]
+        self.runner.record(**Run(
+            scenario="bullmq-test", lease_ms=lease_ms, reap_interval_ms=stalled_ms,
+            heartbeat_ms=heartbeat_ms or lease_ms // 2, workers=tuple(self.names),
+            concurrency=concurrency, protocol="bullmq", reapers=0, max_stalls=max_stalls or None,
+            dialect="bullmq").fields())
+        self.runner.record(**Phase("warmup").fields())
+        env = {**os.environ, "CHAOS_VALKEY_URL": self.node_url, "CHAOS_QUEUE": self.queue_name,
+               "CHAOS_PREFIX": PREFIX, "CHAOS_LEASE_MS": str(lease_ms),
+               "CHAOS_REAP_INTERVAL_MS": str(stalled_ms), "CHAOS_HEARTBEAT_MS": str(heartbeat_ms),
+               "CHAOS_CONCURRENCY": str(concurrency), "CHAOS_MAX_STALLS": str(max_stalls),
+               "CHAOS_BULLMQ_BREAK": broken}
+        self.workers = {name: subprocess.Popen(
+            ["node", str(sut_dir() / "worker.js")], env={**env, "CHAOS_NAME": name},
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            start_new_session=True) for name in self.names}
+        for name, process in self.workers.items():
+            self._wait_ready(name, process)
+        self.producer = BullMQQueue(self.node_url, self.queue_name, PREFIX)
+        self.enqueued: list[str] = []
+        self.faults = itertools.count(1)
+
+    def _wait_ready(self, name: str, process: subprocess.Popen[str]) -> None:
+        assert process.stdout is not None
+        ready, _, _ = select.select([process.stdout], [], [], 20)
+        line = process.stdout.readline() if ready else ""
+        assert "ready" in line, f"{name} did not start: {line!r} (exit {process.poll()})"
+
+    def key(self, suffix: str) -> str:
+        return f"{PREFIX}:{self.queue_name}:{suffix}"
+
+    def enqueue(self, count: int, handler_ms: int, rate: float = 0.0, kind: str = "") -> None:
+        for _ in range(count):
+            job_id = f"job-{len(self.enqueued) + 1:05d}"
+            assert self.producer.enqueue(job_id, _payload(handler_ms), kind=kind)
+            self.enqueued.append(job_id)
+            if rate:
+                time.sleep(1 / rate)
+
+    def holder(self, timeout_s: float = 5.0) -> tuple[str, str]:
+        """The oldest active job with a live lock, and its holder (as the nemesis picks
+        ``holding_oldest_lease``)."""
+        faults = BullMQFaultHistory(self.runner, self.client, PREFIX, self.queue_name)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            holders = faults.lease_holders_oldest_first()
+            for job_id in reversed(self.client.lrange(self.key("active"), 0, -1)):
+                name = self.client.hget(self.key(job_id), "pb")
+                if holders and name == holders[0] and name in self.workers \
+                        and self.client.exists(self.key(f"{job_id}:lock")):
+                    return job_id, name
+            time.sleep(0.01)
+        raise AssertionError("no active job with a live lock")
+
+    def fault(self, kind: str, name: str) -> str:
+        fault_id = f"f{next(self.faults)}"
+        os.kill(self.workers[name].pid, signal.SIGKILL if kind == "kill" else signal.SIGSTOP)
+        self.runner.record(**Fault(fault_id, kind, name).fields())
+        return fault_id
+
+    def resume(self, fault_id: str, name: str) -> None:
+        self.runner.record(**Heal(fault_id, "pause", name).fields())
+        os.kill(self.workers[name].pid, signal.SIGCONT)
+
+    def drain(self, timeout_s: float) -> bool:
+        self.runner.record(**Phase("drain").fields())
+        deadline = time.monotonic() + timeout_s
+        assert jobs_added(self.client, PREFIX, self.queue_name) == len(self.enqueued)
+        while time.monotonic() < deadline:
+            if backlog(self.client, PREFIX, self.queue_name) == (0, 0):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def finish(self, drained: bool) -> tuple[Verdict, list[Event], RecorderHealth]:
+        self.runner.record(**Phase("end", drained=drained).fields())
+        health = self.recorder.stop()
+        self.close()
+        events = read_history(self.path)
+        return check(events), events, health
+
+    def close(self) -> None:
+        self.producer.close()
+        for process in self.workers.values():
+            if process.poll() is None:
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+            if process.stdout is not None:
+                process.stdout.close()
+        self.client.close()
+
+
+@pytest.fixture
+def bullmq_runs(valkey_server: ValkeyServer) -> Iterator[list[BullMQRun]]:
+    """Every run a test starts is torn down, whatever the test did."""
+    runs: list[BullMQRun] = []
+    yield runs
+    for run in runs:
+        if any(process.poll() is None for process in run.workers.values()):
+            run.recorder.stop()
+            run.close()
+
+
+def _of(events: list[Event], kind: str, **fields: Any) -> list[Event]:
+    return [event for event in events if event.type == kind and all(
+        getattr(event, name, None) == value or event.extra.get(name) == value
+        for name, value in fields.items())]
+
+
+def test_kill_worker_mid_job_every_job_recovered_within_bullmqs_bound(valkey_server,
+                                                                       bullmq_runs):
+    run = BullMQRun(valkey_server, lease_ms=1000, stalled_ms=500)
+    bullmq_runs.append(run)
+    run.enqueue(12, handler_ms=600, rate=40)
+    run.runner.record(**Phase("chaos").fields())
+    job_id, victim = run.holder()
+    run.fault("kill", victim)
+    run.enqueue(12, handler_ms=300, rate=40)
+    drained = run.drain(timeout_s=run.lease_ms / 1000 + 2 * run.stalled_ms / 1000 + 5)
+    verdict, events, health = run.finish(drained)
+
+    assert health.trustworthy and not health.undecoded_calls, health.problems()
+    assert drained and verdict.passed, {name: result.examples for name, result
+                                        in verdict.invariants.items() if not result.ok}
+    assert verdict.jobs.enqueued == 24 and verdict.jobs.completed == 24
+    # The killed worker's job came back: reaped from the killed holder, claimed and completed
+    # by another worker with a higher attempt.
+    (reap,) = _of(events, "reap", job_id=job_id)
+    assert reap.worker == victim and reap.extra["stalls"] == "1"
+    (complete,) = _of(events, "complete", job_id=job_id)
+    assert complete.worker != victim and complete.attempt == 2
+    bound = verdict.invariants["recovery_bound"].figures
+    assert bound["stranded"] >= 1
+    assert bound["bullmq"]["within_bullmq_bound"] is True
+    assert bound["bound_ms"] == 2 * 500 + max(1000, 500) + verdict.config.tolerance_ms
+    # Every claim's holder is the connection that made the call (client name = worker name).
+    claims = _of(events, "claim")
+    assert claims and all(event.worker == event.extra.get("conn") for event in claims)
+
+
+def test_woken_holder_complete_is_refused_and_recorded(valkey_server, bullmq_runs):
+    """A SIGSTOPped worker woken after its lock lapsed and the job was re-run elsewhere: BullMQ
+    refuses its moveToFinished, the history records a complete_rejected, nothing completes
+    twice."""
+    run = BullMQRun(valkey_server, lease_ms=600, stalled_ms=300)
+    bullmq_runs.append(run)
+    run.runner.record(**Phase("chaos").fields())
+    run.enqueue(4, handler_ms=400)
+    job_id, victim = run.holder()
+    fault_id = run.fault("pause", victim)
+    _wait_reclaimed(run, job_id, victim)
+    run.resume(fault_id, victim)
+    run.enqueue(4, handler_ms=100)
+    drained = run.drain(timeout_s=6)
+    verdict, events, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    assert drained and verdict.passed, {name: result.examples for name, result
+                                        in verdict.invariants.items() if not result.ok}
+    rejected = _of(events, "complete_rejected", job_id=job_id)
+    # BullMQ refuses the completion ("Missing lock" / "Lock mismatch"), then the worker's
+    # attempt to fail the job instead, refused the same way.
+    assert [(event.worker, event.extra["target"]) for event in rejected] == [
+        (victim, "completed"), (victim, "failed")]
+    assert all(event.attempt == 1 and event.current_attempt == 2 for event in rejected)
+    assert len(_of(events, "complete", job_id=job_id)) == 1
+    assert verdict.jobs.double_completed == 0 and verdict.rejected.get("complete_rejected")
+
+
+def _wait_reclaimed(run: BullMQRun, job_id: str, holder: str, timeout_s: float = 6.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if run.client.hget(run.key(job_id), "pb") not in (holder, None) \
+                and run.client.exists(run.key(f"{job_id}:lock")):
+            return
+        time.sleep(0.005)
+    raise AssertionError(f"{job_id} was not claimed again within {timeout_s}s")
+
+
+def test_broken_bullmq_unfenced_finish_is_caught_by_exclusive_lease(valkey_server,
+                                                                    bullmq_runs):
+    """moveToFinished with its lock check patched out (in memory, at the worker's start-up):
+    the woken holder's stale complete is accepted while another worker holds the job, and only
+    exclusive_lease says so."""
+    run = BullMQRun(valkey_server, lease_ms=600, stalled_ms=300, broken="unfenced-finish")
+    bullmq_runs.append(run)
+    run.runner.record(**Phase("chaos").fields())
+    run.enqueue(4, handler_ms=900)
+    job_id, victim = run.holder()
+    fault_id = run.fault("pause", victim)
+    _wait_reclaimed(run, job_id, victim)
+    run.resume(fault_id, victim)  # its handler's time is up: it finishes at once, stale
+    drained = run.drain(timeout_s=6)
+    verdict, events, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    broken = {name: result.examples for name, result in verdict.invariants.items()
+              if not result.ok}
+    assert sorted(broken) == ["exclusive_lease"] and not verdict.passed, broken
+    # The accepted stale completes: the woken holder's, for a job claimed again since.
+    reclaimed = {event.job_id for event in _of(events, "claim", attempt=2)}
+    stale = [event for event in _of(events, "complete", worker=victim, attempt=1)
+             if event.job_id in reclaimed]
+    assert stale and job_id in reclaimed
+    assert verdict.invariants["exclusive_lease"].violations == len(stale), broken
+
+
+def test_broken_bullmq_without_stalled_check_is_caught_by_recovery_bound(valkey_server,
+                                                                         bullmq_runs):
+    """Every worker started with skipStalledCheck: a killed worker's jobs stay active for ever;
+    recovery_bound fails ("never recovered"), the drain does not finish."""
+    run = BullMQRun(valkey_server, lease_ms=400, stalled_ms=200, broken="skip-stalled-check")
+    bullmq_runs.append(run)
+    run.enqueue(6, handler_ms=500)
+    run.runner.record(**Phase("chaos").fields())
+    job_id, victim = run.holder()
+    run.fault("kill", victim)
+    drained = run.drain(timeout_s=2.5)
+    verdict, _, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    assert not drained and not verdict.passed
+    assert not verdict.invariants["recovery_bound"].ok
+    reasons = {example.get("reason") for example in verdict.invariants["recovery_bound"].examples}
+    assert reasons == {"never recovered"}
+    assert verdict.invariants["no_double_completion"].ok
+
+
+def _kill_in_the_worst_phase(run: BullMQRun, job_id: str, victim: str) -> None:
+    """SIGKILL ``victim`` just after its first renewal that follows a stalled check: that check
+    marked the job and the renewal unmarked it, so the next check only marks it again and the
+    one after returns it: recovery ≈ 2 × stalledInterval after the renewal."""
+    check_key, lock_key = run.key("stalled-check"), run.key(f"{job_id}:lock")
+    last_check = run.client.get(check_key)
+    deadline = time.monotonic() + 5 * run.stalled_ms / 1000
+    while run.client.get(check_key) == last_check:
+        assert time.monotonic() < deadline, "no stalled check ran"
+        time.sleep(0.002)
+    ttl = run.client.pttl(lock_key)
+    while (now := run.client.pttl(lock_key)) <= ttl:
+        assert now > 0 and time.monotonic() < deadline, "the lock was not renewed"
+        ttl = now
+        time.sleep(0.001)
+    run.fault("kill", victim)
+
+
+def test_short_lock_recovery_exceeds_lease_plus_interval_within_bullmqs_bound(valkey_server,
+                                                                              bullmq_runs):
+    """lockDuration < stalledInterval: a job can come back later than "lease + one reap
+    interval" — with the checks on time, up to stalledInterval + max(lockDuration,
+    stalledInterval) = 2 × stalledInterval after the last renewal. Killed in that phase, it
+    does."""
+    run = BullMQRun(valkey_server, lease_ms=300, stalled_ms=1000, workers=2)
+    bullmq_runs.append(run)
+    run.enqueue(2, handler_ms=1500)
+    run.runner.record(**Phase("chaos").fields())
+    job_id, victim = run.holder()
+    _kill_in_the_worst_phase(run, job_id, victim)
+    drained = run.drain(timeout_s=8)
+    verdict, _, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    assert drained and verdict.passed, {name: result.examples for name, result
+                                        in verdict.invariants.items() if not result.ok}
+    figures = verdict.invariants["recovery_bound"].figures["bullmq"]
+    tolerance = verdict.config.tolerance_ms
+    assert figures["lease_plus_interval_ms"] == 1300 and figures["checks_on_time_ms"] == 2000
+    assert figures["worst_renewal_to_reap_ms"] > 1300 + tolerance
+    assert figures["worst_renewal_to_reap_ms"] <= figures["bullmq_bound_ms"] + tolerance
+    print("short lock (L=300, S=1000): renewal to reap", figures)
+
+
+def test_poison_job_is_dead_lettered_after_max_stalls_recoveries(valkey_server, bullmq_runs):
+    """A job whose handler kills its worker every time, maxStalledCount 1: recovered once, then
+    failed by the stalled check (BullMQ's deferred failure): dead-lettered, not lost; the
+    surviving worker completes everything else."""
+    run = BullMQRun(valkey_server, lease_ms=400, stalled_ms=200, max_stalls=1)
+    bullmq_runs.append(run)
+    run.runner.record(**Phase("chaos").fields())
+    run.enqueue(1, handler_ms=0, kind="poison")
+    run.enqueue(6, handler_ms=100)
+    drained = run.drain(timeout_s=6)
+    crashed = sum(process.poll() is not None for process in run.workers.values())
+    verdict, events, health = run.finish(drained)
+
+    assert health.trustworthy, health.problems()
+    assert drained and verdict.passed, {name: result.examples for name, result
+                                        in verdict.invariants.items() if not result.ok}
+    (dead,) = _of(events, "dead")
+    assert dead.job_id == "job-00001" and dead.extra["stalls"] == "2"
+    assert len(_of(events, "reap", job_id="job-00001")) == 1
+    assert verdict.outcomes.dead_lettered == 1 and verdict.outcomes.completed == 6
+    assert verdict.dead_letter.poison == 1
+    assert crashed == 2  # the poison ran twice, on two workers
+
+
+def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_server, tmp_path):
+    """``loadtests/bullmq.py``: Locust users adding jobs with a handler time in their data; every
+    add Locust counts is in the queue and in the acknowledgement ledger."""
+    import sys
+
+    queue = f"q{next(_runs)}"
+    env = {**os.environ, "ECHOMQ_VALKEY_PASSWORD": valkey_server.password}
+    done = subprocess.run(
+        [sys.executable, "-m", "locust", "-f", str(sut_dir().parent.parent / "loadtests" /
+                                                   "bullmq.py"),
+         "--headless", "--host", valkey_server.url, "-u", "2", "-r", "2", "-t", "2s",
+         "--queue-prefix", PREFIX, "--queue-name", queue, "--producer-rate", "10",
+         "--work-min-ms", "20", "--work-max-ms", "40", "--ack-ledger-dir", str(tmp_path),
+         "--only-summary", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (stats,) = [entry for entry in json.loads(done.stdout) if entry["name"] == "enqueue"]
+    assert stats["num_requests"] > 0 and stats["num_failures"] == 0
+    acked = [json.loads(line) for path in tmp_path.glob("locust-*.jsonl")
+             for line in path.read_text().splitlines()]
+    assert len(acked) == stats["num_requests"]
+    client = redis_client(valkey_server.url, password=valkey_server.password,
+                          decode_responses=True)
+    try:
+        assert jobs_added(client, PREFIX, queue) >= len(acked)
+        data = json.loads(client.hget(f"{PREFIX}:{queue}:{acked[0]['id']}", "data") or "{}")
+        assert 20 <= data["handler_ms"] <= 40 and data["crash"] is False
+    finally:
+        client.close()
