@@ -25,6 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import chaos
+from chaos.load.sources import LocustLoad, Producer
+from chaos.load.sources import locust_argv as echomq_locust_argv
+from chaos.protocol.client import QueueClient
 
 POISON_KIND = "poison"
 
@@ -209,3 +212,61 @@ class BullMQFaultHistory:
 
     def lease_holders_oldest_first(self) -> list[str]:
         return holders_oldest_first(self.client, self.prefix, self.queue)
+
+
+# --- the runner's load sources for a BullMQ SUT -------------------------------------------------
+
+
+def admin_url(url: str, password: str | None) -> str:
+    """The run's server URL (``valkey://host:port/db``) as Node's client takes it, with the
+    password (handed to ``producer.js`` through its environment, never a command line)."""
+    from urllib.parse import quote
+
+    rest = url.split("://", 1)[1]
+    return f"redis://:{quote(password, safe='')}@{rest}" if password else f"redis://{rest}"
+
+
+class BullMQProducer(Producer):
+    """The built-in producer, adding through ``producer.js``: ``Producer`` only calls
+    ``queue.enqueue(job_id, payload, kind=...)``, which ``BullMQQueue`` has."""
+
+    def __init__(self, bullmq: BullMQQueue, *args: Any, **kwargs: Any) -> None:
+        from typing import cast
+
+        super().__init__(cast(QueueClient, bullmq), *args, **kwargs)
+        self.bullmq = bullmq
+
+    def stop(self) -> None:
+        super().stop()
+        self.bullmq.close()
+
+
+class BullMQLocustLoad(LocustLoad):
+    """Locust with ``loadtests/bullmq.py``'s producer users; ready once BullMQ counts an add."""
+
+    def start(self) -> None:
+        extra = ["--wait-replicas", str(self.runtime.scenario.wait_replicas),
+                 "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent)]
+        scenario = self.runtime.scenario
+        argv = locust_argv(echomq_locust_argv(
+            self.load, self.runtime.url, self.keys, self.lease_ms, self.protocol,
+            self.run_dir / self.prefix, extra, scenario.topology.handler, scenario.seed))
+        self.child = self.runtime.spawn(self.name, argv)
+        if self.ready is not None:
+            self.wait_until_enqueuing(self.ready)
+
+    def wait_until_enqueuing(self, queue: QueueClient, timeout: float = 60.0) -> None:
+        import time
+
+        from chaos.errors import InfraError
+
+        assert self.child is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.child.alive:
+                log = (self.run_dir / "logs" / f"{self.name}.log").read_text(errors="replace")
+                raise InfraError(f"locust exited during start-up; its log ends:\n{log[-2000:]}")
+            if jobs_added(queue.client, self.keys.prefix, self.keys.queue):
+                return
+            time.sleep(0.05)
+        raise InfraError(f"locust added nothing within {timeout:.0f}s (logs/{self.name}.log)")

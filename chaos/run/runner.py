@@ -28,6 +28,14 @@ from chaos.history import schema
 from chaos.history.dialects import make_dialect
 from chaos.history.events import HistoryExporter, read_history, stream_entries, write_records
 from chaos.history.monitor import HEALTH_FILE, MONITOR_HISTORY, MonitorRecorder
+from chaos.load.bullmq import (
+    BullMQFaultHistory,
+    BullMQLocustLoad,
+    BullMQProducer,
+    BullMQQueue,
+    admin_url,
+)
+from chaos.load.bullmq import backlog as bullmq_backlog
 from chaos.load.sources import (
     LOCUST_PREFIX,
     LoadSource,
@@ -180,6 +188,7 @@ class Run:
             max_stalls=topo.max_stalls or 0, heartbeat=topo.heartbeat,
             reap_allowance_ms=scenario.check.reap_allowance_ms,
             max_needless=scenario.check.max_needless,
+            dialect="" if scenario.history.source == "scripts" else scenario.history.dialect,
         ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path)
         self.exporter.start()
@@ -215,7 +224,11 @@ class Run:
         """A fresh nemesis for the scenario's fault schedule (its clock starts at 0); the
         run's teardown heals what it applied."""
         assert self.queue is not None
-        self.nemesis = Nemesis(self.scenario, self.runtime, self.queue)
+        history: Any = self.queue
+        if self.bullmq:  # holding_oldest_lease: BullMQ's oldest active jobs
+            history = BullMQFaultHistory(self.queue, self.queue.client, self.keys.prefix,
+                                         self.keys.queue)
+        self.nemesis = Nemesis(self.scenario, self.runtime, history)
         return self.nemesis
 
     def use_load(self, source: LoadSource) -> None:
@@ -227,8 +240,9 @@ class Run:
                     prefix: str = LOCUST_PREFIX) -> LocustLoad:
         """Locust driving ``load`` at this run's queue (``start`` returns once it enqueues)."""
         assert self.queue is not None
-        return LocustLoad(self.runtime, load, self.keys, self.scenario.topology.lease_ms,
-                          self.scenario.protocol, self.run_dir, name, prefix, ready=self.queue)
+        kind = BullMQLocustLoad if self.bullmq else LocustLoad
+        return kind(self.runtime, load, self.keys, self.scenario.topology.lease_ms,
+                    self.scenario.protocol, self.run_dir, name, prefix, ready=self.queue)
 
     def scenario_load(self) -> LoadSource:
         """The scenario's own load source: Locust, or the built-in producer."""
@@ -238,6 +252,12 @@ class Run:
                               f"consumer(s) at {load.rate:g} jobs/s, {load.processes} "
                               "process(es)")
             return self.locust_load(load)
+        if self.bullmq:  # BullMQ's own Queue.add, through sut/bullmq/producer.js
+            return BullMQProducer(
+                BullMQQueue(admin_url(self.runtime.url, self.runtime.password), self.keys.queue,
+                            self.keys.prefix),
+                load, AckLedger(self.runtime.ack_ledger_path("producer")),
+                payload_maker(self.scenario.topology.handler, load, self.scenario.seed))
         return Producer(QueueClient(self.runtime.client(retrying=False), self.keys,
                                     wait_replicas=self.scenario.wait_replicas),
                         load, AckLedger(self.runtime.ack_ledger_path("producer")),
@@ -291,7 +311,7 @@ class Run:
         if not force and now - self.last_sample < BACKLOG_SAMPLE_S:
             return
         self.last_sample = now
-        pending, active = self.queue.backlog()
+        pending, active = self._backlog()
         elapsed_ms = int((now - self.progress.started) * 1000)
         self.backlog.append({"t_ms": elapsed_ms, "phase": self.progress.phase,
                              "pending": pending, "active": active})
@@ -374,12 +394,24 @@ class Run:
         self._phase("drain")
         self.drain()
 
+    @property
+    def bullmq(self) -> bool:
+        """Real BullMQ under test (docs/bullmq.md): its own keys, its own add script."""
+        return self.scenario.sut.foreign and self.scenario.sut.dialect == "bullmq"
+
+    def _backlog(self) -> tuple[int, int]:
+        """(waiting, active) of the queue under test."""
+        assert self.queue is not None
+        if self.bullmq:
+            return bullmq_backlog(self.queue.client, self.keys.prefix, self.keys.queue)
+        return self.queue.backlog()
+
     def drain(self) -> None:
         assert self.queue is not None
         started = time.monotonic()
         deadline = started + self.scenario.drain_timeout_ms / 1000
         while time.monotonic() < deadline:
-            if self.queue.backlog() == (0, 0):
+            if self._backlog() == (0, 0):
                 self.drained = True
                 break
             self.status()

@@ -17,7 +17,7 @@ from chaos.scenario.fields import Strict
 
 # The dialects a foreign SUT may speak: how the MONITOR recorder decodes its script calls.
 # A new dialect is one more name here (and its decoder in chaos/history/dialects/).
-SutDialect = Literal["echomq"]
+SutDialect = Literal["echomq", "bullmq"]
 
 # Placeholders an argv element may hold; each process also gets them through the environment.
 PLACEHOLDERS = ("{name}", "{index}")
