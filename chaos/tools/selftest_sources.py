@@ -130,7 +130,7 @@ def agreement_rows(rows: Sequence[tuple[str, int, str, SourceAgreement]]
         lines.append((
             variant, str(seed), run, _verdict(found.scripts_failed),
             _verdict(found.monitor_failed),
-            "same" if found.events_agree else f"DIFFER (max ts diff {found.max_ts_diff_ms} ms)",
+            f"{'same' if found.events_agree else 'DIFFER'} (max ts diff {found.max_ts_diff_ms} ms)",
             "same" if not found.figure_differences else
             "DIFFER " + "; ".join(found.figure_differences[:2]),
             "yes" if found.agree else "NO"))
