@@ -25,6 +25,7 @@ from chaos.report.summary import build_report, summary_text, write_rendered_repo
 from chaos.run.offline import SavedRunError, recheck, write_missing_report
 from chaos.run.plan import describe_plan
 from chaos.run.runner import RunDirError, RunResult, default_run_dir, prepare_run_dir, run_scenario
+from chaos.run.sources import SOURCES
 from chaos.run.suite import suite_junit_runs, suite_table, worst_exit_code
 from chaos.runtime.pids import clean_processes
 from chaos.scenario.loading import ScenarioError, load_scenario
@@ -183,9 +184,10 @@ def cmd_selftest(args: argparse.Namespace) -> int:
     mutants = selftest.load_mutants(selftest.find_mutants(Path(args.scenarios)), args.only)
     out = _output_dir(args, "selftest")
     print(f"selftest: {len(mutants)} mutants x {args.repeat} seed(s), each also run with the "
-          f"sound protocol; run directories under {out}", file=sys.stderr)
+          f"sound protocol{'; history ' + args.history if args.history else ''}; run "
+          f"directories under {out}", file=sys.stderr)
     with InterruptsTearDown("selftest", out):
-        result = selftest.selftest(mutants, out, args.repeat)
+        result = selftest.selftest(mutants, out, args.repeat, history=args.history)
     summary = result.as_dict()
     write_json_atomic(out / "selftest.json", summary)
     if args.json:
@@ -397,6 +399,11 @@ def build_parser() -> argparse.ArgumentParser:
                               help="repeat with N seeds (the file's seed, +1, ...)")
     selftest_cmd.add_argument("--only", action="append", metavar="VARIANT",
                               help="only this variant (repeatable)")
+    selftest_cmd.add_argument(
+        "--history", choices=SOURCES, default=None,
+        help="record every run from this history source (default: each scenario's own, the "
+             "scripts): monitor judges on the MONITOR recorder alone; both records the two "
+             "and requires them to agree")
     selftest_cmd.add_argument("--scenarios", default=str(selftest.DEFAULT_MUTANTS),
                               help="directory of mutant scenarios (default scenarios/mutants)")
     selftest_cmd.add_argument("--out", help="directory for the runs (default runs/<time>-selftest)")

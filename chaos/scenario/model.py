@@ -315,9 +315,9 @@ class Scenario(Strict):
         if self.protocol != "sound":
             raise ValueError(f"protocol = {self.protocol!r}: the broken variants are the "
                              "reference worker's; a foreign SUT (sut.workers) runs its own code")
-        if self.runtime != "local":
-            raise ValueError(f"runtime = {self.runtime!r}: a foreign SUT (sut.workers) runs "
-                             "under runtime = 'local' only, for now")
+        if self.runtime == "docker" and self.sut.image is None:
+            raise ValueError("runtime = 'docker': a foreign SUT (sut.workers) runs in a "
+                             "container from sut.image; none is set")
         if self.valkey.replication != "none":
             raise ValueError(f"valkey.replication = {self.valkey.replication!r}: a foreign SUT "
                              "gets a plain redis:// URL, not Sentinel's")

@@ -41,7 +41,9 @@ class Sut(Strict):
     command of the user's."""
 
     workers: Argv | None = None  # argv template; "{name}" and "{index}" are filled in
-    image: str | None = None  # runtime = "docker": the workers' image (not supported yet)
+    # runtime = "docker": the image the workers' (and the user's reaper's) commands run in,
+    # from its own working directory (cwd is the host's); the local runtime ignores it.
+    image: str | None = None
     reaper: Literal["builtin", "none"] | Argv = "builtin"
     dialect: SutDialect = "echomq"
     # Where the commands run; relative to the scenario file when loaded from one.
@@ -51,9 +53,9 @@ class Sut(Strict):
 
     @model_validator(mode="after")
     def _consistent(self) -> Sut:
-        if self.image is not None:
-            raise ValueError(f"image = {self.image!r}: a foreign SUT as a Docker image is not "
-                             "supported yet; run it locally with workers = [argv...]")
+        if self.image is not None and self.workers is None:
+            raise ValueError(f"image = {self.image!r}: the image runs the SUT's commands; set "
+                             "workers = [argv...] (and reaper) too")
         for label, argv in (("workers", self.workers),
                             ("reaper", self.reaper if isinstance(self.reaper, list) else None)):
             for part in argv or []:

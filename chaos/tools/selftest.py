@@ -11,6 +11,10 @@ the N runs it was caught and the sound protocol passed, how long each catch took
 from the start of load, and from the first fault, to the first violation of an expected
 invariant) and the machine's load average while it ran: a gate is only a gate if it is green
 and red every time, on a busy machine too.
+
+``--history monitor`` judges every run on the MONITOR recorder's history alone; ``--history
+both`` records both sources in each run and also requires them to agree
+(``chaos.tools.selftest_sources``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ from chaos.history.schema import Fault, Phase
 from chaos.run.runner import RunResult, run_scenario
 from chaos.scenario.loading import ScenarioError, load_scenario
 from chaos.scenario.model import Scenario
+from chaos.tools.selftest_sources import (
+    SourceAgreement,
+    agreement_rows,
+    judge_sources,
+    with_history,
+)
 
 DEFAULT_MUTANTS = Path("scenarios/mutants")
 
@@ -43,6 +53,7 @@ class RunOutcome:
     run_dir: str
     error: str | None = None
     load_avg: float | None = None  # the machine's 1-minute load average when the run ended
+    sources: SourceAgreement | None = None  # --history both: the two histories compared
 
 
 @dataclass
@@ -58,20 +69,32 @@ class SelftestRow:
 
     @property
     def caught(self) -> bool:
-        return self.mutant.verdict == "fail" and set(self.expected) <= set(self.mutant.failed)
+        # With both sources, the monitor history must catch it too.
+        on_monitor = self.mutant.sources is None or \
+            set(self.expected) <= set(self.mutant.sources.monitor_failed)
+        return self.mutant.verdict == "fail" and set(self.expected) <= set(self.mutant.failed) \
+            and on_monitor
+
+    @property
+    def sources_agree(self) -> bool:
+        """True unless both sources were recorded and disagree in a run of the pair."""
+        return all(outcome.sources is None or outcome.sources.agree
+                   for outcome in (self.mutant, self.sound))
 
     @property
     def false_positive(self) -> bool:
         return self.sound.verdict == "fail"
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "caught": self.caught, "false_positive": self.false_positive}
+        return {**asdict(self), "caught": self.caught, "false_positive": self.false_positive,
+                "sources_agree": self.sources_agree}
 
 
 @dataclass
 class SelftestResult:
     rows: list[SelftestRow] = field(default_factory=list)
     aborted: bool = False
+    history: str | None = None  # --history: the source every run was recorded from
 
     @property
     def infra_errors(self) -> int:
@@ -81,7 +104,8 @@ class SelftestResult:
     @property
     def passed(self) -> bool:
         return bool(self.rows) and not self.aborted and all(
-            row.caught and row.sound.verdict == "pass" for row in self.rows)
+            row.caught and row.sound.verdict == "pass" and row.sources_agree
+            for row in self.rows)
 
     @property
     def exit_code(self) -> int:
@@ -97,6 +121,7 @@ class SelftestResult:
                         - {row.variant for row in self.rows if not row.caught})
         return {
             "schema": 1,
+            "history": self.history,
             "passed": self.passed,
             "variants": len(variants),
             "variants_caught": len(caught),
@@ -104,6 +129,7 @@ class SelftestResult:
             "false_positives": sum(row.false_positive for row in self.rows),
             "infra_errors": self.infra_errors,
             "aborted": self.aborted,
+            "sources_disagree": sum(not row.sources_agree for row in self.rows),
             "by_variant": [asdict(summary) for summary in summarize(self.rows)],
             "rows": [row.as_dict() for row in self.rows],
         }
@@ -273,16 +299,17 @@ def _run_one(scenario: Scenario, run_dir: Path) -> RunResult:
 
 
 def selftest(mutants: list[Scenario], out: Path, repeat: int = 1,
-             progress: TextIO = sys.stderr) -> SelftestResult:
-    result = SelftestResult()
+             progress: TextIO = sys.stderr, history: str | None = None) -> SelftestResult:
+    """``history``: record every run from that source (None: each scenario's own)."""
+    result = SelftestResult(history=history)
     total = len(mutants) * repeat * 2
     done = 0
     for round_index in range(repeat):
         for mutant in mutants:
             seed = mutant.seed + round_index
-            mutant_run = mutant.model_copy(update={"seed": seed})
-            sound_run = mutant.model_copy(update={"seed": seed, "protocol": "sound",
-                                                  "expect_fail": []})
+            mutant_run = with_history(mutant.model_copy(update={"seed": seed}), history)
+            sound_run = with_history(mutant.model_copy(update={
+                "seed": seed, "protocol": "sound", "expect_fail": []}), history)
             outcomes: dict[str, tuple[RunResult, Path]] = {}
             for label, scenario in (("mutant", mutant_run), ("sound", sound_run)):
                 done += 1
@@ -302,6 +329,9 @@ def selftest(mutants: list[Scenario], out: Path, repeat: int = 1,
             row = SelftestRow(mutant.protocol, mutant.name, seed, list(mutant.expect_fail),
                               _outcome(mutant.protocol, mutant_result),
                               _outcome("sound", sound_result))
+            if history == "both":
+                row.mutant.sources = judge_sources(mutant_dir)
+                row.sound.sources = judge_sources(outcomes["sound"][1])
             row.time_to_catch_ms, row.fault_to_catch_ms = _times_to_catch(
                 row, mutant_dir, mutant_result)
             result.rows.append(row)
@@ -332,15 +362,26 @@ def table(result: SelftestResult) -> str:
         lines.append((row.variant, str(row.seed), ",".join(row.expected), caught, to_catch,
                       sound))
     rendered = _columns(header, lines)
+    compared = [(row.variant, row.seed, label, outcome.sources) for row in result.rows
+                for label, outcome in (("mutant", row.mutant), ("sound", row.sound))
+                if outcome.sources is not None]
+    if compared:
+        rendered += ["", "Both sources (scripts and monitor) of each run:",
+                     *_columns(*agreement_rows(compared))]
     summaries = summarize(result.rows)
     if any(summary.runs > 1 for summary in summaries):
         rendered += ["", *summary_table(summaries)]
     summary = result.as_dict()
+    disagree = (f", {summary['sources_disagree']} pairs whose sources disagree"
+                if compared else "")
     rendered.append("")
     rendered.append(
         f"{summary['variants_caught']}/{summary['variants']} variants caught, "
         f"{summary['false_positives']} false positives, {summary['infra_errors']} infra errors "
-        f"in {summary['runs']} runs: {'PASS' if result.passed else 'FAIL'}")
+        f"in {summary['runs']} runs"
+        f"{', history ' + result.history if result.history else ''}"
+        f"{disagree}"
+        f": {'PASS' if result.passed else 'FAIL'}")
     return "\n".join(rendered)
 
 
