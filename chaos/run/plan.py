@@ -28,8 +28,10 @@ def describe_plan(scenario: Scenario) -> str:
          + (f"in a {topo.heartbeat}" if topo.effective_heartbeat_ms else "off")
          if not scenario.sut.foreign else
          f"  sut       workers {' '.join(scenario.sut.workers or [])}, reaper "
-         f"{' '.join(scenario.sut.own_reaper or [str(scenario.sut.reaper)])} (in "
-         f"{scenario.sut.cwd}), history {scenario.history.source}")
+         f"{' '.join(scenario.sut.own_reaper or [str(scenario.sut.reaper)])} ("
+         + (f"image {scenario.sut.image}" if scenario.runtime == "docker" and scenario.sut.image
+            else f"in {scenario.sut.cwd}")
+         + f"), history {scenario.history.source}")
         + (f", stall limit {topo.max_stalls}" if topo.max_stalls else "")
         + (", crashed workers restarted" if topo.restart_crashed else ""),
         f"  handler   {handler.distribution} "
