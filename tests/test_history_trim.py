@@ -61,6 +61,7 @@ def test_the_exporter_trims_what_it_wrote_and_the_store_kept_everything(server, 
     assert exporter.trimmed >= 300 and not exporter.trim_stopped
     assert client.xlen(STREAM) == len(written) - exporter.trimmed < 40 + 30
     assert sample["stream_length"] == client.xlen(STREAM) and sample["used_memory"] > 0
+    assert 0 < sample["stream_bytes"] < sample["used_memory"]
     assert sample["runner_rss"] > 0
     assert json.loads((tmp_path / "memory.jsonl").read_text().splitlines()[-1]) == sample
     # the trimmed prefix counts as kept: no surviving history is written

@@ -274,7 +274,8 @@ class HistoryExporter:
     Valkey's memory stays flat however long the run; it stops trimming for good the first time
     that entry is gone (a store rollback: ``trim_stopped`` says so), keeping the evidence.
     ``memory_path``: every ``MEMORY_SAMPLE_S`` a line there with Valkey's used_memory, the
-    stream's length and this process's RSS (the runner's, the exporter's thread included)."""
+    stream's length and memory (the evidence's share of used_memory) and this process's RSS
+    (the runner's, the exporter's thread included)."""
 
     def __init__(self, client: redis.Redis, stream: str, path: Path, batch: int = 2000,
                  trim: bool = True, memory_path: Path | None = None) -> None:
@@ -337,6 +338,7 @@ class HistoryExporter:
         info = self.client.info("memory")
         sample = {"unix_ms": int(time.time() * 1000), "used_memory": info.get("used_memory"),
                   "stream_length": int(self.client.xlen(self.stream)),
+                  "stream_bytes": int(self.client.memory_usage(self.stream) or 0),
                   "exported": self.exported, "trimmed": self.trimmed,
                   "runner_rss": process_rss_bytes(),
                   **({"trim_stopped": self.trim_stopped} if self.trim_stopped else {})}
