@@ -14,7 +14,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import IO, Annotated, Any, TypeVar
+from typing import IO, Any, TypeVar
 
 import msgspec
 import orjson
@@ -32,8 +32,8 @@ _KNOWN_FIELDS = frozenset(("seq", "type", "id", "worker", *_INT_FIELDS))
 # it is cheaper to build than a dataclass (gc=False: it holds only strings, ints and a dict of
 # strings, never a cycle). Not frozen; nothing mutates an event once built.
 class Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    seq: Annotated[str, msgspec.Meta(pattern=r"^[0-9]+(-[0-9]*)?$")]  # the stream id: the
-    type: str  # total order of the history
+    seq: str  # the stream id: the total order of the history (``_bad_seq`` vets it)
+    type: str
     ts: int = 0  # server clock, ms
     job_id: str | None = msgspec.field(default=None, name="id")
     attempt: int | None = None
@@ -106,6 +106,9 @@ def iter_history(path: str | Path) -> Iterator[Event]:
                 event = slow
             seq = event.seq
             dash = seq.find("-")
+            # the stream id vetted by two C calls (a regex per event costs five times more)
+            if dash == 0 or not (seq.isascii() and seq.replace("-", "", 1).isdecimal()):
+                raise _bad_seq(path, number, seq)
             # Same length, dash at the same place: string order is numeric order (the usual
             # case, far cheaper than parsing); otherwise compare the parsed ids.
             if not (len(seq) == last_length and dash == last_dash and seq >= last_seq) \
@@ -124,6 +127,9 @@ def read_history(path: str | Path) -> list[Event]:
     for number, line in enumerate(lines, start=1):
         try:
             event = _decode_line(line)
+            seq = event.seq
+            if seq.find("-") == 0 or not (seq.isascii() and seq.replace("-", "", 1).isdecimal()):
+                raise _bad_seq(path, number, seq)
             if event.worker == "":
                 event.worker = None
         except _REFUSED:
@@ -155,6 +161,10 @@ def _slow_event(line: bytes, path: str | Path, number: int) -> Event | None:
             return None
         raise _unreadable(path, number, line) from None
     return _event(record, line, path, number)
+
+
+def _bad_seq(path: str | Path, number: int, seq: str) -> ValueError:
+    return ValueError(f"{path}:{number}: seq = {seq!r}: expected a stream id like 1-0")
 
 
 def _unreadable(path: str | Path, number: int, line: bytes) -> ValueError:
