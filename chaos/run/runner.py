@@ -175,7 +175,9 @@ class Run:
             max_needless=scenario.check.max_needless,
         ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path,
-                                        trim=self.trim_history,
+                                        # a MONITOR recorder would see the trim script as a
+                                        # call on the queue's keys it cannot decode
+                                        trim=self.trim_history and self.recorder is None,
                                         memory_path=self.run_dir / MEMORY_SAMPLES)
         self.exporter.start()
         reapers = self.runtime.start_reapers()
