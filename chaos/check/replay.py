@@ -16,14 +16,17 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from chaos.check.verdict import EXAMPLES, Offences, Redeliveries, StrandedLease
 from chaos.history.events import Event
 from chaos.history.schema import Enqueue, Fault, Heal, Phase, Run
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
 
-@dataclass(slots=True)
-class Lease:
+# A msgspec Struct: built in C (a claim builds one per event, millions in a long run), and
+# gc=False: it holds only ints and strings.
+class Lease(msgspec.Struct, gc=False):
     attempt: int
     worker: str
     deadline: int
@@ -108,7 +111,6 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     leases = facts.leases
     lapsed_leases, granted, granted_examples = facts.lapsed, facts.granted, facts.granted_examples
     highest_claim: dict[str, int] = {}  # job -> the highest attempt any claim of it carried
-    held_by: dict[str, set[str]] = {}  # worker -> job ids it holds a live lease on
     lapsed: dict[tuple[str, int], tuple[str, int, bool]] = {}  # (job, attempt) -> (worker,
     # claimed_ts, needless): leases reaped from under a holder that may still complete late
     stranded: list[StrandedLease] = []
@@ -123,11 +125,6 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     run_lease_ms = -1  # no length is -1 (nor None) until the run event says
     run_length_grants = 0
     event_count = 0
-
-    def release(job_id: str) -> None:
-        lease = leases.pop(job_id, None)
-        if lease is not None:
-            held_by.get(lease.worker, set()).discard(job_id)
 
     def ended_late(event: Event) -> None:
         """The complete (rejected, or accepted by a broken protocol) of a lease reaped earlier:
@@ -184,7 +181,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                                  "worker": event.worker, "seq": event.seq,
                                  "live_attempt": previous.attempt,
                                  "live_worker": previous.worker}, ts)
-                release(job_id)
+                del leases[job_id]
             attempt = event.attempt or 0
             worker = event.worker or UNKNOWN_WORKER
             highest = highest_claim.get(job_id)  # one lookup: this is the hot path
@@ -200,11 +197,6 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 run_length_grants += 1
             else:
                 odd_grant(event, deadline - ts)
-            holding = held_by.get(worker)
-            if holding is None:
-                held_by[worker] = {job_id}
-            else:
-                holding.add(job_id)
             if job_id in awaiting_reclaim:
                 for item in awaiting_reclaim.pop(job_id):
                     item.reclaim_ts = ts
@@ -254,7 +246,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     if lease.worker == event.worker:
                         ran = ts - lease.claimed_ts
                         ran_ms[ran] = ran_ms.get(ran, 0) + 1
-                    release(job_id)
+                    del leases[job_id]
                 elif lapsed:
                     ended_late(event)
                 if job_id in awaiting_recomplete:
@@ -299,7 +291,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 reap_times.setdefault(job_id, []).append(ts)
             else:
                 dead[job_id] = (len(reap_times.get(job_id, [])), ts)
-            release(job_id)
+            leases.pop(job_id, None)
             for item in open_stranded.pop(job_id, []):
                 if item.attempt == event.attempt:
                     item.reap_ts = ts
@@ -311,7 +303,9 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             if fault.is_store:  # figures only, it strands no lease
                 facts.store_faults.append(fault)
             window = windows.opened(fault)
-            held_now = held_by.get(window.worker, set())
+            # the jobs its worker holds: live leases are few (those in flight), so a scan at
+            # each fault is cheaper than keeping an index up to date at every claim
+            held_now = [held for held, lease in leases.items() if lease.worker == window.worker]
             if not fault.cuts_off:  # its holder can still renew: slowed, not stranded
                 facts.slowed += len(held_now)
                 continue

@@ -7,14 +7,16 @@ flushed per batch), so a crashed run still leaves a checkable history. The check
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
+import msgspec
 import orjson
 import redis
 
@@ -26,20 +28,20 @@ _INT_FIELDS = ("ts", "attempt", "deadline", "lease_ms", "current_attempt")
 _KNOWN_FIELDS = frozenset(("seq", "type", "id", "worker", *_INT_FIELDS))
 
 
-# Not frozen: a frozen dataclass's __init__ costs about three times as much per event, and an
-# offline check of a big run builds millions of them. Nothing mutates an event once built.
-@dataclass(slots=True)
-class Event:
-    seq: str  # the stream id: the total order of the history
+# A msgspec Struct: the history's lines decode straight into it, in C (``_decode_line``), and
+# it is cheaper to build than a dataclass (gc=False: it holds only strings, ints and a dict of
+# strings, never a cycle). Not frozen; nothing mutates an event once built.
+class Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
+    seq: str  # the stream id: the total order of the history (``_bad_seq`` vets it)
     type: str
-    ts: int  # server clock, ms
-    job_id: str | None = None
+    ts: int = 0  # server clock, ms
+    job_id: str | None = msgspec.field(default=None, name="id")
     attempt: int | None = None
     worker: str | None = None
     deadline: int | None = None
     lease_ms: int | None = None
     current_attempt: int | None = None
-    extra: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, str] = {}
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Event:
@@ -88,20 +90,25 @@ def iter_history(path: str | Path) -> Iterator[Event]:
     ``HistoryOrderError`` on the first line whose stream id is older than the line before:
     ``replay_history`` then falls back to loading and sorting the whole file."""
     last_seq, last_length, last_dash = "0-0", 3, 1
-    loads, event_of = _loads, _event  # locals: this loop runs once per event
+    decode, refused = _decode_line, _REFUSED  # locals: this loop runs once per event
     with open(path, "rb") as handle:
         for number, line in enumerate(handle, start=1):
-            if line[0] != 0x7B and not line.strip():  # not "{": maybe a blank line
-                continue
             try:
-                record = loads(line)
-            except ValueError:
-                if not line.endswith(b"\n"):  # only the last line can lack its newline
+                event = decode(line)
+                if event.worker == "":
+                    event.worker = None  # "" reads as no worker
+            except refused:
+                if not line.strip():
+                    continue
+                slow = _slow_event(line, path, number)
+                if slow is None:  # a torn last line
                     break
-                raise _unreadable(path, number, line) from None
-            event = event_of(record, line, path, number)
+                event = slow
             seq = event.seq
             dash = seq.find("-")
+            # the stream id vetted by two C calls (a regex per event costs five times more)
+            if dash == 0 or not (seq.isascii() and seq.replace("-", "", 1).isdecimal()):
+                raise _bad_seq(path, number, seq)
             # Same length, dash at the same place: string order is numeric order (the usual
             # case, far cheaper than parsing); otherwise compare the parsed ids.
             if not (len(seq) == last_length and dash == last_dash and seq >= last_seq) \
@@ -118,17 +125,46 @@ def read_history(path: str | Path) -> list[Event]:
     with open(path, "rb") as handle:
         lines = handle.readlines()
     for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
         try:
-            record = _loads(line)
-        except ValueError:
-            if number == len(lines) and not line.endswith(b"\n"):
+            event = _decode_line(line)
+            seq = event.seq
+            if seq.find("-") == 0 or not (seq.isascii() and seq.replace("-", "", 1).isdecimal()):
+                raise _bad_seq(path, number, seq)
+            if event.worker == "":
+                event.worker = None
+        except _REFUSED:
+            if not line.strip():
+                continue
+            slow = _slow_event(line, path, number)
+            if slow is None:
                 break
-            raise _unreadable(path, number, line) from None
-        events.append(_event(record, line, path, number))
+            event = slow
+        events.append(event)
     events.sort(key=lambda event: seq_key(event.seq))
     return events
+
+
+# Lines of the exporter's usual shape (known fields only, numbers as digit strings) decode in C;
+# any other line (extra fields, "" for an absent number, bad input) raises
+# _REFUSED and takes ``_slow_event``, which also words the errors.
+_decode_line = msgspec.json.Decoder(Event, strict=False).decode
+_REFUSED = msgspec.DecodeError  # ValidationError is one too
+
+
+def _slow_event(line: bytes, path: str | Path, number: int) -> Event | None:
+    """One line the fast decoder refused, as an Event; None for a torn last line (a crash
+    mid-write: it lacks its newline); a ValueError naming the line otherwise."""
+    try:
+        record = _loads(line)
+    except ValueError:
+        if not line.endswith(b"\n"):
+            return None
+        raise _unreadable(path, number, line) from None
+    return _event(record, line, path, number)
+
+
+def _bad_seq(path: str | Path, number: int, seq: str) -> ValueError:
+    return ValueError(f"{path}:{number}: seq = {seq!r}: expected a stream id like 1-0")
 
 
 def _unreadable(path: str | Path, number: int, line: bytes) -> ValueError:
@@ -206,18 +242,67 @@ def write_records(handle: IO[str], entries: Iterable[tuple[str, dict[str, str]]]
 
 
 EXPORT_POLL_S = 0.1  # the exporter's wait after a short batch (it has caught up)
+# The exporter trims what it has exported every TRIM_INTERVAL_S, or sooner once TRIM_EVERY
+# events piled up, but never fewer than TRIM_MIN at once (the stream of a run's first moments,
+# which tools watch with XLEN, stays whole).
+TRIM_INTERVAL_S, TRIM_EVERY, TRIM_MIN = 1.0, 10_000, 200
+MEMORY_SAMPLE_S = 10.0  # how often the exporter samples memory into MEMORY_SAMPLES
+MEMORY_SAMPLES = "memory.jsonl"  # in the run directory
+
+# Trim the stream up to (not including) the last exported entry, but only while the stream
+# still holds exactly what was exported up to it (ARGV[2] entries before it: the last trim's
+# kept entry and those exported since). Otherwise the store rolled back (a restart from an
+# older snapshot, a failover to a replica that had not seen them), and what the stream holds is
+# the evidence of that rollback (the surviving history): it must not be trimmed. -1: not trimmed.
+_TRIM_SCRIPT = """
+local expected = tonumber(ARGV[2])
+if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return -1 end
+if #redis.call('XRANGE', KEYS[1], '-', '(' .. ARGV[1], 'COUNT', expected + 1) ~= expected then
+  return -1
+end
+return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
+"""
+
+
+def process_rss_bytes() -> int:
+    """This process's resident set size now (not its peak), from /proc; 0 where there is none."""
+    try:
+        with open("/proc/self/statm", "rb") as handle:
+            return int(handle.read().split()[1]) * _PAGE_SIZE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+_PAGE_SIZE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 class HistoryExporter:
-    """Copies the events stream into ``history.jsonl`` as the run goes, in a background thread."""
+    """Copies the events stream into ``history.jsonl`` as the run goes, in a background thread.
 
-    def __init__(self, client: redis.Redis, stream: str, path: Path, batch: int = 2000) -> None:
+    ``trim``: every ``TRIM_INTERVAL_S`` (or ``TRIM_EVERY`` events), fsync the file and XTRIM the
+    stream up to the last exported entry (kept: it marks how far the store had it), so
+    Valkey's memory stays flat however long the run; it stops trimming for good the first time
+    that entry is gone (a store rollback: ``trim_stopped`` says so), keeping the evidence.
+    ``memory_path``: every ``MEMORY_SAMPLE_S`` a line there with Valkey's used_memory, the
+    stream's length and memory (the evidence's share of used_memory) and this process's RSS
+    (the runner's, the exporter's thread included)."""
+
+    def __init__(self, client: redis.Redis, stream: str, path: Path, batch: int = 2000,
+                 trim: bool = True, memory_path: Path | None = None) -> None:
         self.client = client
         self.stream = stream
         self.path = path
         self.batch = batch
         self.last_id = "0-0"
         self.exported = 0
+        self.trim = trim
+        self.trimmed = 0  # entries removed from the stream
+        self.trim_stopped = ""  # why trimming stopped, when it did
+        self.trimmed_to: str | None = None  # the last trim's kept entry: the store had all before
+        self._untrimmed = 0  # exported since the last trim
+        self._next_trim = time.monotonic() + TRIM_INTERVAL_S
+        self.memory_path = memory_path
+        self._next_sample = 0.0
         self.counts: Counter[str] = Counter()  # events exported so far, by type (progress)
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -238,11 +323,46 @@ class HistoryExporter:
             self.counts.update(fields.get("type", "?") for _, fields in entries)
             self.last_id = entries[-1][0]
             self.exported += written
+            self._untrimmed += written
+            if (self.trim and not self.trim_stopped and self._untrimmed >= TRIM_MIN
+                    and (self._untrimmed >= TRIM_EVERY or time.monotonic() >= self._next_trim)):
+                self._trim()
             return written
+
+    def _trim(self) -> None:
+        """The file first reaches the disk, then the stream lets go of what it holds."""
+        os.fsync(self._handle.fileno())
+        expected = self._untrimmed - 1 + (1 if self.trimmed else 0)  # + the kept entry
+        removed = int(self.client.eval(_TRIM_SCRIPT, 1, self.stream, self.last_id, expected))
+        if removed < 0:
+            self.trim_stopped = (f"the stream no longer holds what was exported up to "
+                                 f"{self.last_id} (a store rollback): it is kept whole from here")
+            return
+        self.trimmed += removed
+        self.trimmed_to = self.last_id
+        self._untrimmed = 0
+        self._next_trim = time.monotonic() + TRIM_INTERVAL_S
+
+    def sample_memory(self) -> dict[str, Any]:
+        """One memory sample, also appended to ``memory_path``."""
+        info = self.client.info("memory")
+        sample = {"unix_ms": int(time.time() * 1000), "used_memory": info.get("used_memory"),
+                  "stream_length": int(self.client.xlen(self.stream)),
+                  "stream_bytes": int(self.client.memory_usage(self.stream) or 0),
+                  "exported": self.exported, "trimmed": self.trimmed,
+                  "runner_rss": process_rss_bytes(),
+                  **({"trim_stopped": self.trim_stopped} if self.trim_stopped else {})}
+        if self.memory_path is not None:
+            with open(self.memory_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(sample, separators=(",", ":")) + "\n")
+        return sample
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             try:
+                if self.memory_path is not None and time.monotonic() >= self._next_sample:
+                    self._next_sample = time.monotonic() + MEMORY_SAMPLE_S
+                    self.sample_memory()
                 if self._read_batch() < self.batch:
                     self._stop.wait(EXPORT_POLL_S)
             except Exception as error:  # keep exporting after a blip; the final drain retries
@@ -253,6 +373,8 @@ class HistoryExporter:
         """Export everything still in the stream (call after the last event was written)."""
         while self._read_batch() == self.batch:
             pass
+        if self.memory_path is not None:  # the run's last point
+            self.sample_memory()
 
     def close(self) -> None:
         self._stop.set()
@@ -284,3 +406,57 @@ def decode_entries(entries: Iterable[tuple[str, dict[str, str]]]) -> Iterator[Ev
 def iter_stream(client: redis.Redis, stream: str, batch: int = 5000) -> Iterator[Event]:
     """Every event of a stream, oldest first (for tests and tools that read Valkey directly)."""
     return decode_entries(stream_entries(client, stream, batch))
+
+
+def save_surviving_history(client: redis.Redis, stream: str, history_path: Path,
+                           out_path: Path, trimmed_to: str | None, batch: int = 5000) -> bool:
+    """Compare the stream the store holds now with the exported history, a page at a time
+    (memory stays flat however long the run); when they differ (a store fault rolled events
+    back), write what survived to ``out_path`` and return True.
+
+    ``trimmed_to``: the exporter's last trim point (``HistoryExporter.trimmed_to``), None when
+    it never trimmed. The store held every event before it when it let go of them, so while the
+    stream still starts at or before that point (a rollback to an older snapshot restores an
+    older start), the exported events before its first entry count as surviving; a stream that
+    starts later, or is empty, lost them with everything else (a store that came back empty)."""
+    first = client.xrange(stream, count=1)
+    first_key = seq_key(first[0][0]) if first else None
+    if trimmed_to is None or first_key is None or first_key > seq_key(trimmed_to):
+        first_key = None  # no trimmed prefix survives: the stream must hold everything
+    exported = iter_history(history_path) if history_path.exists() else iter(())
+    entries = stream_entries(client, stream, batch)
+    same = True
+    try:
+        for event in exported:
+            if first_key is not None and seq_key(event.seq) < first_key:
+                continue  # trimmed after export, and kept
+            entry = next(entries, None)
+            if entry is None or entry[0] != event.seq:
+                same = False
+                break
+        else:
+            same = next(entries, None) is None
+    except HistoryOrderError:
+        same = False  # never written by the exporter: compare whole, below
+    if same:
+        return False
+    with open(out_path, "w", encoding="utf-8") as handle:
+        if first_key is not None and history_path.exists():
+            with open(history_path, "rb") as history:
+                for line in history:
+                    if line.strip() and seq_key(_loads(line)["seq"]) < first_key:
+                        handle.write(line.decode("utf-8"))
+        for page in _pages(stream_entries(client, stream, batch), batch):
+            write_records(handle, page)
+    return True
+
+
+def _pages(items: Iterable[T], size: int) -> Iterator[list[T]]:
+    page: list[T] = []
+    for item in items:
+        page.append(item)
+        if len(page) == size:
+            yield page
+            page = []
+    if page:
+        yield page

@@ -17,7 +17,7 @@ import asyncio
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from chaos.network.addresses import bind_listener, go_os_error, split_host_port
 from chaos.network.api_errors import ApiError
@@ -37,7 +37,9 @@ class SocketSide(asyncio.Protocol):
         self.incoming: Link | None = None  # the link that writes into this socket
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
+        # A stream socket's transport: asyncio's own is an asyncio.Transport, uvloop's only
+        # behaves as one (it does not subclass it).
+        transport = cast(asyncio.Transport, transport)
         if self.is_client:
             self.connection.client_connected(self, transport)
         else:

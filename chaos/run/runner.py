@@ -26,7 +26,7 @@ from chaos.faults.nemesis import Nemesis, plan
 from chaos.files import write_json_atomic, write_text_atomic
 from chaos.history import schema
 from chaos.history.dialects import make_dialect
-from chaos.history.events import HistoryExporter, read_history, stream_entries, write_records
+from chaos.history.events import MEMORY_SAMPLES, HistoryExporter, save_surviving_history
 from chaos.history.monitor import HEALTH_FILE, MONITOR_HISTORY, MonitorRecorder
 from chaos.load.bullmq import (
     BullMQFaultHistory,
@@ -142,6 +142,7 @@ class Run:
         self.keys = QueueKeys(scenario.valkey.prefix, scenario.valkey.queue)
         self.queue: QueueClient | None = None
         self.exporter: HistoryExporter | None = None
+        self.trim_history = True  # the exporter trims the stream (a tool reading it sets False)
         self.recorder: MonitorRecorder | None = None  # history.source monitor | both
         self.live_counts: LiveCounts | None = None  # history.source monitor: the panel's
         self.load_source: LoadSource | None = None  # chosen by use_load, else the scenario's
@@ -190,7 +191,11 @@ class Run:
             max_needless=scenario.check.max_needless,
             dialect="" if scenario.history.source == "scripts" else scenario.history.dialect,
         ).fields())
-        self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path)
+        self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path,
+                                        # a MONITOR recorder would see the trim script as a
+                                        # call on the queue's keys it cannot decode
+                                        trim=self.trim_history and self.recorder is None,
+                                        memory_path=self.run_dir / MEMORY_SAMPLES)
         self.exporter.start()
         reapers = self.runtime.start_reapers()
         self.runtime.start_workers()
@@ -443,13 +448,11 @@ class Run:
         already copied, keep the store's version beside history.jsonl for the ledger check."""
         client = self.runtime.client()  # a fresh one: after a failover, ask Sentinel again
         try:
-            surviving = list(stream_entries(client, self.keys.events))
+            save_surviving_history(client, self.keys.events, self.history_path,
+                                   self.run_dir / SURVIVING_HISTORY,
+                                   self.exporter.trimmed_to if self.exporter else None)
         finally:
             client.close()
-        exported = read_history(self.history_path) if self.history_path.exists() else []
-        if [entry_id for entry_id, _ in surviving] != [e.seq for e in exported]:
-            with open(self.run_dir / SURVIVING_HISTORY, "w", encoding="utf-8") as handle:
-                write_records(handle, surviving)
 
     def describe(self, wall_ms: int, load: dict[str, Any] | None) -> dict[str, Any]:
         """``report.json["run"]``: what the run did and saw (``load``: the load source's

@@ -250,6 +250,7 @@ class CapacityRun:
         self.progress.planned_s = search.max_steps * search.step_ms / 1000  # the panel's bar
         self.progress.status.planned_faults = len(scenario.faults) if search.fault else 0
         self.run = Run(self.scenario, out, self.progress)
+        self.run.trim_history = False  # each step reads its events back from the stream
         self.result = CapacityResult(scenario.name, search)
 
     def execute(self) -> CapacityResult:
