@@ -14,7 +14,7 @@ from chaos.check.checker import CheckConfig, Verdict, check
 from chaos.errors import EXIT_UNKNOWN
 from chaos.history.schema import Fault, Run
 from chaos.names import INVARIANTS
-from chaos.run.evaluate import evaluate
+from chaos.run.evaluate import CLOCK_STEP_ALLOWANCE_MS, evaluate
 
 L, R, ALLOW = 1000, 250, 100
 LIMIT = R + ALLOW  # reap_prompt: deadline -> reap at most this
@@ -264,6 +264,34 @@ def test_a_broken_invariant_beside_undrained_jobs_is_a_fail(tmp_path: Path):
     h.phase("end", ts=600, drained=0, aborted=0)
     h.write_jsonl(tmp_path / "history.jsonl")
     assert evaluate(tmp_path).word == "fail"
+
+
+@pytest.mark.parametrize("word", ["pass", "fail"])
+def test_a_run_whose_clock_stepped_is_unknown_whatever_it_would_have_been(tmp_path: Path,
+                                                                           word: str):
+    """The history spans 1500 ms of Valkey-clock time; the run took less on the monotonic clock
+    (the runner's wall_ms, or report.json's for a re-check): the clock was stepped forward and
+    every deadline with it. Within CLOCK_STEP_ALLOWANCE_MS of the span it is judged as usual."""
+    h = overloaded(drained=1)
+    if word == "pass":
+        h.complete("b", attempt=1, worker="w1", ts=450)
+        h.claim("c", attempt=1, worker="w2", ts=460)
+        h.complete("c", attempt=1, worker="w2", ts=470)
+    h.phase("end", ts=1500, drained=1, aborted=0)
+    h.write_jsonl(tmp_path / "history.jsonl")
+    assert evaluate(tmp_path, "finished", wall_ms=1500 - CLOCK_STEP_ALLOWANCE_MS).word == word
+    assert evaluate(tmp_path, "finished").clock_step is None  # no duration known: judged
+    stepped = evaluate(tmp_path, "finished", wall_ms=1500 - CLOCK_STEP_ALLOWANCE_MS - 1)
+    assert stepped.word == "unknown" and stepped.exit_code == EXIT_UNKNOWN
+    assert stepped.verdict is not None and stepped.verdict.passed == (word == "pass")
+    report = stepped.report(run={"wall_ms": 1500 - CLOCK_STEP_ALLOWANCE_MS - 1})
+    assert report["clock_step"]["stepped_ms"] == CLOCK_STEP_ALLOWANCE_MS + 1
+    assert f"({word})" in report["clock_step"]["reason"]
+    # A re-check (`echomq-chaos check`) reads the run's duration from report.json.
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert evaluate(tmp_path).word == "unknown"
+    from chaos.report.summary import summary_text
+    assert "clock stepped" in summary_text(report)
 
 
 # --- how reports show them ----
