@@ -258,3 +258,12 @@ def test_the_plan_says_each_fault_as_its_kind_declares(path: Path):
     for planned in plan(scenario):
         fault = scenario.faults[planned.index]
         assert f"{planned.kind} {planned.target}{fault.describe_duration()}" in text
+
+
+def test_the_plan_states_both_allowances_by_their_field_names(tmp_path: Path):
+    """validate / run --dry-run show the checker's tolerance_ms and reap_allowance_ms, as set."""
+    scenario = load_scenario(write(tmp_path, MINIMAL + "[check]\ntolerance_ms = 170\n"
+                                   "reap_allowance_ms = 60\n"))
+    text = describe_plan(scenario)
+    assert "+ tolerance_ms 170 from the last renewal" in text
+    assert f"every reap <= {scenario.topology.reap_interval_ms} ms + reap_allowance_ms 60" in text

@@ -12,9 +12,9 @@ from histories import History
 
 from chaos.check.checker import CheckConfig, Verdict, check
 from chaos.errors import EXIT_UNKNOWN
-from chaos.history.schema import Fault
+from chaos.history.schema import Fault, Run
 from chaos.names import INVARIANTS
-from chaos.run.evaluate import evaluate
+from chaos.run.evaluate import CLOCK_STEP_ALLOWANCE_MS, evaluate
 
 L, R, ALLOW = 1000, 250, 100
 LIMIT = R + ALLOW  # reap_prompt: deadline -> reap at most this
@@ -93,6 +93,57 @@ def test_a_store_outage_exempts_only_until_the_reaper_is_back():
     assert_fails_only(verdict, "reap_prompt")
     result = verdict.invariants["reap_prompt"]
     assert result.figures["exempt_store_outage"] == 1 and result.examples[0]["job"] == "b"
+
+
+def never_reaped(watched_lag: int) -> History:
+    """w1 holds a and stops renewing it; no fault touches it and no reaper ever takes it. The
+    runner starts the drain phase ``watched_lag`` ms after a's deadline (1010), with the reaper
+    still running; the end event comes long after (the stop: no evidence of a reaper)."""
+    h = History(lease_ms=L, reap_interval_ms=R, tolerance_ms=ALLOW, run=False)
+    h.write(Run(scenario="hand-written", seed=1, lease_ms=L, reap_interval_ms=R,
+                tolerance_ms=ALLOW, workers=("w1", "w2"), reapers=1), ts=0)
+    h.phase("warmup", ts=0)
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    h.phase("drain", ts=1010 + watched_lag)
+    h.phase("end", ts=9000, drained=0, aborted=0)
+    return h
+
+
+@pytest.mark.parametrize(("lag", "ok"), [(LIMIT, True), (LIMIT + 1, False)])
+def test_a_lease_lapsed_and_never_reaped_while_the_reaper_ran_breaks_reap_prompt(lag: int,
+                                                                               ok: bool):
+    """Caught by the rule itself, not only as an undrained job (unknown) or by recovery_bound
+    (no fault stranded a here): the no-reaper variant's stranded leases, and any reaper that
+    skips a lease for good."""
+    verdict = check(never_reaped(lag).events())
+    assert_fails_only(verdict, *([] if ok else ["reap_prompt"]))
+    assert verdict.jobs.undrained == 1 and verdict.jobs.lost == 0
+    if not ok:
+        example = verdict.invariants["reap_prompt"].examples[0]
+        assert example["reason"] == "lapsed and never reaped while a reaper ran"
+        assert (example["watched_until_ts"], example["lag_ms"]) == (1010 + lag, lag)
+        assert verdict.invariants["reap_prompt"].first_violation_ts == 1010 + LIMIT
+
+
+def test_a_later_reap_shows_the_reaper_ran_past_an_unreaped_lapsed_lease():
+    """No phase after the claim, but the reaper took b 2 s after a's deadline: it was running,
+    and skipped a."""
+    h = never_reaped(0)
+    h.claim("b", attempt=1, worker="w2", ts=2000)
+    h.reap("b", attempt=1, ts=3010)
+    verdict = check(h.events())
+    assert_fails_only(verdict, "reap_prompt")
+    assert verdict.invariants["reap_prompt"].examples[0]["watched_until_ts"] == 3010
+
+
+def test_an_unreaped_lease_is_not_the_reapers_fault_while_a_fault_cut_every_reaper_off():
+    h = never_reaped(LIMIT + 500)
+    h.fault("kill", "reaper", ts=900)  # the run's own fault, before a lapsed
+    assert_fails_only(check(h.events()))
+    h = never_reaped(LIMIT + 500)
+    h.fault("kill", "w2", ts=900)  # a worker's: the reaper still ran
+    assert_fails_only(check(h.events()), "reap_prompt")
 
 
 def test_the_reap_allowance_comes_from_the_config():
@@ -213,6 +264,34 @@ def test_a_broken_invariant_beside_undrained_jobs_is_a_fail(tmp_path: Path):
     h.phase("end", ts=600, drained=0, aborted=0)
     h.write_jsonl(tmp_path / "history.jsonl")
     assert evaluate(tmp_path).word == "fail"
+
+
+@pytest.mark.parametrize("word", ["pass", "fail"])
+def test_a_run_whose_clock_stepped_is_unknown_whatever_it_would_have_been(tmp_path: Path,
+                                                                           word: str):
+    """The history spans 1500 ms of Valkey-clock time; the run took less on the monotonic clock
+    (the runner's wall_ms, or report.json's for a re-check): the clock was stepped forward and
+    every deadline with it. Within CLOCK_STEP_ALLOWANCE_MS of the span it is judged as usual."""
+    h = overloaded(drained=1)
+    if word == "pass":
+        h.complete("b", attempt=1, worker="w1", ts=450)
+        h.claim("c", attempt=1, worker="w2", ts=460)
+        h.complete("c", attempt=1, worker="w2", ts=470)
+    h.phase("end", ts=1500, drained=1, aborted=0)
+    h.write_jsonl(tmp_path / "history.jsonl")
+    assert evaluate(tmp_path, "finished", wall_ms=1500 - CLOCK_STEP_ALLOWANCE_MS).word == word
+    assert evaluate(tmp_path, "finished").clock_step is None  # no duration known: judged
+    stepped = evaluate(tmp_path, "finished", wall_ms=1500 - CLOCK_STEP_ALLOWANCE_MS - 1)
+    assert stepped.word == "unknown" and stepped.exit_code == EXIT_UNKNOWN
+    assert stepped.verdict is not None and stepped.verdict.passed == (word == "pass")
+    report = stepped.report(run={"wall_ms": 1500 - CLOCK_STEP_ALLOWANCE_MS - 1})
+    assert report["clock_step"]["stepped_ms"] == CLOCK_STEP_ALLOWANCE_MS + 1
+    assert f"({word})" in report["clock_step"]["reason"]
+    # A re-check (`echomq-chaos check`) reads the run's duration from report.json.
+    (tmp_path / "report.json").write_text(json.dumps(report))
+    assert evaluate(tmp_path).word == "unknown"
+    from chaos.report.summary import summary_text
+    assert "clock stepped" in summary_text(report)
 
 
 # --- how reports show them ----

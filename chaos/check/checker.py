@@ -17,8 +17,9 @@ bandwidth, clock skew). ``judgements.py`` then rules on each invariant, one func
                         renewal (leases under a slowing fault are counted ``slowed``)
   reap_prompt           every lapsed lease, faulted or not, is reaped within reap_interval_ms +
                         reap_allowance_ms of its deadline (an accepted call of its holder's
-                        later than that shows it unreaped too); store outages exempt the leases
-                        that lapsed in them
+                        later than that shows it unreaped too, and so does a lease never reaped
+                        while the reaper ran that long past its deadline: the last phase start
+                        or a later reap); store outages exempt the leases that lapsed in them
   no_premature_reap     no lease is reaped before its deadline (last renewal + lease_ms), and no
                         lease that is no longer live (already reaped or completed) is reaped
   exclusive_lease       every accepted extend or complete comes from the live lease: its attempt

@@ -163,25 +163,62 @@ def _in_outage(item: LapsedLease, outages: list[tuple[int, int]]) -> bool:
                for down, exempt_until in outages)
 
 
+def watched_until(facts: ReplayFacts) -> int | None:
+    """The latest server time at which the history shows the reapers still running: the last
+    phase start before the end (the runner stops workers and reapers only after it) or the last
+    reap, whichever is later. The end event itself comes after the stop, so it is no evidence."""
+    reaps = [item.seen_ts for item in facts.lapsed if item.reaped]
+    stamps = [ts for ts in (facts.last_phase_ts, max(reaps, default=None)) if ts is not None]
+    return max(stamps, default=None)
+
+
+def _reapers_cut_off(facts: ReplayFacts, start_ts: int, end_ts: int) -> bool:
+    """Was every reaper killed, frozen or cut off at some point in [start_ts, end_ts] (a fault
+    of the run's own on a process that is neither a worker nor a store node)? Then a lease left
+    unreaped meanwhile is the fault's doing, not the reaper's."""
+    workers = set(facts.run.workers) if facts.run is not None else set()
+    reapers = facts.run.reapers if facts.run is not None and facts.run.reapers else 1
+    cut = {window.worker for window in facts.windows.windows
+           if window.cuts_off and not window.fault.is_store and window.worker not in workers
+           and window.overlaps_ts(start_ts, end_ts)}
+    return len(cut) >= reapers
+
+
+def unreaped_lapsed(facts: ReplayFacts) -> list[LapsedLease]:
+    """Leases still live at the end of the history whose deadline had passed by the time the
+    reapers were last seen running (``watched_until``): lapsed, never reaped, never called on."""
+    until = watched_until(facts)
+    if until is None:
+        return []
+    return [LapsedLease(job_id, lease.attempt, lease.worker, lease.deadline, until, False)
+            for job_id, lease in sorted(facts.leases.items()) if lease.deadline < until]
+
+
 def judge_reap_prompt(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
     """Every lapsed lease, faulted or not: its reap (or, when its holder called on it first, that
     call) at most reap_interval_ms + reap_allowance_ms after its deadline, on the server clock.
-    A store outage exempts the leases that lapsed in it (nothing could sweep them)."""
+    A lease never reaped at all is judged at the last moment the reapers were seen running
+    (``watched_until``), unless a fault had cut every reaper off. A store outage exempts the
+    leases that lapsed in it (nothing could sweep them)."""
     offences = Offences()
     limit = config.reap_limit_ms
     outages = store_outages(facts, config)
     exempt = 0
-    for item in facts.lapsed:
-        if _in_outage(item, outages):
-            exempt += 1
-            continue
-        lag = item.seen_ts - item.deadline
-        if lag > limit:
+    for never, items in ((False, facts.lapsed), (True, unreaped_lapsed(facts))):
+        for item in items:
+            if _in_outage(item, outages):
+                exempt += 1
+                continue
+            lag = item.seen_ts - item.deadline
+            if lag <= limit or never and _reapers_cut_off(facts, item.deadline, item.seen_ts):
+                continue
             offences.add({"job": item.job_id, "attempt": item.attempt, "worker": item.worker,
                           "deadline": item.deadline,
-                          ("reap_ts" if item.reaped else "unreaped_at_ts"): item.seen_ts,
+                          ("reap_ts" if item.reaped else
+                           "watched_until_ts" if never else "unreaped_at_ts"): item.seen_ts,
                           "lag_ms": lag,
                           "reason": "reaped late" if item.reaped else
+                          "lapsed and never reaped while a reaper ran" if never else
                           "its holder still called on it, unreaped, past the bound"},
                          item.deadline + limit)
     return InvariantResult.judged(

@@ -83,6 +83,7 @@ class ReplayFacts:
     needless_examples: list[dict[str, Any]] = field(default_factory=list)
     needless_ts: list[int] = field(default_factory=list)  # each needless reap's server time
     drained: bool | None = None  # the end event's word: the queue emptied before the drain ended
+    last_phase_ts: int | None = None  # the latest phase start (not the end): before any stop
     windows: FaultWindows = field(default_factory=FaultWindows)
     faults: int = 0
     store_faults: list[Fault] = field(default_factory=list)
@@ -330,6 +331,8 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
 
         elif kind == Phase.TYPE:
             phase = Phase.decode(event)
+            if phase.name != "end":
+                facts.last_phase_ts = ts
             if phase.ended_normally:
                 facts.ended_normally = True
                 facts.drained = phase.drained

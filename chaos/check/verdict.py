@@ -28,7 +28,8 @@ WHAT_IT_CHECKS = {
                       "reaped within lease_ms + reap_interval_ms + tolerance_ms of its "
                       "holder's last renewal",
     "reap_prompt": "every lapsed lease, faulted or not, is reaped within reap_interval_ms + "
-                   "reap_allowance_ms of its deadline (server clock)",
+                   "reap_allowance_ms of its deadline (server clock); a lease never reaped "
+                   "counts as late once the reaper has run that long past its deadline",
     "no_premature_reap": "no lease is reaped before its deadline, and no reap of a lease no "
                          "longer live (already reaped or completed)",
     "exclusive_lease": "every accepted extend/complete comes from the worker holding the live "

@@ -78,6 +78,12 @@ def run(queue: QueueClient, interval_ms: int, limit: int, stop: threading.Event,
                 log.info("reaped %d", moved)
         except (StoreConnectionError, StoreTimeoutError, OSError) as error:
             log.warning("sweep failed: %s", error)
+            # Find the primary anew on the next sweep. A reap that WAIT saw no replica confirm
+            # (NotReplicated) leaves the connection up: after a second failover it may be to a
+            # demoted primary Sentinel has not reconfigured yet, which takes every reap and
+            # loses them all when it is (no reaps for seconds, seen in failover.toml). A
+            # dropped connection makes the next one ask Sentinel (_PrimaryConnection).
+            queue.client.connection_pool.disconnect()
         if queue.protocol == "idle-backoff-reaper":
             # MUTANT idle-backoff-reaper: an idle sweep doubles the sleep, a busy one resets it;
             # a lease that lapses while it sleeps long waits up to BACKOFF_INTERVALS intervals.

@@ -54,6 +54,8 @@ def _ms(value: int | None) -> str:
 def summary_text(report: dict[str, Any]) -> str:
     """The human summary printed at the end of a run (and by ``check``)."""
     lines = [f"scenario {report['scenario']}: {report['verdict'].upper()}"]
+    if report.get("clock_step"):
+        lines.append(f"  clock     {report['clock_step']['reason']}")
     if "invariants" not in report:
         if report.get("error"):
             lines.append(f"  error: {report['error']}")

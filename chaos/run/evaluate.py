@@ -35,6 +35,7 @@ from chaos.run.sources import evidence, judged_history
 
 HISTORY = "history.jsonl"
 OUTCOMES = ("finished", "aborted", "error")
+CLOCK_STEP_ALLOWANCE_MS = 250  # far above any clock slew over a run of seconds
 
 
 class SavedRunError(ValueError):
@@ -51,6 +52,7 @@ class Evaluation:
     ack_ledger: dict[str, Any] | None  # report.json["ack_ledger"]; None without acks/
     saved: dict[str, Any] | None = None  # report.json as found, when it was read
     recorder: dict[str, Any] | None = None  # report.json["history_recorder"] (monitor source)
+    clock_step: dict[str, Any] | None = None  # report.json["clock_step"]: the clock jumped
 
     @property
     def exit_code(self) -> int:
@@ -64,19 +66,35 @@ class Evaluation:
             extra["ack_ledger"] = self.ack_ledger
         if self.recorder is not None:
             extra["history_recorder"] = self.recorder
+        if self.clock_step is not None:
+            extra["clock_step"] = self.clock_step
         return build_report(self.scenario, self.word, self.verdict, **extra)
 
 
 class _Watched:
-    """The events, passed through to the checker; keeps the run and the last end event."""
+    """The events, passed through to the checker; keeps the run, the last end event and the
+    server time the history spans."""
 
     def __init__(self, events: Iterable[Event]) -> None:
         self.events = events
         self.run: Run | None = None
         self.end: Phase | None = None
+        self.first_ts: int | None = None
+        self.last_ts: int | None = None
+
+    @property
+    def span_ms(self) -> int | None:
+        if self.first_ts is None or self.last_ts is None:
+            return None
+        return self.last_ts - self.first_ts
 
     def __iter__(self) -> Iterator[Event]:
         for event in self.events:
+            ts = event.ts
+            if self.first_ts is None or ts < self.first_ts:
+                self.first_ts = ts
+            if self.last_ts is None or ts > self.last_ts:
+                self.last_ts = ts
             if event.type == Run.TYPE and self.run is None:
                 self.run = Run.decode(event)
             elif event.type == Phase.TYPE and (phase := Phase.decode(event)).name == "end":
@@ -154,6 +172,24 @@ def scenario_name(run_dir: Path, run: Run | None = None,
     return run_dir.name
 
 
+def clock_step_ms(history_span_ms: int | None, wall_ms: int | None) -> int | None:
+    """How far the Valkey clock jumped ahead during a run, or None when it did not (or the run's
+    duration is not known): the history (written inside the run) cannot span more server time
+    than the run took on the monotonic clock, unless the system clock was stepped forward (NTP,
+    a VM's host sync)."""
+    if history_span_ms is None or wall_ms is None or \
+            history_span_ms - wall_ms <= CLOCK_STEP_ALLOWANCE_MS:
+        return None
+    return history_span_ms - wall_ms
+
+
+def _saved_wall_ms(saved: dict[str, Any] | None) -> int | None:
+    try:
+        return int(saved["run"]["wall_ms"]) if saved else None
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
 def _word(outcome: str | None, verdict: Verdict | None, saved: dict[str, Any] | None) -> str:
     if outcome == "finished":
         if verdict is not None and verdict.unknown:
@@ -166,7 +202,8 @@ def _word(outcome: str | None, verdict: Verdict | None, saved: dict[str, Any] | 
         "aborted", "error") else "aborted"
 
 
-def evaluate(run_dir: Path, outcome: str | None = None) -> Evaluation:
+def evaluate(run_dir: Path, outcome: str | None = None,
+             wall_ms: int | None = None) -> Evaluation:
     """Judge ``run_dir``: the checker over its history (streamed, memory stays flat; the
     surviving history when a store fault rolled events back), the store-fault figures, and the
     ack-ledger comparison.
@@ -174,6 +211,9 @@ def evaluate(run_dir: Path, outcome: str | None = None) -> Evaluation:
     ``outcome`` (finished | aborted | error) is how the run ended, when the caller knows it (the
     runner); else the history's end event says, else report.json's verdict, else ``aborted``.
     Only a finished run gets the end-of-run judgements (nothing lost, every lease recovered).
+    ``wall_ms``: how long the run took on the monotonic clock (the runner's; else report.json's):
+    a history spanning more Valkey-clock time than that, beyond CLOCK_STEP_ALLOWANCE_MS, had
+    its clock stepped forward, every deadline with it, so its verdict is ``unknown``.
     No history, or an empty one, gives no verdict. Raises ``SavedRunError`` when the evidence
     cannot be read.
     """
@@ -204,5 +244,18 @@ def evaluate(run_dir: Path, outcome: str | None = None) -> Evaluation:
     word = _word(outcome, verdict, saved)
     if word == "pass" and recorder is not None and recorder["problems"]:
         word = "unknown"  # the monitor evidence is incomplete or disagrees: cannot decide
+    if wall_ms is None:
+        wall_ms = _saved_wall_ms(saved)
+    step_ms = clock_step_ms(watched[-1].span_ms, wall_ms)
+    clock_step = None
+    if step_ms is not None:
+        clock_step = {
+            "stepped_ms": step_ms, "history_span_ms": watched[-1].span_ms, "wall_ms": wall_ms,
+            "reason": f"the system clock stepped about {step_ms} ms forward during the run (the "
+                      f"history spans more Valkey-clock time than the run took): every lease "
+                      f"deadline moved with it, so the verdict ({word}) is no evidence either "
+                      f"way"}
+        if word in ("pass", "fail"):
+            word = "unknown"
     return Evaluation(scenario_name(run_dir, watched[-1].run, saved), word, verdict, acks,
-                      saved, recorder)
+                      saved, recorder, clock_step)

@@ -568,7 +568,7 @@ def finish(run: Run, outcome: str, error: str | None, wall_ms: int,
     """Judge the run directory (``chaos.run.evaluate``, as `check` does) and write the reports;
     ``outcome``: finished | aborted | error."""
     try:
-        evaluation = evaluate(run.run_dir, outcome)
+        evaluation = evaluate(run.run_dir, outcome, wall_ms)
     except SavedRunError as failure:
         error = f"history unreadable: {failure}"
         evaluation = Evaluation(run.scenario.name, "error", None, None)
