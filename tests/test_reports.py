@@ -500,6 +500,19 @@ def test_progress_off_a_terminal_is_one_line_per_phase():
     assert "phase chaos" in lines[1] and "enqueued 49" in lines[1] and "faults 1/2" in lines[1]
 
 
+def test_progress_off_a_terminal_says_the_figures_while_a_long_phase_lasts():
+    stream = io.StringIO()
+    # every update is "long enough" here; the default is one line a minute
+    progress = Progress(stream, _scenario(), planned_faults=2, quiet_line_every_s=0)
+    progress.enter("chaos")
+    progress.update(Status(enqueued=7, claimed=6, completed=5, faults=1))
+    progress.close()
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2
+    assert "chaos for" in lines[1] and "s planned" in lines[1]
+    assert "enqueued 7" in lines[1] and "faults 1/2" in lines[1]
+
+
 def test_progress_on_a_terminal_draws_a_live_panel():
     leader, follower = os.openpty()
     try:

@@ -1,4 +1,5 @@
-"""Live progress of a run: a rich panel on a terminal, one line per phase otherwise (CI logs).
+"""Live progress of a run: a rich panel on a terminal; off a terminal (CI logs), one line per
+phase and, in a long phase, one line a minute, so an hour's soak is never silent.
 
 The runner only says what happens (``enter`` a phase, ``say`` a notable line, ``update`` the
 figures); this module decides how much of it a reader sees.
@@ -13,6 +14,7 @@ from typing import Any, TextIO
 from chaos.scenario.model import Scenario
 
 REFRESH_S = 0.25
+QUIET_LINE_EVERY_S = 60.0  # off a terminal: how often a long phase says its figures
 
 
 @dataclass
@@ -36,9 +38,11 @@ class Status:
 
 class Progress:
     """``live``: a rich panel redrawn a few times a second (stream is a terminal). Otherwise
-    quiet: each phase is one line carrying the figures so far, plus the lines the runner says."""
+    quiet: each phase is one line carrying the figures so far, one more every
+    ``quiet_line_every_s`` while a phase lasts, plus the lines the runner says."""
 
-    def __init__(self, stream: TextIO, scenario: Scenario, planned_faults: int = 0) -> None:
+    def __init__(self, stream: TextIO, scenario: Scenario, planned_faults: int = 0,
+                 quiet_line_every_s: float = QUIET_LINE_EVERY_S) -> None:
         self.stream = stream
         self.scenario = scenario
         self.live = _isatty(stream)
@@ -51,6 +55,8 @@ class Progress:
         self.status = Status(planned_faults=planned_faults)
         self._display: Any = None  # rich.live.Live while running on a terminal
         self._last_draw = 0.0
+        self.quiet_line_every_s = quiet_line_every_s
+        self._last_quiet_line = self.started
         if self.live:
             from rich.console import Console
             from rich.live import Live
@@ -74,7 +80,7 @@ class Progress:
 
     def enter(self, phase: str, detail: str = "") -> None:
         self.phase = phase
-        self.phase_started = time.monotonic()
+        self.phase_started = self._last_quiet_line = time.monotonic()
         figures = "" if phase == "setup" else f"  ({self.status.line()})"
         self.say(f"phase {phase}{' ' + detail if detail else ''}{figures}")
 
@@ -82,6 +88,11 @@ class Progress:
         status.planned_faults = self.status.planned_faults
         self.status = status
         self._draw()
+        now = time.monotonic()
+        if not self.live and now - self._last_quiet_line >= self.quiet_line_every_s:
+            self._last_quiet_line = now
+            self.say(f"{self.phase} for {now - self.phase_started:.0f} s of "
+                     f"{self.planned_s:.0f} s planned  ({status.line()})")
 
     def close(self) -> None:
         if self._display is not None:
