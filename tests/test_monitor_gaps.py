@@ -1,0 +1,184 @@
+"""The MONITOR recorder when the feed is not a plain run of script calls: a real valkey-server
+restarted under it (the gap it could not see, checked against the store), the exporter trimming
+the events stream beside it, and EVALSHA calls refused with NOSCRIPT. Real servers throughout:
+SIGKILLed and restarted on the same port and append-only file."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import chaos.history.events as events_module
+import chaos.history.monitor as monitor_module
+from chaos.history.dialects import make_dialect
+from chaos.history.events import HistoryExporter, iter_stream, read_history
+from chaos.history.monitor import MONITOR_HISTORY, MonitorRecorder, RecorderHealth
+from chaos.protocol.client import QueueClient, QueueKeys, load_script_source
+from chaos.run.sources import compare_histories
+from chaos.runtime.valkey import Persistence, ValkeyServer, valkey_server_binary
+
+KEYS = QueueKeys("gap:", "q")
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[ValkeyServer]:
+    node = ValkeyServer(valkey_server_binary(None), tmp_path / "data", tmp_path / "valkey.log",
+                        persistence=Persistence(appendonly=True, appendfsync="always"))
+    node.start()
+    yield node
+    node.stop()
+
+
+def _recorder(server: ValkeyServer, path: Path) -> MonitorRecorder:
+    recorder = MonitorRecorder(make_dialect("echomq", KEYS.prefix, KEYS.queue),
+                               path / MONITOR_HISTORY, "127.0.0.1", server.port,
+                               server.password)
+    recorder.start()
+    return recorder
+
+
+def _retry(action, seconds: float = 10.0):  # type: ignore[no-untyped-def]
+    """``action`` once the restarted server takes commands (clients do not retry by
+    themselves: a failed call is the caller's to retry)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            return action()
+        except (redis.ConnectionError, redis.BusyLoadingError):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def _agree(client: redis.Redis, path: Path) -> dict:  # type: ignore[type-arg]
+    stream = list(iter_stream(client, KEYS.events))
+    return compare_histories(stream, read_history(path / MONITOR_HISTORY))
+
+
+def _work(queue: QueueClient, first: int, count: int) -> None:
+    """Enqueue, claim, extend and complete ``count`` jobs, and leave one lease to lapse."""
+    for number in range(first, first + count):
+        queue.enqueue(f"j{number}", "x")
+    for _ in range(count):
+        claimed = queue.claim(60_000, "w1")
+        assert claimed is not None
+        queue.extend(claimed.job_id, claimed.attempt, 60_000, "w1")
+        queue.complete(claimed.job_id, claimed.attempt, "w1")
+
+
+def test_a_quiet_restart_gap_is_verified_and_its_runner_events_recovered(
+        server: ValkeyServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """The store is SIGKILLed and restarted; while the recorder is still away the runner
+    records a fault event (as the nemesis does right after a restart), then work goes on. The
+    gap holds no write: it is verified, the event is read back from the stream, and the
+    history still matches the scripts' own, event for event."""
+    monkeypatch.setattr(monitor_module, "RECONNECT_PAUSE_S", 1.5)  # the runner is first back
+    client = server.client(decode_responses=True)
+    recorder = _recorder(server, tmp_path)
+    queue = QueueClient(client, KEYS)
+    _work(queue, 0, 5)
+    server.kill()
+    server.restart()
+    _retry(lambda: queue.record(type="fault", fault="f1", kind="valkey_restart"))
+    deadline = time.monotonic() + 10
+    while not recorder.health.gaps and time.monotonic() < deadline:
+        time.sleep(0.05)  # the recorder is back before the queue is used again
+    _work(queue, 5, 5)
+    health = recorder.stop()
+    (gap,) = health.gaps
+    assert gap["verified"] and gap["missed_writes"] == 0, gap
+    assert gap["runner_events_recovered"] == 1 and gap["start_us"] < gap["end_us"]
+    assert health.trustworthy and not health.problems(), health.problems()
+    comparison = _agree(client, tmp_path)
+    assert comparison["agree"] and comparison["counts"]["complete"] == [10, 10], comparison
+    faults = [e for e in read_history(tmp_path / MONITOR_HISTORY) if e.type == "fault"]
+    assert [e.extra["fault"] for e in faults] == ["f1"]
+
+
+def test_a_write_inside_the_gap_leaves_it_unverified(server: ValkeyServer, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch):
+    """A claim and a complete run while the recorder is away: the history lacks them, and the
+    gap check names the job the store shows otherwise, so the history is not evidence."""
+    monkeypatch.setattr(monitor_module, "RECONNECT_PAUSE_S", 1.5)
+    client = server.client(decode_responses=True)
+    recorder = _recorder(server, tmp_path)
+    queue = QueueClient(client, KEYS)
+    queue.enqueue("lost", "x")
+    server.kill()
+    server.restart()
+    claimed = _retry(lambda: queue.claim(60_000, "w1"))
+    assert claimed is not None and queue.complete("lost", claimed.attempt, "w1")
+    deadline = time.monotonic() + 10
+    while not recorder.health.gaps and time.monotonic() < deadline:
+        time.sleep(0.05)
+    health = recorder.stop()
+    (gap,) = health.gaps
+    assert not gap["verified"] and gap["missed_writes"] == 1, gap
+    assert "job lost" in gap["differences"][0] and "completed" in gap["differences"][0]
+    assert not health.trustworthy
+    assert any("could not see the server" in problem for problem in health.problems())
+    saved = RecorderHealth(**{k: v for k, v in health.as_dict().items() if k != "trustworthy"})
+    assert saved.unverified_gaps() == [gap]
+
+
+def test_a_server_that_never_comes_back_breaks_the_feed_for_good(
+        server: ValkeyServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(monitor_module, "RECONNECT_TIMEOUT_S", 0.5)
+    recorder = _recorder(server, tmp_path)
+    server.kill()
+    recorder._thread.join(timeout=10)
+    health = recorder.stop()
+    assert "did not take MONITOR again" in health.connection_lost and not health.gaps
+    assert not health.trustworthy
+
+
+def test_noscript_calls_make_no_event(server: ValkeyServer, tmp_path: Path):
+    """A SUT that calls EVALSHA before loading its scripts: the refused call (NOSCRIPT) is in
+    the feed with no command after it; it ran nothing and must not read as a rejected extend
+    or complete. The retried call (after SCRIPT LOAD, or as EVAL) is decoded as usual."""
+    client = server.client(decode_responses=True)
+    recorder = _recorder(server, tmp_path)
+    queue = QueueClient(client, KEYS)
+    queue.enqueue("j1", "x")
+    claimed = queue.claim(60_000, "w1")
+    assert claimed is not None
+    client.script_flush()
+    assert queue.extend("j1", claimed.attempt, 60_000, "w1")  # NOSCRIPT, load, retried
+    client.script_flush()
+    with pytest.raises(redis.exceptions.NoScriptError):
+        queue.client.evalsha(queue._shas["complete"], 2, KEYS.active, KEYS.events,
+                             KEYS.job_prefix, "j1", str(claimed.attempt), "w1")
+    queue.client.eval(load_script_source("complete"), 2, KEYS.active, KEYS.events,
+                      KEYS.job_prefix, "j1", str(claimed.attempt), "w1")
+    health = recorder.stop()
+    kinds = [e.type for e in read_history(tmp_path / MONITOR_HISTORY)]
+    assert kinds == ["enqueue", "claim", "extend", "complete"]  # no invented rejection
+    comparison = _agree(client, tmp_path)
+    assert comparison["agree"], comparison
+    assert health.calls_not_run == 2 and health.undecoded_calls == 0 and health.trustworthy
+
+
+def test_the_exporter_trims_beside_a_recorder(server: ValkeyServer, tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch):
+    """The trim script runs on the queue's events stream: the recorder knows it as the
+    toolkit's own (no transition, nothing undecoded), and both histories still agree."""
+    monkeypatch.setattr(events_module, "TRIM_MIN", 5)
+    monkeypatch.setattr(events_module, "TRIM_EVERY", 10)
+    client = server.client(decode_responses=True)
+    recorder = _recorder(server, tmp_path)
+    exporter = HistoryExporter(client, KEYS.events, tmp_path / "history.jsonl", batch=7)
+    queue = QueueClient(client, KEYS)
+    for round_ in range(4):
+        _work(queue, round_ * 5, 5)
+        exporter.drain()
+    exporter.close()
+    health = recorder.stop()
+    assert exporter.trimmed > 0 and not exporter.trim_stopped
+    assert health.toolkit_calls >= 1 and health.undecoded_calls == 0 and health.trustworthy
+    exported = read_history(tmp_path / "history.jsonl")
+    comparison = compare_histories(exported, read_history(tmp_path / MONITOR_HISTORY))
+    assert comparison["agree"] and comparison["counts"]["complete"] == [20, 20], comparison
