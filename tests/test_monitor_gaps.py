@@ -5,12 +5,14 @@ SIGKILLed and restarted on the same port and append-only file."""
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import redis
+from test_scenarios_e2e import ROOT, run_cli
 
 import chaos.history.events as events_module
 import chaos.history.monitor as monitor_module
@@ -18,6 +20,7 @@ from chaos.history.dialects import make_dialect
 from chaos.history.events import HistoryExporter, iter_stream, read_history
 from chaos.history.monitor import MONITOR_HISTORY, MonitorRecorder, RecorderHealth
 from chaos.protocol.client import QueueClient, QueueKeys, load_script_source
+from chaos.run.evaluate import evaluate
 from chaos.run.sources import compare_histories
 from chaos.runtime.valkey import Persistence, ValkeyServer, valkey_server_binary
 
@@ -84,9 +87,7 @@ def test_a_quiet_restart_gap_is_verified_and_its_runner_events_recovered(
     server.kill()
     server.restart()
     _retry(lambda: queue.record(type="fault", fault="f1", kind="valkey_restart"))
-    deadline = time.monotonic() + 10
-    while not recorder.health.gaps and time.monotonic() < deadline:
-        time.sleep(0.05)  # the recorder is back before the queue is used again
+    _wait_for_gaps(recorder, 1)  # the recorder is back before the queue is used again
     _work(queue, 5, 5)
     health = recorder.stop()
     (gap,) = health.gaps
@@ -112,17 +113,30 @@ def test_a_write_inside_the_gap_leaves_it_unverified(server: ValkeyServer, tmp_p
     server.restart()
     claimed = _retry(lambda: queue.claim(60_000, "w1"))
     assert claimed is not None and queue.complete("lost", claimed.attempt, "w1")
-    deadline = time.monotonic() + 10
-    while not recorder.health.gaps and time.monotonic() < deadline:
-        time.sleep(0.05)
+    _wait_for_gaps(recorder, 1)
+    # The shadow now holds the store's state: a late complete is rejected against attempt 1,
+    # and a second restart with nothing written in its gap is verified on its own.
+    assert not queue.complete("lost", claimed.attempt, "w1")
+    server.kill()
+    server.restart()
+    _wait_for_gaps(recorder, 2)
     health = recorder.stop()
-    (gap,) = health.gaps
+    gap, quiet = health.gaps
     assert not gap["verified"] and gap["missed_writes"] == 1, gap
     assert "job lost" in gap["differences"][0] and "completed" in gap["differences"][0]
+    assert quiet["verified"] and quiet["start_us"] > gap["end_us"], quiet
+    (late,) = read_history(tmp_path / MONITOR_HISTORY)[1:]
+    assert (late.type, late.attempt, late.current_attempt) == ("complete_rejected", 1, 1)
     assert not health.trustworthy
     assert any("could not see the server" in problem for problem in health.problems())
     saved = RecorderHealth(**{k: v for k, v in health.as_dict().items() if k != "trustworthy"})
     assert saved.unverified_gaps() == [gap]
+
+
+def _wait_for_gaps(recorder: MonitorRecorder, count: int) -> None:
+    deadline = time.monotonic() + 10
+    while len(recorder.health.gaps) < count and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 def test_a_server_that_never_comes_back_breaks_the_feed_for_good(
@@ -182,3 +196,31 @@ def test_the_exporter_trims_beside_a_recorder(server: ValkeyServer, tmp_path: Pa
     exported = read_history(tmp_path / "history.jsonl")
     comparison = compare_histories(exported, read_history(tmp_path / MONITOR_HISTORY))
     assert comparison["agree"] and comparison["counts"]["complete"] == [20, 20], comparison
+
+
+@pytest.mark.integration
+def test_valkey_restart_recorded_both_ways(tmp_path: Path):
+    """scenarios/valkey-restart.toml (two SIGKILLs of the store, appendfsync always), recorded
+    both ways: judged on the scripts' history it passes, and the recorder came back after each
+    kill with the gap in monitor.json. Judged on the monitor history alone, the same run is
+    never a fail: a pass when every gap held no write, else unknown."""
+    out = tmp_path / "run"
+    result = run_cli("run", str(ROOT / "scenarios" / "valkey-restart.toml"), "--out", str(out),
+                     "--set", 'history.source="both"', "--set", "phases.chaos_ms=2500",
+                     "--set", "phases.heal_ms=300")
+    report = json.loads((out / "report.json").read_text())
+    assert result.returncode == 0, result.stderr[-3000:]
+    recorder = report["history_recorder"]
+    assert report["verdict"] == "pass" and recorder["problems"] == [], recorder["problems"]
+    gaps = recorder["health"]["gaps"]
+    assert len(gaps) == 2 and not recorder["health"]["connection_lost"]
+    assert all(gap["verified"] or gap["differences"] for gap in gaps), gaps
+    assert sum(gap["runner_events_recovered"] for gap in gaps) <= 2
+    monitor_faults = [e for e in read_history(out / MONITOR_HISTORY) if e.type == "fault"]
+    assert [e.extra["fault_id"] for e in monitor_faults] == ["f1", "f2"]  # none lost, none twice
+    scenario = json.loads((out / "scenario.json").read_text())
+    scenario["history"]["source"] = "monitor"
+    (out / "scenario.json").write_text(json.dumps(scenario))
+    judged = evaluate(out, "finished")
+    expected = "pass" if all(gap["verified"] for gap in gaps) else "unknown"
+    assert judged.word == expected, (judged.word, gaps)

@@ -45,7 +45,7 @@ _ESCAPE = re.compile(r'\\(x[0-9a-fA-F]{2}|.)')
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b"}
 RECONNECT_TIMEOUT_S = 30.0  # how long a lost feed is retried (a restart: down + AOF load)
-RECONNECT_PAUSE_S = 0.02  # between attempts: the store's own clients retry too, be first
+RECONNECT_PAUSE_S = 0.005  # between attempts: the store's own clients retry too; be first
 
 
 def _unescape(match: re.Match[str]) -> str:
@@ -108,7 +108,8 @@ class RecorderHealth:
     def unverified_gaps(self) -> list[dict[str, Any]]:
         return [gap for gap in self.gaps if not gap.get("verified")]
 
-    def problems(self) -> list[str]:
+    def problems(self, gaps: bool = True) -> list[str]:
+        """Why this history is not whole evidence (``gaps``: count unverified gaps too)."""
         found = []
         if self.connection_lost:
             found.append(f"the MONITOR connection broke ({self.connection_lost})")
@@ -119,7 +120,7 @@ class RecorderHealth:
             found.append(f"{self.unreadable_lines} unreadable MONITOR lines")
         if self.undecoded_calls:
             found.append(f"{self.undecoded_calls} calls on the queue's keys not decoded")
-        for gap in self.unverified_gaps():
+        for gap in self.unverified_gaps() if gaps else ():
             found.append(
                 f"the recorder could not see the server from {gap['start_us']} to "
                 f"{gap['end_us']} µs (server clock; {gap['reason']}) and cannot tell that "

@@ -292,6 +292,13 @@ class EchoMQ:
                   for job_id in sorted(active.keys() | self.leases.keys())
                   if job_id not in active or job_id not in self.leases
                   or float(active[job_id]) != float(self.leases[job_id])]
+        # From here on the shadow is the store's: what a later reply would carry (an attempt,
+        # a lease) is right again, and a later gap reports only its own differences.
+        for job_id in shadow.keys() | stored.keys():
+            payload = self.jobs.get(job_id, {}).get("payload")
+            self.jobs[job_id] = {**stored.get(job_id, {}),
+                                 **({"payload": payload} if payload is not None else {})}
+        self.leases = active
         if first and int(first[0][0].partition("-")[0]) > since_ms:
             found.append(f"the events stream starts at {first[0][0]}, after the gap began "
                          "(trimmed): runner events of the gap may be gone")
