@@ -84,7 +84,7 @@ def test_a_quiet_restart_gap_is_verified_and_its_runner_events_recovered(
     recorder = _recorder(server, tmp_path)
     queue = QueueClient(client, KEYS)
     _work(queue, 0, 5)
-    server.kill()
+    _kill_once_seen(server, recorder, client, 20)
     server.restart()
     _retry(lambda: queue.record(type="fault", fault="f1", kind="valkey_restart"))
     _wait_for_gaps(recorder, 1)  # the recorder is back before the queue is used again
@@ -109,7 +109,7 @@ def test_a_write_inside_the_gap_leaves_it_unverified(server: ValkeyServer, tmp_p
     recorder = _recorder(server, tmp_path)
     queue = QueueClient(client, KEYS)
     queue.enqueue("lost", "x")
-    server.kill()
+    _kill_once_seen(server, recorder, client, 1)
     server.restart()
     claimed = _retry(lambda: queue.claim(60_000, "w1"))
     assert claimed is not None and queue.complete("lost", claimed.attempt, "w1")
@@ -117,7 +117,7 @@ def test_a_write_inside_the_gap_leaves_it_unverified(server: ValkeyServer, tmp_p
     # The shadow now holds the store's state: a late complete is rejected against attempt 1,
     # and a second restart with nothing written in its gap is verified on its own.
     assert not queue.complete("lost", claimed.attempt, "w1")
-    server.kill()
+    _kill_once_seen(server, recorder, client, 2)
     server.restart()
     _wait_for_gaps(recorder, 2)
     health = recorder.stop()
@@ -137,6 +137,20 @@ def _wait_for_gaps(recorder: MonitorRecorder, count: int) -> None:
     deadline = time.monotonic() + 10
     while len(recorder.health.gaps) < count and time.monotonic() < deadline:
         time.sleep(0.05)
+
+
+def _kill_once_seen(server: ValkeyServer, recorder: MonitorRecorder, client: redis.Redis,
+                    events: int) -> None:
+    """SIGKILL the server once the recorder has read ``events`` events: a call's feed line
+    leaves the server after its reply, so a kill right after a reply can take the line with it
+    (the recorder then rightly finds the write in its gap). A PING closes the last call (its
+    commands end where the next line begins)."""
+    client.ping()
+    deadline = time.monotonic() + 10
+    while recorder.health.events < events and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert recorder.health.events == events
+    server.kill()
 
 
 def test_a_server_that_never_comes_back_breaks_the_feed_for_good(
