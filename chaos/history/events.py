@@ -254,7 +254,7 @@ MEMORY_SAMPLES = "memory.jsonl"  # in the run directory
 # kept entry and those exported since). Otherwise the store rolled back (a restart from an
 # older snapshot, a failover to a replica that had not seen them), and what the stream holds is
 # the evidence of that rollback (the surviving history): it must not be trimmed. -1: not trimmed.
-_TRIM_SCRIPT = """
+TRIM_SCRIPT = """
 local expected = tonumber(ARGV[2])
 if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return -1 end
 if #redis.call('XRANGE', KEYS[1], '-', '(' .. ARGV[1], 'COUNT', expected + 1) ~= expected then
@@ -333,7 +333,7 @@ class HistoryExporter:
         """The file first reaches the disk, then the stream lets go of what it holds."""
         os.fsync(self._handle.fileno())
         expected = self._untrimmed - 1 + (1 if self.trimmed else 0)  # + the kept entry
-        removed = int(self.client.eval(_TRIM_SCRIPT, 1, self.stream, self.last_id, expected))
+        removed = int(self.client.eval(TRIM_SCRIPT, 1, self.stream, self.last_id, expected))
         if removed < 0:
             self.trim_stopped = (f"the stream no longer holds what was exported up to "
                                  f"{self.last_id} (a store rollback): it is kept whole from here")

@@ -12,9 +12,17 @@ address, on the recorder's second connection) to the client name the process set
 reference worker names its connections ``<worker>`` and ``<worker>-heartbeat``), or to its ACL
 user when it has one of its own; the events carry it as ``conn``.
 
-Health: a recorder that falls behind, loses its connection, or meets lines it cannot read or
-calls on the queue's keys it cannot decode says so in ``RecorderHealth`` (``monitor.json`` in
-the run directory), and a history with any of those is never a pass (``chaos.run.sources``).
+Health: a recorder that falls behind, loses its connection for good, or meets lines it cannot
+read or calls on the queue's keys it cannot decode says so in ``RecorderHealth`` (``monitor.json``
+in the run directory), and a history with any of those is never a pass (``chaos.run.sources``).
+
+A lost connection (a store restart) is retried for ``RECONNECT_TIMEOUT_S``. The feed resumes on a
+connection that first runs the dialect's gap snapshot, then TIME, then MONITOR, pipelined: nothing
+runs between them, so the snapshot is the store exactly as the feed resumes. The gap (``gaps``:
+from the last line read to that TIME, server clock, µs) is *verified* when the snapshot holds
+nothing the history does not (``GapCheck``): no write was missed, only reads and rejected calls
+can have gone unseen; the runner events recorded in it are read back from the events stream.
+An unverified gap makes the history incomplete evidence.
 """
 
 from __future__ import annotations
@@ -28,7 +36,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from chaos.history.dialects import Call, Dialect
+from chaos.history.dialects import Call, Dialect, toolkit_script
 
 MONITOR_HISTORY = "history-monitor.jsonl"
 HEALTH_FILE = "monitor.json"
@@ -36,6 +44,8 @@ _END_MARKER = "echomq-chaos:monitor-end"
 _ESCAPE = re.compile(r'\\(x[0-9a-fA-F]{2}|.)')
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b"}
+RECONNECT_TIMEOUT_S = 30.0  # how long a lost feed is retried (a restart: down + AOF load)
+RECONNECT_PAUSE_S = 0.005  # between attempts: the store's own clients retry too; be first
 
 
 def _unescape(match: re.Match[str]) -> str:
@@ -80,7 +90,12 @@ class RecorderHealth:
     empty_claims: int = 0
     unscripted_writes: int = 0  # writes to the queue's keys outside any script
     unattributed_calls: int = 0  # callers CLIENT LIST no longer knew
-    connection_lost: str = ""  # why the feed broke, if it did
+    calls_not_run: int = 0  # script calls that ran nothing (NOSCRIPT ...): no event
+    toolkit_calls: int = 0  # the toolkit's own scripts (the exporter's trim): no transition
+    connection_lost: str = ""  # why the feed broke for good, if it did
+    # Each time the feed broke and resumed: start_us, end_us (server clock), reason, verified
+    # (no write missed), differences (the first few), missed_writes, runner_events_recovered.
+    gaps: list[dict[str, Any]] = field(default_factory=list)
     caught_up: bool = False  # the end marker was read: every line before it was decoded
     lag_ms_at_end: float | None = None  # from sending the end marker to reading it
     max_lag_ms: float = 0.0  # server stamp of a line vs. when it was decoded, at worst
@@ -88,9 +103,13 @@ class RecorderHealth:
     @property
     def trustworthy(self) -> bool:
         return (self.caught_up and not self.connection_lost and not self.unreadable_lines
-                and not self.undecoded_calls)
+                and not self.undecoded_calls and not self.unverified_gaps())
 
-    def problems(self) -> list[str]:
+    def unverified_gaps(self) -> list[dict[str, Any]]:
+        return [gap for gap in self.gaps if not gap.get("verified")]
+
+    def problems(self, gaps: bool = True) -> list[str]:
+        """Why this history is not whole evidence (``gaps``: count unverified gaps too)."""
         found = []
         if self.connection_lost:
             found.append(f"the MONITOR connection broke ({self.connection_lost})")
@@ -101,6 +120,11 @@ class RecorderHealth:
             found.append(f"{self.unreadable_lines} unreadable MONITOR lines")
         if self.undecoded_calls:
             found.append(f"{self.undecoded_calls} calls on the queue's keys not decoded")
+        for gap in self.unverified_gaps() if gaps else ():
+            found.append(
+                f"the recorder could not see the server from {gap['start_us']} to "
+                f"{gap['end_us']} µs (server clock; {gap['reason']}) and cannot tell that "
+                f"nothing was written then: " + "; ".join(gap.get("differences", [])[:3]))
         return found
 
     def as_dict(self) -> dict[str, Any]:
@@ -131,7 +155,11 @@ class HistoryWriter:
     def write(self, call: Call) -> None:
         health = self.health
         health.calls += 1
+        if toolkit_script(call):
+            health.toolkit_calls += 1
+            return
         decoded = self.dialect.decode(call)
+        health.calls_not_run += decoded.not_run
         if decoded.undecoded:
             health.undecoded_calls += 1
             if len(health.undecoded_examples) < 5:
@@ -144,14 +172,22 @@ class HistoryWriter:
         if conn is None:
             health.unattributed_calls += 1
         for event in decoded.events:
-            millis = max(call.stamp_us // 1000, self.last_ms)
-            self.counter = self.counter + 1 if millis == self.last_ms else 0
-            self.last_ms = millis
-            record = {"seq": f"{millis}-{self.counter}", **event}
-            if conn and event["type"] != "run":
-                record["conn"] = conn
-            self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
-            health.events += 1
+            self._emit(call.stamp_us // 1000, event, conn)
+
+    def write_recovered(self, events: list[dict[str, str]]) -> None:
+        """Runner events of a gap, read back from the stream: in order, at their own ``ts``."""
+        for event in events:
+            self._emit(int(event.get("ts") or 0), event, "")
+
+    def _emit(self, stamp_ms: int, event: dict[str, str], conn: str | None) -> None:
+        millis = max(stamp_ms, self.last_ms)
+        self.counter = self.counter + 1 if millis == self.last_ms else 0
+        self.last_ms = millis
+        record = {"seq": f"{millis}-{self.counter}", **event}
+        if conn and event["type"] != "run":
+            record["conn"] = conn
+        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.health.events += 1
 
 
 def decode_lines(lines: list[str], writer: HistoryWriter) -> None:
@@ -164,6 +200,7 @@ def decode_lines(lines: list[str], writer: HistoryWriter) -> None:
 class _Grouper:
     def __init__(self, writer: HistoryWriter) -> None:
         self.writer = writer
+        self.last_stamp_us = 0  # of the last command line read
 
     def feed(self, lines: list[str], open_call: Call | None) -> Call | None:
         health = self.writer.health
@@ -175,6 +212,7 @@ class _Grouper:
                     health.unreadable_lines += 1
                 continue
             stamp, client, args = parsed
+            self.last_stamp_us = stamp
             if client == "lua":
                 if open_call is None:
                     health.unreadable_lines += 1  # a script's command with no call line
@@ -202,6 +240,7 @@ class MonitorRecorder:
         self.names: dict[str, str] = {}  # caller address -> connection name
         self._handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
         self._writer = HistoryWriter(dialect, self._handle, self.health, self._resolve)
+        self._grouper = _Grouper(self._writer)
         self._sock: socket.socket | None = None
         self._lister: socket.socket | None = None
         self._stopping = threading.Event()
@@ -214,17 +253,41 @@ class MonitorRecorder:
         if self.auth:
             sock.sendall(_command("AUTH", *self.auth))
             if not _read_reply(sock).startswith("+OK"):
+                sock.close()
                 raise OSError("MONITOR connection: AUTH refused")
         return sock
 
     def start(self) -> None:
-        self._sock = self._connect()
+        self._sock, _, _ = self._open_feed(None)
         self._lister = self._connect()
-        self._sock.sendall(_command("MONITOR"))
-        if not _read_reply(self._sock).startswith("+OK"):
-            raise OSError("the server refused MONITOR")
-        self._sock.settimeout(0.2)
         self._thread.start()
+
+    def _open_feed(self, since_ms: int | None) -> tuple[socket.socket, int, Any]:
+        """A connection in MONITOR mode; with ``since_ms`` (resuming after a gap) the dialect's
+        gap snapshot and TIME run on it just before MONITOR, nothing in between. Returns the
+        socket, the server's TIME (µs) and the snapshot's reply (None without one)."""
+        snapshot = getattr(self.dialect, "gap_snapshot", None)
+        pipeline = [_command("AUTH", *self.auth)] if self.auth else []
+        with_snapshot = since_ms is not None and snapshot is not None
+        if with_snapshot:
+            assert snapshot is not None and since_ms is not None
+            script, keys, argv = snapshot(since_ms)
+            pipeline.append(_command("EVAL", script, str(len(keys)), *keys, *argv))
+        pipeline += [_command("TIME"), _command("MONITOR")]
+        sock = socket.create_connection(self.address, timeout=5)
+        try:
+            sock.sendall(b"".join(pipeline))
+            replies = [_read_value(sock) for _ in pipeline]
+            refused = [reply for reply in replies if isinstance(reply, _Refused)]
+            if refused:
+                raise OSError(f"MONITOR connection refused: {refused[0]}")
+        except OSError:
+            sock.close()
+            raise
+        seconds, micros = replies[-2]
+        sock.settimeout(0.2)
+        return (sock, int(seconds) * 1_000_000 + int(micros),
+                replies[-3] if with_snapshot else None)
 
     def _resolve(self, address: str) -> str | None:
         name = self.names.get(address)
@@ -248,10 +311,11 @@ class MonitorRecorder:
             self.names[fields.get("addr", "")] = name or f"id:{fields.get('id', '?')}"
 
     def _loop(self) -> None:
-        assert self._sock is not None
-        grouper = _Grouper(self._writer)
+        grouper = self._grouper
         buffer, open_call = b"", None
         while True:
+            assert self._sock is not None
+            lost = "the server closed it"
             try:
                 chunk = self._sock.recv(1 << 20)
             except TimeoutError:
@@ -259,11 +323,17 @@ class MonitorRecorder:
                     break  # never caught up: health.caught_up stays False
                 continue
             except OSError as error:
-                self.health.connection_lost = str(error)
-                break
+                chunk, lost = b"", str(error) or type(error).__name__
             if not chunk:
-                self.health.connection_lost = "the server closed it"
-                break
+                # What was read is decoded (a call cut short by the break leaves its writes
+                # unapplied: the gap check then finds them); a torn last line is the gap's.
+                if open_call is not None:
+                    self._writer.write(open_call)
+                buffer, open_call = b"", None
+                if self._stopping.is_set() or not self._resume(lost):
+                    self.health.connection_lost = self.health.connection_lost or lost
+                    break
+                continue
             buffer += chunk
             cut = buffer.rfind(b"\r\n")
             if cut < 0:
@@ -284,6 +354,48 @@ class MonitorRecorder:
                 break
         if open_call is not None:
             self._writer.write(open_call)
+
+    def _resume(self, reason: str) -> bool:
+        """Reconnect (bounded) and record the gap; False when the server never came back."""
+        since_us = self._grouper.last_stamp_us
+        deadline, attempts = time.monotonic() + RECONNECT_TIMEOUT_S, 0
+        while not self._stopping.is_set():
+            attempts += 1
+            try:
+                sock, resumed_us, snapshot = self._open_feed(since_us // 1000)
+                lister = self._connect()
+            except OSError:
+                if time.monotonic() > deadline:
+                    self.health.connection_lost = (
+                        f"{reason}; the server did not take MONITOR again within "
+                        f"{RECONNECT_TIMEOUT_S:.0f} s ({attempts} attempts)")
+                    return False
+                time.sleep(RECONNECT_PAUSE_S)
+                continue
+            with self._lister_lock:
+                for old in (self._sock, self._lister):
+                    if old is not None:
+                        old.close()
+                self._sock, self._lister = sock, lister
+            self.names.clear()  # every client reconnected: an address may name another now
+            self._record_gap(since_us, resumed_us, reason, attempts, snapshot)
+            return True
+        return False
+
+    def _record_gap(self, since_us: int, resumed_us: int, reason: str, attempts: int,
+                    snapshot: Any) -> None:
+        gap: dict[str, Any] = {"start_us": since_us, "end_us": resumed_us, "reason": reason,
+                               "reconnect_attempts": attempts}
+        differences = getattr(self.dialect, "gap_differences", None)
+        if snapshot is None or differences is None:
+            gap.update(verified=False, missed_writes=None, runner_events_recovered=0,
+                       differences=[f"the {self.dialect.name} dialect cannot check a gap"])
+        else:
+            found, recovered = differences(snapshot, since_us // 1000)
+            self._writer.write_recovered(recovered)
+            gap.update(verified=not found, missed_writes=len(found),
+                       runner_events_recovered=len(recovered), differences=found[:5])
+        self.health.gaps.append(gap)
 
     def stop(self) -> RecorderHealth:
         """Read up to an end marker sent now (so every command before it is decoded), then
@@ -313,19 +425,47 @@ def _command(*args: str) -> bytes:
     return b"".join(parts)
 
 
-def _read_reply(sock: socket.socket) -> str:
-    """One reply: a status or error line (+OK, -ERR ...), or a bulk string's data."""
+class _Refused(str):
+    """An error reply (-ERR ..., -LOADING ...)."""
+
+
+def _read_line(sock: socket.socket) -> str:
     data = b""
     while not data.endswith(b"\r\n"):
-        chunk = sock.recv(1)
+        chunk = sock.recv(1)  # one byte at a time: never read past the reply
         if not chunk:
             raise OSError("connection closed")
         data += chunk
-    line = data[:-2].decode()
+    return data[:-2].decode()
+
+
+def _read_reply(sock: socket.socket) -> str:
+    """One reply: a status or error line (+OK, -ERR ...), or a bulk string's data."""
+    line = _read_line(sock)
     if line.startswith("$"):
         length = int(line[1:])
         return _read_exactly(sock, length + 2)[:-2].decode() if length >= 0 else ""
     return line
+
+
+def _read_value(sock: socket.socket) -> Any:
+    """One RESP2 reply, arrays nested: str, int, None, list, or ``_Refused``."""
+    line = _read_line(sock)
+    kind, rest = line[:1], line[1:]
+    if kind == "+":
+        return rest
+    if kind == "-":
+        return _Refused(rest)
+    if kind == ":":
+        return int(rest)
+    if kind == "$":
+        length = int(rest)
+        return _read_exactly(sock, length + 2)[:-2].decode("utf-8", "replace") \
+            if length >= 0 else None
+    if kind == "*":
+        length = int(rest)
+        return [_read_value(sock) for _ in range(length)] if length >= 0 else None
+    raise OSError(f"unexpected reply {line[:40]!r}")
 
 
 def _read_exactly(sock: socket.socket, size: int) -> bytes:

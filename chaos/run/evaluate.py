@@ -242,7 +242,8 @@ def evaluate(run_dir: Path, outcome: str | None = None,
     if outcome is None:
         outcome = run_outcome(watched[-1].end)
     word = _word(outcome, verdict, saved)
-    if word == "pass" and recorder is not None and recorder["problems"]:
+    if word == "pass" and recorder is not None and recorder["problems"] or (
+            word == "fail" and recorder is not None and recorder.get("incomplete")):
         word = "unknown"  # the monitor evidence is incomplete or disagrees: cannot decide
     if wall_ms is None:
         wall_ms = _saved_wall_ms(saved)

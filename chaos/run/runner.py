@@ -192,9 +192,7 @@ class Run:
             dialect="" if scenario.history.source == "scripts" else scenario.history.dialect,
         ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path,
-                                        # a MONITOR recorder would see the trim script as a
-                                        # call on the queue's keys it cannot decode
-                                        trim=self.trim_history and self.recorder is None,
+                                        trim=self.trim_history,
                                         memory_path=self.run_dir / MEMORY_SAMPLES)
         self.exporter.start()
         reapers = self.runtime.start_reapers()

@@ -6,6 +6,10 @@
 recorder's), ``both`` judges ``history.jsonl`` and also the recorder's, and reports whether they
 agree. A monitor history is only evidence if its recorder kept up and decoded every call
 (``monitor.json``); otherwise, and when the two sources disagree, the run is never a ``pass``.
+A gap in the recorder's feed it could not verify (writes ran that it did not see, e.g. around a
+store restart) makes a ``monitor`` run ``unknown`` whatever the checker found (``incomplete``:
+a job completed unseen would read as lost); a ``both`` run is judged on the scripts' history,
+which has no such gap, so there the gap and the disagreement it causes are only noted.
 
 ``python -m chaos.run.sources RUN_DIR...`` prints the agreement table of runs recorded with
 ``source = "both"``: per-invariant verdicts, event counts per type, and the event-by-event
@@ -138,8 +142,12 @@ def evidence(run_dir: Path, config: CheckConfig, final: bool | None) -> dict[str
     health = RecorderHealth.read(run_dir)
     found: dict[str, Any] = {"source": source,
                              "health": health.as_dict() if health is not None else None}
-    problems = (health.problems() if health is not None
+    gapped = health.unverified_gaps() if health is not None else []
+    problems = (health.problems(gaps=source == "monitor") if health is not None
                 else [f"no {HEALTH_FILE}: the recorder's health is unknown"])
+    found["incomplete"] = bool(gapped) and source == "monitor"
+    notes = [f"{len(gapped)} recorder gap(s) hid writes: the monitor history lacks them (the "
+             "verdict is the scripts history's)"] if gapped and source == "both" else []
     silent = _enqueued_never_claimed(run_dir / MONITOR_HISTORY)
     if silent:
         problems.append(f"{silent} job(s) were enqueued but no claim was ever decoded: the "
@@ -148,8 +156,9 @@ def evidence(run_dir: Path, config: CheckConfig, final: bool | None) -> dict[str
     if source == "both" and (run_dir / MONITOR_HISTORY).exists():
         found["agreement"] = agreement = judge_both(run_dir, config, final)
         if not agreement["agree"]:
-            problems.append("the scripts and monitor histories disagree")
+            (notes if gapped else problems).append("the scripts and monitor histories disagree")
     found["problems"] = problems
+    found["notes"] = notes
     return found
 
 

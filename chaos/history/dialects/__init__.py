@@ -10,8 +10,11 @@ keeps by applying every write it sees.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
+
+from chaos.history.events import TRIM_SCRIPT
 
 
 @dataclass(slots=True)
@@ -32,12 +35,45 @@ class Decoded:
     undecoded: bool = False  # it wrote the queue's keys in a way the dialect does not know
     empty_claim: bool = False  # a claim that found nothing pending (no event, as in §2)
     unscripted_write: bool = False  # a write to the queue's keys outside any script
+    not_run: bool = False  # a script call MONITOR listed with no command after it: it ran
+    # nothing (NOSCRIPT, a bad key count, an error before its first call), so no event
+
+
+# The toolkit's own scripts on the queue's keys that are no queue transition, by SHA1 (an
+# EVALSHA's argument, or an EVAL's body hashed): every dialect passes over them.
+TOOLKIT_SCRIPTS = {hashlib.sha1(TRIM_SCRIPT.encode()).hexdigest(): "exporter trim"}
+
+
+def toolkit_script(call: Call) -> str | None:
+    """What the call is when it runs one of ``TOOLKIT_SCRIPTS``, else None."""
+    command = call.args[0].upper()
+    if len(call.args) < 2 or not command.startswith("EVAL"):
+        return None
+    sha = call.args[1].lower() if command.startswith("EVALSHA") else hashlib.sha1(
+        call.args[1].encode()).hexdigest()
+    return TOOLKIT_SCRIPTS.get(sha)
 
 
 class Dialect(Protocol):
     name: str
 
     def decode(self, call: Call) -> Decoded: ...
+
+
+class GapCheck(Protocol):
+    """A dialect that can tell whether a recorder's gap hid a transition (``chaos.history
+    .monitor``): a read-only script the recorder runs just before MONITOR resumes, and what its
+    reply shows that the dialect's shadow does not."""
+
+    def gap_snapshot(self, since_ms: int) -> tuple[str, list[str], list[str]]:
+        """The script, its KEYS and ARGV (``since_ms``: the gap's start, server clock)."""
+        ...
+
+    def gap_differences(self, reply: Any, since_ms: int) -> tuple[list[str],
+                                                                  list[dict[str, str]]]:
+        """What the store holds that the shadow does not (empty: no write was missed), and the
+        runner events recorded in the gap, oldest first."""
+        ...
 
 
 DIALECTS = ("echomq", "bullmq")

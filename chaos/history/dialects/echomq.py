@@ -18,12 +18,23 @@ carries a value computed from it (enqueue's pending score, dead's score, a claim
 deadline minus its lease) and that value lies inside those bounds, it is the exact ``ts``; else
 the TIME line's stamp (floored to ms, as the scripts do), which a stall of the server between
 running TIME and feeding MONITOR can make late. A script that runs no TIME is stamped by its call.
+
+Every shipped script runs a command first thing, so a call MONITOR lists with no command after it
+ran nothing (an EVALSHA refused with NOSCRIPT, before the caller's SCRIPT LOAD or EVAL): it
+writes nothing and records no event (``Decoded.not_run``), where decoding it would invent a
+rejected extend or complete.
+
+After a gap in the feed (the recorder lost its connection, e.g. to a store restart),
+``gap_differences`` compares the shadow with the store as it was the instant MONITOR resumed:
+any job hash (but its payload) or lease that differs is a write the recorder missed.
 """
 
 from __future__ import annotations
 
 import hashlib
+from collections import Counter, deque
 from importlib import resources
+from typing import Any
 
 from chaos.history.dialects import Call, Decoded
 from chaos.history.schema import TRANSITIONS
@@ -58,6 +69,8 @@ class EchoMQ:
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
         self.earliest_ms = 0  # the call being decoded: the earliest its TIME can have read
+        # The runner events decoded last (their XADD fields): a gap's are told apart by them.
+        self.runner_seen: deque[tuple[tuple[str, str], ...]] = deque(maxlen=1000)
 
     # --- the shadow ---------------------------------------------------------------------
     def _apply(self, args: list[str]) -> None:
@@ -109,6 +122,8 @@ class EchoMQ:
         except (IndexError, ValueError):
             return Decoded([], undecoded=self._touches_queue(call))
         keys, argv = call.args[3:3 + numkeys], call.args[3 + numkeys:]
+        if not call.commands:  # it ran nothing (NOSCRIPT ...): no write, no event
+            return Decoded([], not_run=True)
         if script is None:
             if self._touches_queue(call, keys):
                 for _, args in call.commands:
@@ -159,6 +174,7 @@ class EchoMQ:
             if args[0].upper() == "XADD" and args[1] == self.events:
                 fields = dict(zip(args[3::2], args[4::2], strict=False))
                 if fields.get("type") not in _TRANSITION_TYPES:
+                    self.runner_seen.append(tuple(sorted(fields.items())))
                     events.append({**fields, "ts": fields.get("ts", ts)})
         return events
 
@@ -253,3 +269,76 @@ class EchoMQ:
                                "ts": self._exact(ts, args[2]) if key == self.dead else ts})
             self._apply(args)
         return Decoded(events)
+
+    # --- gaps in the feed -----------------------------------------------------------------
+    def gap_snapshot(self, since_ms: int) -> tuple[str, list[str], list[str]]:
+        pattern = "".join("\\" + c if c in "*?[]\\" else c for c in self.job_prefix) + "*"
+        return _GAP_SNAPSHOT, [self.active, self.events], [pattern, str(since_ms)]
+
+    def gap_differences(self, reply: Any, since_ms: int) -> tuple[list[str],
+                                                                  list[dict[str, str]]]:
+        jobs_reply, active_reply, first, recent = reply
+        stored = {entry[0][len(self.job_prefix):]: dict(zip(entry[1::2], entry[2::2],
+                                                             strict=False))
+                  for entry in jobs_reply}
+        shadow = {job_id: {k: v for k, v in fields.items() if k != "payload"}
+                  for job_id, fields in self.jobs.items() if fields}
+        found = [f"job {job_id}: the store has {stored.get(job_id)}, the history "
+                 f"{shadow.get(job_id)}" for job_id in sorted(stored.keys() | shadow.keys())
+                 if stored.get(job_id) != shadow.get(job_id)]
+        active = dict(zip(active_reply[::2], active_reply[1::2], strict=False))
+        found += [f"lease {job_id}: the store has {active.get(job_id)}, the history "
+                  f"{self.leases.get(job_id)}"
+                  for job_id in sorted(active.keys() | self.leases.keys())
+                  if job_id not in active or job_id not in self.leases
+                  or float(active[job_id]) != float(self.leases[job_id])]
+        # From here on the shadow is the store's: what a later reply would carry (an attempt,
+        # a lease) is right again, and a later gap reports only its own differences.
+        for job_id in shadow.keys() | stored.keys():
+            payload = self.jobs.get(job_id, {}).get("payload")
+            self.jobs[job_id] = {**stored.get(job_id, {}),
+                                 **({"payload": payload} if payload is not None else {})}
+        self.leases = active
+        if first and int(first[0][0].partition("-")[0]) > since_ms:
+            found.append(f"the events stream starts at {first[0][0]}, after the gap began "
+                         "(trimmed): runner events of the gap may be gone")
+        seen = Counter(self.runner_seen)
+        missed = []
+        for _, flat in recent:
+            fields = dict(zip(flat[::2], flat[1::2], strict=False))
+            if fields.get("type") in _TRANSITION_TYPES:
+                continue
+            key = tuple(sorted(fields.items()))
+            if seen[key]:
+                seen[key] -= 1
+                continue
+            self.runner_seen.append(key)
+            missed.append(fields)
+        return found, missed
+
+
+# The store as the recorder resumes (run just before MONITOR, on the same connection: nothing
+# runs in between): every job hash but its payload, the leases, the events stream's first entry
+# and its entries since the gap began.
+_GAP_SNAPSHOT = """
+local jobs, cursor = {}, '0'
+repeat
+  local page = redis.call('SCAN', cursor, 'MATCH', ARGV[1], 'COUNT', 1000)
+  cursor = page[1]
+  for _, key in ipairs(page[2]) do
+    if redis.call('TYPE', key).ok == 'hash' then
+      local fields, kept = redis.call('HGETALL', key), {key}
+      for i = 1, #fields, 2 do
+        if fields[i] ~= 'payload' then
+          kept[#kept + 1] = fields[i]
+          kept[#kept + 1] = fields[i + 1]
+        end
+      end
+      jobs[#jobs + 1] = kept
+    end
+  end
+until cursor == '0'
+return {jobs, redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES'),
+        redis.call('XRANGE', KEYS[2], '-', '+', 'COUNT', 1),
+        redis.call('XRANGE', KEYS[2], ARGV[2], '+')}
+"""
