@@ -43,7 +43,8 @@ def run_to_first_claim_ms(out: Path) -> dict[str, float]:
                 ends[stage] = event.ts - started_ms
         if len(ends) == len(STAGES):
             return ends
-    raise RuntimeError(f"the start-up run's history lacks {set(dict(STAGES)) - set(ends)}")
+    missing = [stage for stage, _kind, _phase in STAGES if stage not in ends]
+    raise RuntimeError(f"the start-up run's history lacks the end of {missing}")
 
 
 def worker_import_ms() -> float:
