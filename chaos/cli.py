@@ -19,7 +19,6 @@ from typing import Any
 from chaos import __version__
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE, InfraError
 from chaos.files import write_json_atomic
-from chaos.network.server import serve, tcp_port
 from chaos.report.junit import write_junit
 from chaos.report.summary import build_report, summary_text, write_rendered_reports
 from chaos.run.offline import SavedRunError, recheck, write_missing_report
@@ -282,7 +281,17 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def tcp_port(text: str) -> int:
+    """``toxiproxy serve --port``: the built-in server's own parser, imported (with asyncio and
+    the server) only by that command, not by every start of a run."""
+    from chaos.network.server import tcp_port as parse
+
+    return parse(text)
+
+
 def cmd_toxiproxy_serve(args: argparse.Namespace) -> int:
+    from chaos.network.server import serve
+
     serve(args.host, args.port)
     return EXIT_PASS
 

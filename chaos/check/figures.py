@@ -86,13 +86,12 @@ def job_counts(facts: ReplayFacts, jobs: Standing, final: bool) -> JobCounts:
 
 def outcomes(facts: ReplayFacts, jobs: Standing, final: bool) -> Outcomes:
     """Jepsen's vocabulary: each enqueued job is exactly one of these."""
-    once = {job_id for job_id, count in facts.completes.items() if count == 1}
     return Outcomes(
-        completed=len(once & facts.enqueued),
+        completed=jobs.completed_once,
         dead_lettered=len(jobs.dead_lettered),
         lost=len(jobs.lost) if final else 0,
         undrained=len(jobs.undrained) if final else 0,  # never completed: not duplicated
-        duplicated=len(set(jobs.double) & facts.enqueued),
+        duplicated=sum(1 for job_id in jobs.double if job_id in facts.enqueued),
         unexpected=len(jobs.unexpected),
         judged=final,
     )

@@ -27,10 +27,11 @@ from chaos.check.verdict import (
 
 @dataclass
 class Standing:
-    """Every job's standing at the end of the history (computed once: sets of every job)."""
+    """Every job's standing at the end of the history (computed once, in one pass over the
+    completed jobs: a long run has millions)."""
 
-    completed: set[str]  # at least one accepted complete
     completed_enqueued: int  # of the enqueued jobs, how many have an accepted complete
+    completed_once: int  # of the enqueued jobs, how many have exactly one accepted complete
     double: dict[str, int]  # job -> accepted completes, of the jobs with more than one
     unexpected: list[str]  # completed, never enqueued
     lost: list[str]  # enqueued, left the queue neither completed nor (with a stall limit on)
@@ -40,25 +41,43 @@ class Standing:
 
 
 def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
-    completed = set(facts.completes)
+    enqueued, completes, dead = facts.enqueued, facts.completes, facts.dead
+    completed_enqueued = completed_once = 0
+    double: dict[str, int] = {}
+    unexpected: list[str] = []
+    for job_id, count in completes.items():
+        if job_id in enqueued:
+            completed_enqueued += 1
+            if count == 1:
+                completed_once += 1
+        else:
+            unexpected.append(job_id)
+        if count > 1:
+            double[job_id] = count
     # Dead-lettered jobs are accounted for only when a stall limit is on; otherwise lost.
-    dead_lettered = sorted((set(facts.dead) & facts.enqueued) - completed) if max_stalls else []
-    missing = sorted(facts.enqueued - completed - set(dead_lettered))
+    dead_lettered = sorted(job_id for job_id in dead
+                           if job_id in enqueued and job_id not in completes) if max_stalls else []
+    missing: list[str] = []
+    # Every enqueued job completed or dead-lettered (the usual case): no pass over them all.
+    if completed_enqueued + len(dead_lettered) < len(enqueued):
+        settled = set(dead_lettered)
+        missing = sorted(job_id for job_id in enqueued
+                         if job_id not in completes and job_id not in settled)
     lost, undrained = missing, []
     if facts.drained is False:  # the queue still held jobs when the drain ended
         lost = []
         for job_id in missing:
             if job_id in facts.leases:
                 undrained.append((job_id, "active"))
-            elif job_id in facts.dead:  # dead-lettered with no stall limit: it left the queue
+            elif job_id in dead:  # dead-lettered with no stall limit: it left the queue
                 lost.append(job_id)
             else:
                 undrained.append((job_id, "pending"))
     return Standing(
-        completed=completed,
-        completed_enqueued=len(completed & facts.enqueued),
-        double={job_id: count for job_id, count in facts.completes.items() if count > 1},
-        unexpected=sorted(completed - facts.enqueued),
+        completed_enqueued=completed_enqueued,
+        completed_once=completed_once,
+        double=double,
+        unexpected=sorted(unexpected),
         lost=lost,
         dead_lettered=dead_lettered,
         undrained=undrained,

@@ -126,6 +126,9 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     run_lease_ms = -1  # no length is -1 (nor None) until the run event says
     run_length_grants = 0
     event_count = 0
+    # bound methods as locals: the loop below runs once per event
+    enqueue_job, lease_of, highest_of, completes_of = (enqueued.add, leases.get,
+                                                       highest_claim.get, completes.get)
 
     def ended_late(event: Event) -> None:
         """The complete (rejected, or accepted by a broken protocol) of a lease reaped earlier:
@@ -161,22 +164,21 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     # The hot path: a history is mostly enqueue, claim, extend, complete, millions of them in a
     # long run, so these branches avoid calls and allocations; the recovery bookkeeping is only
     # touched for a job it holds.
-    for event in events:
-        event_count += 1
+    for event_count, event in enumerate(events, 1):  # noqa: B007 - the count is kept
         job_id = event.job_id or ""
         kind = event.type
         ts = event.ts
         if ts > last_ts:
             last_ts = ts
         if kind == "enqueue":
-            enqueued.add(job_id)
+            enqueue_job(job_id)
             if event.extra and Enqueue.decode(event).poison:  # only a kind makes extra fields
                 poison.add(job_id)
             if first_enqueue_ts is None:
                 first_enqueue_ts = ts
 
         elif kind == "claim":
-            previous = leases.get(job_id)
+            previous = lease_of(job_id)
             if previous is not None:  # two holders of one job at once
                 stray_calls.add({"job": job_id, "op": "claim", "attempt": event.attempt,
                                  "worker": event.worker, "seq": event.seq,
@@ -185,7 +187,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 del leases[job_id]
             attempt = event.attempt or 0
             worker = event.worker or UNKNOWN_WORKER
-            highest = highest_claim.get(job_id)  # one lookup: this is the hot path
+            highest = highest_of(job_id)  # one lookup: this is the hot path
             if highest is None or attempt > highest:
                 highest_claim[job_id] = attempt
             else:
@@ -198,13 +200,13 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 run_length_grants += 1
             else:
                 odd_grant(event, deadline - ts)
-            if job_id in awaiting_reclaim:
+            if awaiting_reclaim and job_id in awaiting_reclaim:
                 for item in awaiting_reclaim.pop(job_id):
                     item.reclaim_ts = ts
                     awaiting_recomplete.setdefault(job_id, []).append(item)
 
         elif kind == "complete" or kind == "extend":
-            lease = leases.get(job_id)
+            lease = lease_of(job_id)
             # live: the call carries the live lease's attempt, so the store acted on it; it is
             # the holder's only if the worker matches too (a token reused by another worker).
             if lease is not None and lease.attempt == event.attempt:
@@ -237,7 +239,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     else:
                         odd_grant(event, deadline - ts)
             else:
-                count = completes.get(job_id, 0) + 1
+                count = completes_of(job_id, 0) + 1
                 completes[job_id] = count
                 last_complete_ts = ts
                 if count == 2:
@@ -250,10 +252,10 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     del leases[job_id]
                 elif lapsed:
                     ended_late(event)
-                if job_id in awaiting_recomplete:
+                if awaiting_recomplete and job_id in awaiting_recomplete:
                     for item in awaiting_recomplete.pop(job_id):
                         item.recomplete_ts = ts
-            if job_id in open_stranded:
+            if open_stranded and job_id in open_stranded:
                 holder_acted(job_id, event.attempt, event.worker)
 
         elif kind == "reap" or kind == "dead":

@@ -19,12 +19,13 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from toxiproxy import Toxiproxy
-from toxiproxy.proxy import Proxy
-
 from chaos.scenario.model import ToxiproxySettings
+
+if TYPE_CHECKING:  # toxiproxy-python pulls in requests: imported only by a run that uses it
+    from toxiproxy.proxy import Proxy
 
 API_TIMEOUT_S = 5.0
 
@@ -109,6 +110,8 @@ class Links:
     """The proxies of one run on one Toxiproxy server. ``close()`` deletes every one it made."""
 
     def __init__(self, api_url: str, name_prefix: str = "") -> None:
+        from toxiproxy import Toxiproxy  # see the imports above
+
         parts = urlsplit(api_url)
         self.api_url = api_url
         self.client = Toxiproxy()
