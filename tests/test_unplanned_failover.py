@@ -1,0 +1,95 @@
+"""A failover the store made on its own (Sentinel failing back unasked, issue 17's failover seed
+17): recorded as a store fault with ``planned = false`` and given the outage window of a planned
+one, so the sound queue is not failed for the store's flap, and nothing outside it is hidden."""
+
+from __future__ import annotations
+
+from histories import History
+
+from chaos.check.checker import check
+from chaos.history.events import Event
+from chaos.history.schema import Fault
+from chaos.names import INVARIANTS
+
+L, R, ALLOW = 4000, 250, 100
+LIMIT = R + ALLOW
+# The flap, as in the seed-17 run: valkey-2 (promoted by the planned failover) stops answering
+# Sentinel at 2000; Sentinel fails back to valkey-1 at 3100; valkey-1 has its replica online
+# again only at 13_000 (no demotion until Sentinel's 10 s INFO round): until then every WAIT 1
+# waits its full second and the reaper sweeps about once per 1.25 s.
+FLAP_DOWN, FLAP_SWITCH, FLAP_SYNCED = 2000, 3100, 13_000
+UNPLANNED = Fault("unplanned-1", "failover", "valkey-2", target="sentinel", killed_ts=FLAP_DOWN,
+                  down_ms=FLAP_SYNCED - FLAP_DOWN, promoted_ms=FLAP_SWITCH - FLAP_DOWN,
+                  new_primary="valkey-1", planned=False)
+
+
+def flapped(late_job_deadline: int, lag: int, unplanned: bool = True) -> History:
+    """A planned failover at 500-1500, the unplanned flap after it; job a's lease (claimed
+    L before ``late_job_deadline``, never renewed) is reaped ``lag`` ms after its deadline."""
+    h = History(lease_ms=L, reap_interval_ms=R, tolerance_ms=ALLOW)
+    # p's lease lapses at 1600, after the planned failover, and is reaped in time: the planned
+    # outage's exemption ends there (at its first reap once the store is back)
+    h.enqueue("p", ts=-2410)
+    h.claim("p", attempt=1, worker="w2", ts=-2400)
+    h.write(Fault("f1", "failover", "valkey-1", target="primary", killed_ts=500, down_ms=1000,
+                  promoted_ms=900, new_primary="valkey-2"), ts=1500)
+    h.reap("p", attempt=1, ts=1700)
+    h.claim("p", attempt=2, worker="w1", ts=1710)
+    h.complete("p", attempt=2, worker="w1", ts=1800)
+    if unplanned:
+        h.write(UNPLANNED, ts=FLAP_SYNCED + 50)  # recorded once the replica is back
+    claimed = late_job_deadline - L
+    h.enqueue("a", ts=claimed - 5)
+    h.claim("a", attempt=1, worker="w1", ts=claimed)
+    h.reap("a", attempt=1, ts=late_job_deadline + lag)
+    h.claim("a", attempt=2, worker="w2", ts=late_job_deadline + lag + 10)
+    h.complete("a", attempt=2, worker="w2", ts=late_job_deadline + lag + 100)
+    return h
+
+
+def failed(events: list[Event]) -> list[str]:
+    verdict = check(events)
+    return sorted(name for name in INVARIANTS if verdict.invariants[name].violations)
+
+
+def test_a_late_reap_in_the_unplanned_flap_is_exempt_as_in_a_planned_failover():
+    """Reaped 1209 ms late, deadline 9000: inside the flap's window, so exempt (seed 17's
+    figure); the same history without the recorded flap fails reap_prompt, so the exemption is
+    the record's doing, not a looser rule."""
+    unrecorded = check(flapped(9000, 1209, unplanned=False).events())
+    assert failed(flapped(9000, 1209, unplanned=False).events()) == ["reap_prompt"]
+    assert unrecorded.invariants["reap_prompt"].examples[0]["lag_ms"] == 1209
+    verdict = check(flapped(9000, 1209).events())
+    assert failed(flapped(9000, 1209).events()) == []
+    exempt = verdict.invariants["reap_prompt"].figures["exempt_store_outage"]
+    assert exempt == unrecorded.invariants["reap_prompt"].figures["exempt_store_outage"] + 1
+    (planned, unplanned) = verdict.store_faults
+    assert "planned" not in planned and unplanned["planned"] is False
+    assert (unplanned["killed_ts"], unplanned["down_ms"], unplanned["promoted_ms"]) == (
+        FLAP_DOWN, FLAP_SYNCED - FLAP_DOWN, FLAP_SWITCH - FLAP_DOWN)
+
+
+def test_a_late_reap_after_the_flap_is_over_still_fails():
+    """The replica was back at 13_000 and the reaper reaped since (c); a lease lapsing at 16_000
+    and reaped one interval + allowance + 1 ms late is judged like any other."""
+    h = flapped(9000, 1209)
+    h.enqueue("c", ts=9190)  # lapses at 13_200 and is reaped in time: the reaper is back
+    h.claim("c", attempt=1, worker="w1", ts=9200)
+    h.reap("c", attempt=1, ts=13_300)
+    h.claim("c", attempt=2, worker="w2", ts=13_310)
+    h.complete("c", attempt=2, worker="w2", ts=13_400)
+    h.enqueue("b", ts=11_990)
+    h.claim("b", attempt=1, worker="w2", ts=12_000)
+    h.reap("b", attempt=1, ts=16_000 + LIMIT + 1)
+    h.claim("b", attempt=2, worker="w1", ts=16_500)
+    h.complete("b", attempt=2, worker="w1", ts=16_600)
+    verdict = check(h.events())
+    assert failed(h.events()) == ["reap_prompt"]
+    assert verdict.invariants["reap_prompt"].examples[0]["job"] == "b"
+
+
+def test_a_fault_event_without_the_planned_field_reads_as_planned():
+    """Histories written before the field: every store fault in them was the nemesis's."""
+    fields = Fault("f1", "failover", "valkey-1", killed_ts=5, down_ms=10).fields()
+    assert "planned" not in fields
+    assert UNPLANNED.fields()["planned"] == 0
