@@ -4,12 +4,25 @@ one, so the sound queue is not failed for the store's flap, and nothing outside 
 
 from __future__ import annotations
 
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
 from histories import History
 
 from chaos.check.checker import check
 from chaos.history.events import Event
 from chaos.history.schema import Fault
 from chaos.names import INVARIANTS
+from chaos.run.runner import make_runtime
+from chaos.runtime.local import LocalRuntime
+from chaos.runtime.sentinel_watch import now_ms, replica_online
+from chaos.runtime.valkey import SENTINEL_DOWN_AFTER_MS
+from chaos.scenario.loading import load_scenario
+
+ROOT = Path(__file__).resolve().parent.parent
 
 L, R, ALLOW = 4000, 250, 100
 LIMIT = R + ALLOW
@@ -93,3 +106,49 @@ def test_a_fault_event_without_the_planned_field_reads_as_planned():
     fields = Fault("f1", "failover", "valkey-1", killed_ts=5, down_ms=10).fields()
     assert "planned" not in fields
     assert UNPLANNED.fields()["planned"] == 0
+
+
+# --- the watch, on a real primary, replica and Sentinel ----------------------------------------
+
+
+@pytest.mark.integration
+def test_the_watch_records_sentinel_failing_back_on_its_own(tmp_path: Path):
+    """A planned failover (the primary SIGKILLed), then the new primary SIGSTOPped until
+    Sentinel gives up on it and fails back: the first switch is the plan's, the second is handed
+    over as an unplanned store fault, whose window runs from the new primary's last reply to
+    Sentinel until the primary has a replica online again (the watch demotes the stopped node)."""
+    runtime = make_runtime(load_scenario(ROOT / "scenarios" / "failover.toml"), tmp_path)
+    try:
+        runtime.start_valkey()
+        assert isinstance(runtime, LocalRuntime) and runtime.watch is not None
+        planned = runtime.failover("kill", 0)
+        runtime.wait_replicated()
+        watch = runtime.watch
+        stopped = runtime.servers[planned.new_primary or ""]
+        assert stopped.process is not None
+        before = now_ms()
+        os.kill(stopped.process.pid, signal.SIGSTOP)
+        try:
+            deadline = time.monotonic() + 20
+            while len(watch.switches) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            os.kill(stopped.process.pid, signal.SIGCONT)
+        assert [(s.old, s.new, s.planned) for s in watch.switches] == [
+            ("valkey-1", "valkey-2", True), ("valkey-2", "valkey-1", False)]
+        faults: list = []
+        deadline = time.monotonic() + 20
+        while not faults and time.monotonic() < deadline:
+            faults = runtime.unplanned_store_faults()
+            time.sleep(0.1)
+        (fault,) = faults
+        assert (fault.node, fault.new_primary) == ("valkey-2", "valkey-1")
+        switch = watch.switches[1]
+        assert before - SENTINEL_DOWN_AFTER_MS <= fault.killed_ts <= switch.switched_ts
+        assert fault.promoted_ms == switch.switched_ts - fault.killed_ts
+        assert switch.synced_ts is not None
+        assert fault.down_ms == switch.synced_ts - fault.killed_ts >= fault.promoted_ms
+        assert replica_online(runtime.servers["valkey-1"])
+        assert runtime.unplanned_store_faults(final=True) == []  # handed over once
+    finally:
+        runtime.close()
