@@ -20,7 +20,7 @@ from chaos.network.client import ToxiproxyServerInfo, server_command, wait_for_a
 from chaos.protocol.client import SENTINEL_SCHEME
 from chaos.runtime.base import Child, RuntimeBase, StoreFault, signal_child, signal_group
 from chaos.runtime.pids import record_process
-from chaos.runtime.sentinel_watch import SentinelWatch
+from chaos.runtime.sentinel_watch import SentinelWatch, wait_for_replica
 from chaos.runtime.valkey import (
     SENTINEL_SERVICE,
     Persistence,
@@ -62,7 +62,8 @@ class LocalRuntime(RuntimeBase):
             password=self.password, sentinel_for=(SENTINEL_SERVICE, primary.port)))
         self.url = f"{SENTINEL_SCHEME}://127.0.0.1:{sentinel.port}/{SENTINEL_SERVICE}"
         self._wait_replicated(timeout=30.0)
-        self.watch = SentinelWatch(sentinel, self._node_at, self.servers.get)
+        self.watch = SentinelWatch(sentinel, self._node_at, self.servers.get,
+                                   need_replica=self.scenario.wait_replicas > 0)
         self.watch.start()
         return self.url, self.password
 
@@ -89,7 +90,8 @@ class LocalRuntime(RuntimeBase):
     def failover(self, mode: str, down_ms: int, timeout: float = 30.0) -> StoreFault:
         """Move the primary role: SIGKILL the primary (``kill``) and let Sentinel promote the
         replica, then restart the old primary (Sentinel turns it into a replica); or ask
-        Sentinel for a coordinated failover (``sentinel``). Returns once a new primary serves."""
+        Sentinel for a coordinated failover (``sentinel``). Returns once a new primary serves
+        (under ``wait_replicas``: with a replica online, or no WAIT can be satisfied)."""
         sentinel = self.servers.get("sentinel")
         if sentinel is None:
             raise InfraError("a failover needs valkey.replication = 'sentinel'")
@@ -118,6 +120,8 @@ class LocalRuntime(RuntimeBase):
         # an error) keep writing to it, a split brain whose writes the demotion then discards.
         with self.servers[old].client(socket_timeout=5) as client:
             client.execute_command("REPLICAOF", "127.0.0.1", str(self.servers[new].port))
+        if self.scenario.wait_replicas:  # no WAIT can be satisfied before: still an outage
+            wait_for_replica(self.servers[new], deadline)
         return StoreFault(old, killed_ts, int((time.monotonic() - started) * 1000),
                           promoted_ms=promoted_ms, new_primary=new)
 

@@ -50,11 +50,13 @@ class Switch:
 class SentinelWatch:
     """A daemon thread on one Sentinel's pub/sub. ``nodes`` maps a port to a node name;
     ``node`` gives the server of a name (to demote it and to ask the new primary for its
-    replicas)."""
+    replicas). ``need_replica``: the clients WAIT for a replica, so an unplanned switch's outage
+    lasts until the new primary has one online; else it ends at the switch."""
 
     def __init__(self, sentinel: ValkeyServer, nodes: Callable[[str], str],
-                 node: Callable[[str], ValkeyServer | None]) -> None:
+                 node: Callable[[str], ValkeyServer | None], need_replica: bool) -> None:
         self.sentinel = sentinel
+        self.need_replica = need_replica
         self.nodes = nodes
         self.node = node
         self.switches: list[Switch] = []  # every switch, in order
@@ -155,13 +157,20 @@ class SentinelWatch:
                 client.execute_command("REPLICAOF", "127.0.0.1", str(new.port))
         except (redis.exceptions.RedisError, OSError) as error:
             log.warning("could not demote %s: %s (Sentinel will)", switch.old, error)
-        deadline = time.monotonic() + SYNC_TIMEOUT_S
-        while time.monotonic() < deadline and not self._stop.is_set():
-            if replica_online(new):
-                with self._lock:
-                    switch.synced_ts = now_ms()
-                return
-            time.sleep(0.05)
+        if not self.need_replica or wait_for_replica(new, time.monotonic() + SYNC_TIMEOUT_S,
+                                                     self._stop):
+            with self._lock:
+                switch.synced_ts = now_ms()
+
+
+def wait_for_replica(server: ValkeyServer, deadline: float,
+                     stop: threading.Event | None = None) -> bool:
+    """Until ``server`` has a replica online (True), or the monotonic ``deadline``."""
+    while time.monotonic() < deadline and not (stop is not None and stop.is_set()):
+        if replica_online(server):
+            return True
+        time.sleep(0.05)
+    return False
 
 
 def replica_online(server: ValkeyServer) -> bool:
