@@ -4,8 +4,11 @@ one, so the sound queue is not failed for the store's flap, and nothing outside 
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -18,6 +21,7 @@ from chaos.history.schema import Fault
 from chaos.names import INVARIANTS
 from chaos.run.runner import make_runtime
 from chaos.runtime.local import LocalRuntime
+from chaos.runtime.pids import PID_DIR, read_record
 from chaos.runtime.sentinel_watch import now_ms, replica_online
 from chaos.runtime.valkey import SENTINEL_DOWN_AFTER_MS
 from chaos.scenario.loading import load_scenario
@@ -152,3 +156,54 @@ def test_the_watch_records_sentinel_failing_back_on_its_own(tmp_path: Path):
         assert runtime.unplanned_store_faults(final=True) == []  # handed over once
     finally:
         runtime.close()
+
+
+def count_in(path: Path, text: str) -> int:
+    return path.read_text(errors="replace").count(text) if path.exists() else 0
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.mark.integration
+def test_a_run_with_a_sentinel_flap_records_it_and_does_not_fail_the_sound_queue(tmp_path: Path):
+    """failover.toml, and once the planned failover is over (the old primary synced as the new
+    one's replica), the new primary SIGSTOPped until Sentinel fails back: seed 17's flap,
+    provoked. The run records it as an unplanned store fault and does not fail the sound queue."""
+    out = tmp_path / "run"
+    runner = subprocess.Popen(
+        [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / "failover.toml"),
+         "--out", str(out), "--set", "phases.chaos_ms=3000"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    try:
+        sentinel_log, replica_log = out / "logs" / "sentinel.log", out / "logs" / "valkey-1.log"
+        wait_for(lambda: count_in(sentinel_log, "+switch-master") == 1, 60, "the planned switch")
+        wait_for(lambda: count_in(replica_log, "REPLICA sync: Finished with success") == 1, 30,
+                 "valkey-1 in sync as valkey-2's replica")
+        record = read_record(out / PID_DIR / "valkey-2.json")
+        assert record is not None
+        os.kill(record.pid, signal.SIGSTOP)
+        try:
+            wait_for(lambda: count_in(sentinel_log, "+switch-master") == 2, 30,
+                     "Sentinel failing back")
+        finally:
+            os.kill(record.pid, signal.SIGCONT)
+        _, stderr = runner.communicate(timeout=120)
+    finally:
+        if runner.poll() is None:
+            runner.kill()
+            runner.wait()
+    report = json.loads((out / "report.json").read_text())
+    assert "Sentinel failed over on its own: valkey-2 -> valkey-1" in stderr, stderr[-3000:]
+    planned, unplanned = report["store_faults"]
+    assert planned["fault_id"] == "f1" and "planned" not in planned
+    assert unplanned["planned"] is False and unplanned["fault_id"] == "unplanned-1"
+    assert (unplanned["node"], unplanned["new_primary"]) == ("valkey-2", "valkey-1")
+    assert unplanned["killed_ts"] > planned["killed_ts"] + planned["down_ms"] - 1000
+    assert unplanned["down_ms"] >= unplanned["promoted_ms"] > 0
+    assert report["verdict"] in ("pass", "unknown"), report["invariants"]
+    assert report["ack_ledger"]["lost"] == 0

@@ -152,13 +152,16 @@ class SentinelWatch:
             with self._lock:
                 switch.synced_ts = now_ms()
             return
-        try:
-            with old.client(socket_timeout=2) as client:
-                client.execute_command("REPLICAOF", "127.0.0.1", str(new.port))
-        except (redis.exceptions.RedisError, OSError) as error:
-            log.warning("could not demote %s: %s (Sentinel will)", switch.old, error)
-        if not self.need_replica or wait_for_replica(new, time.monotonic() + SYNC_TIMEOUT_S,
-                                                     self._stop):
+        deadline = time.monotonic() + SYNC_TIMEOUT_S
+        while time.monotonic() < deadline and not self._stop.is_set():
+            try:  # the old primary may still be stalled (that is why it was failed away from)
+                with old.client(socket_timeout=2) as client:
+                    client.execute_command("REPLICAOF", "127.0.0.1", str(new.port))
+                break
+            except (redis.exceptions.RedisError, OSError) as error:
+                log.warning("could not demote %s yet: %s", switch.old, error)
+                self._stop.wait(0.2)
+        if not self.need_replica or wait_for_replica(new, deadline, self._stop):
             with self._lock:
                 switch.synced_ts = now_ms()
 
