@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from histories import History
 
 from chaos.check.checker import check
@@ -23,7 +24,7 @@ from chaos.run.runner import make_runtime
 from chaos.runtime.local import LocalRuntime
 from chaos.runtime.pids import PID_DIR, read_record
 from chaos.runtime.sentinel_watch import now_ms, replica_online
-from chaos.runtime.valkey import SENTINEL_DOWN_AFTER_MS
+from chaos.runtime.valkey import SENTINEL_DOWN_AFTER_MS, SENTINEL_SERVICE
 from chaos.scenario.loading import load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -115,6 +116,34 @@ def test_a_fault_event_without_the_planned_field_reads_as_planned():
 # --- the watch, on a real primary, replica and Sentinel ----------------------------------------
 
 
+def sentinel_has_a_good_replica(port: int, password: str) -> bool:
+    """Would Sentinel promote its replica now? Flagged nothing but ``slave``, its link up and
+    answering pings (just after a restart Sentinel's view is stale: a flap provoked then is
+    aborted with -failover-abort-no-good-slave, and the next try is 20 s away)."""
+    with redis.Redis(host="127.0.0.1", port=port, password=password,
+                     decode_responses=True, socket_timeout=2) as client:
+        replicas = client.execute_command("SENTINEL", "REPLICAS", SENTINEL_SERVICE)
+    for replica in replicas:
+        fields = replica if isinstance(replica, dict) else dict(
+            zip(replica[::2], replica[1::2], strict=True))
+        if (fields.get("flags") == "slave" and fields.get("master-link-status") == "ok"
+                and int(fields.get("last-ok-ping-reply", 10**6)) < 300
+                and int(fields.get("info-refresh", 10**6)) < 2000):
+            return True
+    return False
+
+
+def count_in(path: Path, text: str) -> int:
+    return path.read_text(errors="replace").count(text) if path.exists() else 0
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
 @pytest.mark.integration
 def test_the_watch_records_sentinel_failing_back_on_its_own(tmp_path: Path):
     """A planned failover (the primary SIGKILLed), then the new primary SIGSTOPped until
@@ -126,7 +155,9 @@ def test_the_watch_records_sentinel_failing_back_on_its_own(tmp_path: Path):
         runtime.start_valkey()
         assert isinstance(runtime, LocalRuntime) and runtime.watch is not None
         planned = runtime.failover("kill", 0)
-        runtime.wait_replicated()
+        sentinel = runtime.servers["sentinel"]
+        wait_for(lambda: sentinel_has_a_good_replica(sentinel.port, sentinel.password), 30,
+                 "Sentinel seeing valkey-1 as a replica it could promote")
         watch = runtime.watch
         stopped = runtime.servers[planned.new_primary or ""]
         assert stopped.process is not None
@@ -158,17 +189,6 @@ def test_the_watch_records_sentinel_failing_back_on_its_own(tmp_path: Path):
         runtime.close()
 
 
-def count_in(path: Path, text: str) -> int:
-    return path.read_text(errors="replace").count(text) if path.exists() else 0
-
-
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.integration
 def test_a_run_with_a_sentinel_flap_records_it_and_does_not_fail_the_sound_queue(tmp_path: Path):
     """failover.toml, and once the planned failover is over (the old primary synced as the new
@@ -184,6 +204,12 @@ def test_a_run_with_a_sentinel_flap_records_it_and_does_not_fail_the_sound_queue
         wait_for(lambda: count_in(sentinel_log, "+switch-master") == 1, 60, "the planned switch")
         wait_for(lambda: count_in(replica_log, "REPLICA sync: Finished with success") == 1, 30,
                  "valkey-1 in sync as valkey-2's replica")
+        conf = dict(line.split(" ", 1) for line in
+                    (out / "sentinel" / "sentinel.conf").read_text().splitlines()
+                    if line.startswith(("port ", "requirepass ")))
+        wait_for(lambda: sentinel_has_a_good_replica(int(conf["port"]),
+                                                     conf["requirepass"].strip('"')), 30,
+                 "Sentinel seeing valkey-1 as a replica it could promote")
         record = read_record(out / PID_DIR / "valkey-2.json")
         assert record is not None
         os.kill(record.pid, signal.SIGSTOP)
