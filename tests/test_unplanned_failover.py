@@ -181,6 +181,8 @@ def test_the_watch_records_sentinel_failing_back_on_its_own(tmp_path: Path):
         switch = watch.switches[1]
         assert before - SENTINEL_DOWN_AFTER_MS <= fault.killed_ts <= switch.switched_ts
         assert fault.promoted_ms == switch.switched_ts - fault.killed_ts
+        # from the +sdown (down-after past the last reply), which the switch follows
+        assert fault.promoted_ms > SENTINEL_DOWN_AFTER_MS
         assert switch.synced_ts is not None
         assert fault.down_ms == switch.synced_ts - fault.killed_ts >= fault.promoted_ms
         assert replica_online(runtime.servers["valkey-1"])
@@ -230,6 +232,6 @@ def test_a_run_with_a_sentinel_flap_records_it_and_does_not_fail_the_sound_queue
     assert unplanned["planned"] is False and unplanned["fault_id"] == "unplanned-1"
     assert (unplanned["node"], unplanned["new_primary"]) == ("valkey-2", "valkey-1")
     assert unplanned["killed_ts"] > planned["killed_ts"] + planned["down_ms"] - 1000
-    assert unplanned["down_ms"] >= unplanned["promoted_ms"] > 0
+    assert unplanned["down_ms"] >= unplanned["promoted_ms"] > SENTINEL_DOWN_AFTER_MS
     assert report["verdict"] in ("pass", "unknown"), report["invariants"]
     assert report["ack_ledger"]["lost"] == 0

@@ -125,9 +125,9 @@ class SentinelWatch:
 
     def _take(self, channel: str, data: str) -> None:
         words = data.split()
-        if channel == "+sdown" and words[:1] == ["master"] and len(words) >= 5:
-            self._sdown[self.nodes(words[4])] = now_ms()
-        elif channel == "+switch-master" and len(words) >= 5:
+        if channel == "+sdown" and words[:1] == ["master"] and len(words) >= 4:
+            self._sdown[self.nodes(words[3])] = now_ms()  # master <name> <ip> <port>
+        elif channel == "+switch-master" and len(words) >= 5:  # <name> <ip> <port> <ip> <port>
             switched_ts = now_ms()
             old, new = self.nodes(words[2]), self.nodes(words[4])
             down_ts = self._sdown.pop(old, switched_ts) - SENTINEL_DOWN_AFTER_MS
