@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -20,6 +21,9 @@ from chaos.check.checker import check
 from chaos.history.events import Event
 from chaos.history.schema import Fault
 from chaos.names import INVARIANTS
+from chaos.protocol.client import QueueClient, QueueKeys, redis_client
+from chaos.reference.config import WorkerConfig
+from chaos.reference.heartbeat import LeaseRenewer
 from chaos.run.runner import make_runtime
 from chaos.runtime.local import LocalRuntime
 from chaos.runtime.pids import PID_DIR, read_record
@@ -235,3 +239,41 @@ def test_a_run_with_a_sentinel_flap_records_it_and_does_not_fail_the_sound_queue
     assert unplanned["down_ms"] >= unplanned["promoted_ms"] > SENTINEL_DOWN_AFTER_MS
     assert report["verdict"] in ("pass", "unknown"), report["invariants"]
     assert report["ack_ledger"]["lost"] == 0
+
+
+# --- the heartbeat after a failover ------------------------------------------------------------
+
+
+def hb_connections(client: redis.Redis) -> set[int]:
+    return {entry["id"] for entry in client.client_list() if entry.get("name") == "hb-flap"}
+
+
+def test_a_failed_renewal_drops_the_heartbeats_connection_so_the_next_asks_anew(
+        valkey_server, raw_client):
+    """WAIT 1 on a server with no replica: every renewal runs but fails (NotReplicated), as on a
+    primary Sentinel has just failed away from. As the reaper does, the heartbeat then drops its
+    connection, so its next renewal opens a new one (in a run: asking Sentinel where the primary
+    is) instead of staying on the stale node for good."""
+    keys = QueueKeys("test:", "hb-flap")
+    setup = QueueClient(raw_client, keys)
+    setup.enqueue("a")
+    claimed = setup.claim(60_000, "w1")
+    assert claimed is not None
+    queue = QueueClient(redis_client(valkey_server.url, password=valkey_server.password,
+                                     client_name="hb-flap"), keys, wait_replicas=1)
+    config = WorkerConfig(url=valkey_server.url, name="w1", keys=keys, lease_ms=60_000,
+                          heartbeat_ms=100)
+    renewer = LeaseRenewer(queue, config, on_lost=lambda job_id, attempt: None)
+    renewer.hold("a", claimed.attempt)
+    beating = threading.Thread(target=renewer.run, daemon=True)
+    beating.start()
+    try:
+        seen: set[int] = set()
+        wait_for(lambda: bool(seen.update(hb_connections(raw_client)) or len(seen) >= 2), 15,
+                 "a second connection after a failed renewal")
+        first = min(seen)
+        wait_for(lambda: first not in hb_connections(raw_client), 5, "the first one closed")
+    finally:
+        renewer.stop.set()
+        beating.join(timeout=5)
+        queue.client.close()
