@@ -103,9 +103,7 @@ class SentinelWatch:
         client = self.sentinel.client(decode_responses=True, socket_timeout=None)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
-            pubsub.subscribe("+sdown", "+switch-master")
-            while pubsub.get_message(timeout=0.1) is None and not pubsub.subscribed:
-                pass
+            pubsub.subscribe("+sdown", "+switch-master")  # sent and registered on return
             self._ready.set()
             while not self._stop.is_set():
                 try:
@@ -137,8 +135,8 @@ class SentinelWatch:
                     self._expected.remove(old)
                 switch = Switch(old, new, switched_ts, down_ts, planned)
                 self.switches.append(switch)
-            log.warning("Sentinel switched the primary %s -> %s (%s)", old, new,
-                        "planned" if planned else "UNPLANNED")
+            log.info("Sentinel switched the primary %s -> %s (%s)", old, new,
+                     "planned" if planned else "unplanned: the runner records it")
             if not planned:  # apart, so the next announcement is stamped when it comes
                 threading.Thread(target=self._restore, args=(switch,), name="sentinel-restore",
                                  daemon=True).start()
