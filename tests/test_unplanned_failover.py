@@ -199,11 +199,12 @@ def test_the_watch_records_sentinel_failing_back_on_its_own(tmp_path: Path):
 def test_a_run_with_a_sentinel_flap_records_it_and_does_not_fail_the_sound_queue(tmp_path: Path):
     """failover.toml, and once the planned failover is over (the old primary synced as the new
     one's replica), the new primary SIGSTOPped until Sentinel fails back: seed 17's flap,
-    provoked. The run records it as an unplanned store fault and does not fail the sound queue."""
+    provoked while the load still runs (chaos 6 s: room for the planned failover, ~3 s, and the
+    flap). The run records it as an unplanned store fault and does not fail the sound queue."""
     out = tmp_path / "run"
     runner = subprocess.Popen(
         [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / "failover.toml"),
-         "--out", str(out), "--set", "phases.chaos_ms=3000"],
+         "--out", str(out), "--set", "phases.chaos_ms=6000"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         sentinel_log, replica_log = out / "logs" / "sentinel.log", out / "logs" / "valkey-1.log"
