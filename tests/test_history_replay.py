@@ -173,6 +173,8 @@ TYPED_EXAMPLES = [
                  parameters={"latency_ms": "300", "stream": "both"}),
     schema.Fault("f2", "failover", "valkey-1", target="primary", cuts_off=True, killed_ts=90,
                  down_ms=1500, promoted_ms=1200, new_primary="valkey-2"),
+    schema.Fault("unplanned-1", "failover", "valkey-2", target="sentinel", killed_ts=2900,
+                 down_ms=1300, promoted_ms=1100, new_primary="valkey-1", planned=False),
     schema.Heal("f1", "latency", "w1"), schema.FaultSkipped("kill", "random 1"),
 ]
 

@@ -39,6 +39,8 @@ def store_fault_figure(fault: Fault) -> dict[str, Any]:
         "killed_ts": fault.killed_ts, "down_ms": fault.down_ms or 0,
         "clients_recovered": 0, "max_client_ms": None, "clients_ms": {}, "producer_ms": None,
     }
+    if not fault.planned:  # the store did it on its own (Sentinel): judged as a planned one
+        figure["planned"] = False
     if fault.promoted_ms is not None:
         figure["promoted_ms"] = fault.promoted_ms
         figure["new_primary"] = fault.new_primary

@@ -343,6 +343,9 @@ class Fault:
     parameters: dict[str, Any] = field(default_factory=dict)
     ts: int = 0
     seq: str = ""
+    # False: no one planned it, the store did it on its own (Sentinel failed over unasked, seen
+    # by the runtime's watch). Absent reads as planned: every older history's faults were.
+    planned: bool = True
 
     @property
     def is_store(self) -> bool:
@@ -355,7 +358,8 @@ class Fault:
             ("target", self.target or None), ("duration_ms", self.duration_ms),
             ("cuts_off", int(self.cuts_off)), ("killed_ts", self.killed_ts),
             ("down_ms", self.down_ms))), **self.parameters, **_fields(self.TYPE, (
-                ("promoted_ms", self.promoted_ms), ("new_primary", self.new_primary)))}
+                ("promoted_ms", self.promoted_ms), ("new_primary", self.new_primary),
+                ("planned", None if self.planned else 0)))}
 
     @classmethod
     def decode(cls, event: Event) -> Fault:
@@ -366,11 +370,11 @@ class Fault:
             _int(get("duration_ms")), get("cuts_off", "1") != "0", _int(get("killed_ts")),
             _int(get("down_ms")), _int(get("promoted_ms")), get("new_primary"),
             {name: value for name, value in extra.items() if name not in _FAULT_FIELDS},
-            event.ts, event.seq)
+            event.ts, event.seq, get("planned", "1") != "0")
 
 
 _FAULT_FIELDS = frozenset(("fault_id", "kind", "target", "duration_ms", "cuts_off", "killed_ts",
-                           "down_ms", "promoted_ms", "new_primary"))
+                           "down_ms", "promoted_ms", "new_primary", "planned"))
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,6 +76,10 @@ class LeaseRenewer:
                     renewed = self.queue.extend(job_id, attempt, cfg.lease_ms, cfg.name)
                 except TRANSIENT as error:
                     log.warning("extend %s failed: %s", job_id, error)
+                    # As the reaper: a renewal WAIT saw unreplicated may have gone to a primary
+                    # Sentinel has just failed away from, and still a primary; an idle connection
+                    # dropped makes the next call ask Sentinel (in-flight calls keep theirs).
+                    self.queue.client.connection_pool.disconnect(inuse_connections=False)
                     continue
                 if renewed is None:
                     self.drop(job_id, attempt)

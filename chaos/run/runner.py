@@ -147,6 +147,7 @@ class Run:
         self.live_counts: LiveCounts | None = None  # history.source monitor: the panel's
         self.load_source: LoadSource | None = None  # chosen by use_load, else the scenario's
         self.nemesis: Nemesis | None = None
+        self.unplanned = 0  # store faults no one planned
         self.drained = False
         self.drain_ms: int | None = None
         self.backlog: list[dict[str, Any]] = []  # pending/active over time, for the report
@@ -310,6 +311,7 @@ class Run:
         """Watch the children; every 250 ms sample the backlog and update the progress."""
         assert self.queue is not None
         self.watch_children()
+        self.record_unplanned_store_faults()
         now = time.monotonic()
         if not force and now - self.last_sample < BACKLOG_SAMPLE_S:
             return
@@ -356,6 +358,18 @@ class Run:
                         and child.name in self.scenario.topology.worker_names):
                     self.runtime.restart_worker(child.name, crashes)
                     self.queue.record(**schema.Heal(fault_id, "restart", child.name).fields())
+
+    def record_unplanned_store_faults(self, final: bool = False) -> None:
+        """Sentinel failing over unasked: a store fault with planned = false (docs/faults.md)."""
+        assert self.queue is not None
+        for done in self.runtime.unplanned_store_faults(final):
+            self.unplanned += 1
+            self.progress.say(f"!! Sentinel failed over on its own: {done.node} -> "
+                              f"{done.new_primary}, {done.down_ms} ms without a synced replica")
+            self.queue.record(**schema.Fault(
+                f"unplanned-{self.unplanned}", "failover", done.node, target="sentinel",
+                killed_ts=done.killed_ts, down_ms=done.down_ms, promoted_ms=done.promoted_ms,
+                new_primary=done.new_primary, planned=False).fields())
 
     def _phase(self, name: str) -> None:
         assert self.queue is not None
@@ -434,6 +448,7 @@ class Run:
             self.nemesis.heal_all()
         self.runtime.stop_workers()
         if self.queue is not None:
+            self.record_unplanned_store_faults(final=True)
             self.queue.record(**schema.Phase("end", drained=self.drained, aborted=aborted,
                                              cause=cause).fields())
         self.stop_recorder()

@@ -177,6 +177,12 @@ class RuntimeBase(ABC):
         """After a failover: until the old primary serves as the new one's replica (if any)."""
         return None  # one server: nothing replicates
 
+    def unplanned_store_faults(self, final: bool = False) -> list[StoreFault]:
+        """Failovers the store made on its own since the last call, once it serves with a
+        replica again (``final``: also those still without one). Only a runtime that watches
+        Sentinel (local) sees any."""
+        return []
+
     def ack_ledger_path(self, name: str) -> Path:
         """Where process ``name`` records the transitions it was told succeeded (protocol.acks)."""
         return self.run_dir / ACKS_DIR / f"{name}.jsonl"

@@ -20,6 +20,7 @@ from chaos.network.client import ToxiproxyServerInfo, server_command, wait_for_a
 from chaos.protocol.client import SENTINEL_SCHEME
 from chaos.runtime.base import Child, RuntimeBase, StoreFault, signal_child, signal_group
 from chaos.runtime.pids import record_process
+from chaos.runtime.sentinel_watch import SentinelWatch, wait_for_replica
 from chaos.runtime.valkey import (
     SENTINEL_SERVICE,
     Persistence,
@@ -33,6 +34,7 @@ from chaos.scenario.sut import fill
 @dataclass
 class LocalRuntime(RuntimeBase):
     servers: dict[str, ValkeyServer] = field(default_factory=dict)  # valkey nodes and sentinel
+    watch: SentinelWatch | None = None  # with Sentinel: every primary switch, planned or not
     _closed: bool = False
 
     def members(self) -> Mapping[str, Child]:
@@ -60,6 +62,9 @@ class LocalRuntime(RuntimeBase):
             password=self.password, sentinel_for=(SENTINEL_SERVICE, primary.port)))
         self.url = f"{SENTINEL_SCHEME}://127.0.0.1:{sentinel.port}/{SENTINEL_SERVICE}"
         self._wait_replicated(timeout=30.0)
+        self.watch = SentinelWatch(sentinel, self._node_at, self.servers.get,
+                                   need_replica=self.scenario.wait_replicas > 0)
+        self.watch.start()
         return self.url, self.password
 
     def _start_node(self, name: str, server: ValkeyServer) -> ValkeyServer:
@@ -85,11 +90,14 @@ class LocalRuntime(RuntimeBase):
     def failover(self, mode: str, down_ms: int, timeout: float = 30.0) -> StoreFault:
         """Move the primary role: SIGKILL the primary (``kill``) and let Sentinel promote the
         replica, then restart the old primary (Sentinel turns it into a replica); or ask
-        Sentinel for a coordinated failover (``sentinel``). Returns once a new primary serves."""
+        Sentinel for a coordinated failover (``sentinel``). Returns once a new primary serves
+        (under ``wait_replicas``: with a replica online, or no WAIT can be satisfied)."""
         sentinel = self.servers.get("sentinel")
         if sentinel is None:
             raise InfraError("a failover needs valkey.replication = 'sentinel'")
         old = self._primary_name()
+        if self.watch is not None:
+            self.watch.expect(old)  # this switch is planned
         killed_ts, started = time.time_ns() // 1_000_000, time.monotonic()
         if mode == "kill":
             self._kill_node(old)
@@ -112,6 +120,8 @@ class LocalRuntime(RuntimeBase):
         # an error) keep writing to it, a split brain whose writes the demotion then discards.
         with self.servers[old].client(socket_timeout=5) as client:
             client.execute_command("REPLICAOF", "127.0.0.1", str(self.servers[new].port))
+        if self.scenario.wait_replicas:  # no WAIT can be satisfied before: still an outage
+            wait_for_replica(self.servers[new], deadline)
         return StoreFault(old, killed_ts, int((time.monotonic() - started) * 1000),
                           promoted_ms=promoted_ms, new_primary=new)
 
@@ -131,8 +141,16 @@ class LocalRuntime(RuntimeBase):
         with self.servers["sentinel"].client(socket_timeout=2, decode_responses=True) as client:
             _host, port = client.execute_command(
                 "SENTINEL", "GET-MASTER-ADDR-BY-NAME", SENTINEL_SERVICE)
+        return self._node_at(str(port))
+
+    def _node_at(self, port: str) -> str:
         by_port = {str(server.port): name for name, server in self.servers.items()}
-        return by_port.get(str(port), f"port {port}")
+        return by_port.get(port, f"port {port}")
+
+    def unplanned_store_faults(self, final: bool = False) -> list[StoreFault]:
+        if self.watch is None:
+            return []
+        return self.watch.unplanned(final)
 
     def _wait_replicated(self, timeout: float) -> None:
         """Until Sentinel knows the replica and the replica's link to the primary is up:
@@ -245,6 +263,8 @@ class LocalRuntime(RuntimeBase):
         if self._closed:
             return
         self._closed = True
+        if self.watch is not None:
+            self.watch.stop()
         if self.links is not None:  # before the server goes: on a shared one nothing else will
             self.links.close()
         self.forget_sut_users()
