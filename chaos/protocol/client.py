@@ -67,8 +67,10 @@ from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from chaos.names import PROTOCOLS
 from chaos.protocol.clock import LocalClock
+from chaos.protocol.wire import call_packed
 
-SCRIPT_NAMES = ("enqueue", "claim", "extend", "complete", "reap", "record")  # the sound scripts
+# the sound scripts
+SCRIPT_NAMES = ("enqueue", "claim", "claim_many", "extend", "complete", "reap", "record")
 
 # A job kind: enqueued with this kind (and a payload starting with it), it crashes whichever
 # reference worker claims it.
@@ -266,13 +268,15 @@ class QueueClient:
             return self._evalsha(name, keys, args)
 
     def _evalsha(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        command = ("EVALSHA", self._shas[name], len(keys), *keys, *args)
         if not self.wait_replicas:
-            return self.client.evalsha(self._shas[name], len(keys), *keys, *args)
-        # WAIT counts the writes of its own connection: one pipeline keeps both on one.
-        pipe = self.client.pipeline(transaction=False)
-        pipe.evalsha(self._shas[name], len(keys), *keys, *args)
-        pipe.wait(self.wait_replicas, WAIT_TIMEOUT_MS)
-        reply, replicas = pipe.execute(raise_on_error=False)
+            (reply,) = call_packed(self.client, [command])
+            if isinstance(reply, Exception):
+                raise reply  # e.g. NoScriptError: handled by the caller
+            return reply
+        # WAIT counts the writes of its own connection: one round trip keeps both on one.
+        reply, replicas = call_packed(self.client, [command,
+                                                    ("WAIT", self.wait_replicas, WAIT_TIMEOUT_MS)])
         if isinstance(reply, Exception):
             raise reply  # e.g. NoScriptError: handled by the caller like a plain EVALSHA's
         if isinstance(replicas, Exception):  # e.g. "UNBLOCKED": this primary was just demoted
@@ -330,6 +334,20 @@ class QueueClient:
     def claim(self, lease_ms: int, worker: str) -> Claimed | None:
         return self._variant.claim(self, lease_ms, worker)
 
+    @property
+    def claims_in_batches(self) -> bool:
+        """Whether ``claim_many`` claims several jobs in one call (else one per call: the
+        variants whose claim is not the sound script, e.g. nonatomic-claim's two steps)."""
+        return self._variant.claim_many is not None
+
+    def claim_many(self, count: int, lease_ms: int, worker: str) -> list[Claimed]:
+        """Up to ``count`` jobs, oldest first, in one call (claim_many.lua): each leased and
+        recorded exactly as ``claim`` would. A variant that cannot batch claims just one."""
+        if self._variant.claim_many is None:
+            claimed = self.claim(lease_ms, worker)
+            return [] if claimed is None else [claimed]
+        return self._variant.claim_many(self, count, lease_ms, worker)
+
     def extend(self, job_id: str, attempt: int, lease_ms: int, worker: str) -> int | None:
         """The new deadline, or None when the lease is no longer ours."""
         return self._variant.extend(self, job_id, attempt, lease_ms, worker)
@@ -350,6 +368,13 @@ class QueueClient:
             [k.job_prefix, lease_ms, worker, *self._no_event]
         )
         return _claimed(reply)
+
+    def _claim_many_sound(self, count: int, lease_ms: int, worker: str) -> list[Claimed]:
+        k = self.keys
+        reply = self._call("claim_many", [k.pending, k.active, k.events],
+                           [k.job_prefix, lease_ms, worker, count, *self._no_event])
+        return [Claimed(str(reply[i]), reply[i + 1] or "", int(reply[i + 2]), int(reply[i + 3]))
+                for i in range(0, len(reply), 4)]
 
     def _extend_sound(self, job_id: str, attempt: int, lease_ms: int, worker: str) -> int | None:
         return self._extend_with("extend", job_id, attempt, lease_ms, worker, *self._no_event)
@@ -469,6 +494,9 @@ class QueueClient:
     def _claim_short(self, lease_ms: int, worker: str) -> Claimed | None:
         return self._claim_sound(lease_ms // 2, worker)
 
+    def _claim_many_short(self, count: int, lease_ms: int, worker: str) -> list[Claimed]:
+        return self._claim_many_sound(count, lease_ms // 2, worker)
+
     def _extend_short(self, job_id: str, attempt: int, lease_ms: int, worker: str) -> int | None:
         return self._extend_sound(job_id, attempt, lease_ms // 2, worker)
 
@@ -530,6 +558,9 @@ class _Variant:
 
     scripts: tuple[str, ...] = ()  # loaded besides the sound SCRIPT_NAMES
     claim: Callable[[QueueClient, int, str], Claimed | None] = QueueClient._claim_sound
+    # None: claim_many claims one job per call with ``claim``
+    claim_many: Callable[[QueueClient, int, int, str], list[Claimed]] | None = (
+        QueueClient._claim_many_sound)
     extend: Callable[[QueueClient, str, int, int, str], int | None] = QueueClient._extend_sound
     complete: Callable[[QueueClient, str, int, str], bool] = QueueClient._complete_sound
     reap: Callable[[QueueClient, int, int], int] = QueueClient._reap_sound
@@ -545,6 +576,7 @@ _VARIANTS: dict[str, _Variant] = {
     "client-clock": _Variant(
         scripts=("claim_client_clock", "extend_client_clock", "reap_client_clock"),
         claim=QueueClient._claim_client_clock,
+        claim_many=None,
         extend=QueueClient._extend_client_clock,
         reap=QueueClient._reap_client_clock,
     ),
@@ -556,6 +588,7 @@ _VARIANTS: dict[str, _Variant] = {
     "nonatomic-claim": _Variant(
         scripts=("claim_lease",),
         claim=QueueClient._claim_nonatomic,
+        claim_many=None,
     ),
     "extend-resurrects": _Variant(
         scripts=("extend_resurrects",),
@@ -565,7 +598,8 @@ _VARIANTS: dict[str, _Variant] = {
     "grace-reaper": _Variant(scripts=("reap_client_clock",), reap=QueueClient._reap_grace),
     "idle-backoff-reaper": _Variant(),  # chaos.reference.reaper.run: backs off when idle
     "reused-token": _Variant(),  # chaos.reference.worker: retries a rejected complete
-    "short-lease": _Variant(claim=QueueClient._claim_short, extend=QueueClient._extend_short),
+    "short-lease": _Variant(claim=QueueClient._claim_short, extend=QueueClient._extend_short,
+                            claim_many=QueueClient._claim_many_short),
     "complete-skips-active": _Variant(scripts=("complete_skips_active",),
                                       complete=QueueClient._complete_skips_active),
 }

@@ -7,6 +7,7 @@ never from its events-stream XADD, so the history does not depend on the scripts
 
     enqueue    HSET <job> payload ...                    else a repeat id: nothing
     claim      HINCRBY <job> attempts + ZADD active      else an empty claim: nothing
+               (claim_many: per job, one claim event each)
     extend     ZADD active <deadline> <id>               else extend_rejected
     complete   HSET <job> state completed                else complete_rejected
     reap       per id: ZREM active, then ZADD pending 0 (reap) or ZADD dead (dead)
@@ -179,23 +180,26 @@ class EchoMQ:
         return Decoded([event] if event else [])
 
     def _claim(self, script: str, argv: list[str], writes: list[list[str]], ts: str) -> Decoded:
-        # claim / claim_client_clock: ARGV prefix, lease_ms, worker; claim_lease: prefix, id,
-        # lease_ms, worker.
+        # claim / claim_many / claim_client_clock: ARGV prefix, lease_ms, worker (claim_many:
+        # then its count); claim_lease: prefix, id, lease_ms, worker. One event per job whose
+        # attempts were raised, in the order claimed, once its lease is in active.
         lease_ms, worker = (argv[2], argv[3]) if script == "claim_lease" else (argv[1], argv[2])
-        job_id = deadline = None
+        deadlines: dict[str, str | None] = {}  # claimed id -> its lease deadline
         for args in writes:
             self._apply(args)
             name = args[0].upper()
             if name == "HINCRBY" and args[2] == "attempts" and args[1].startswith(
                     self.job_prefix):
-                job_id = args[1][len(self.job_prefix):]
-            elif name == "ZADD" and args[1] == self.active:
-                deadline = args[-2]
-        if job_id is None or deadline is None:
-            return Decoded([], empty_claim=job_id is None, undecoded=job_id is not None)
-        return Decoded([{"type": "claim", "id": job_id, "attempt": self._attempts(job_id),
-                         "worker": worker, "lease_ms": lease_ms, "deadline": deadline,
-                         "ts": self._exact(ts, int(deadline) - int(lease_ms))}])
+                deadlines[args[1][len(self.job_prefix):]] = None
+            elif name == "ZADD" and args[1] == self.active and args[-1] in deadlines:
+                deadlines[args[-1]] = args[-2]
+        if not deadlines:
+            return Decoded([], empty_claim=True)
+        events = [{"type": "claim", "id": job_id, "attempt": self._attempts(job_id),
+                   "worker": worker, "lease_ms": lease_ms, "deadline": deadline,
+                   "ts": self._exact(ts, int(deadline) - int(lease_ms))}
+                  for job_id, deadline in deadlines.items() if deadline is not None]
+        return Decoded(events, undecoded=len(events) < len(deadlines))
 
     def _extend(self, script: str, argv: list[str], writes: list[list[str]],
                 ts: str) -> Decoded:
