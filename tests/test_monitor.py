@@ -117,6 +117,38 @@ def test_recorder_live_matches_the_stream_and_names_the_caller(valkey_server: Va
     assert {event.extra.get("conn") for event in decoded} == {"worker-7"}
 
 
+def test_a_claim_many_call_decodes_to_one_claim_event_per_job(valkey_server: ValkeyServer,
+                                                             raw_client: redis.Redis,
+                                                             tmp_path: Path):
+    """claim_many (the reference worker's claim) seen through MONITOR: the same claim events,
+    field for field, as the script wrote to the stream; an empty call is an empty claim."""
+    keys = QueueKeys("many:", "q")
+    host, port = valkey_server.url.split("//")[1].split(":")
+    recorder = MonitorRecorder(make_dialect("echomq", keys.prefix, keys.queue),
+                               tmp_path / MONITOR_HISTORY, host, int(port.split("/")[0]),
+                               valkey_server.password)
+    recorder.start()
+    queue = QueueClient(raw_client, keys)
+    for number in range(7):
+        queue.enqueue(f"j{number}", "x")
+    batches = [queue.claim_many(3, 5000, "worker-1") for _ in range(4)]
+    assert [len(batch) for batch in batches] == [3, 3, 1, 0]
+    for job in batches[0]:
+        queue.complete(job.job_id, job.attempt, "worker-1")
+    health = recorder.stop()
+    assert health.trustworthy and health.caught_up, health
+    assert health.empty_claims == 1, health
+    decoded = read_history(tmp_path / MONITOR_HISTORY)
+    stream = [Event.from_record({"seq": i, **f})
+              for i, f in raw_client.xrange(keys.events)]  # type: ignore[union-attr]
+    comparison = compare_histories(stream, decoded)
+    assert comparison["agree"], comparison
+    assert comparison["counts"]["claim"] == [7, 7]
+    claims = [(e.job_id, e.attempt, e.deadline, e.ts) for e in decoded if e.type == "claim"]
+    assert claims == [(e.job_id, e.attempt, e.deadline, e.ts) for e in stream
+                      if e.type == "claim"]
+
+
 @pytest.mark.integration
 def test_one_run_records_both_sources_and_they_agree(tmp_path: Path):
     """kill-worker, a few seconds of phases, recorded both ways: the same verdicts, the same
