@@ -60,14 +60,13 @@ from urllib.parse import urlsplit
 
 import redis
 from redis.backoff import NoBackoff
-from redis.exceptions import ConnectionError as StoreConnectionError
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelManagedConnection
 
 from chaos.names import PROTOCOLS
 from chaos.protocol.clock import LocalClock
-from chaos.protocol.wire import call_packed
+from chaos.protocol.wire import WAIT_TIMEOUT_MS, NotReplicated, call_script
 
 # the sound scripts
 SCRIPT_NAMES = ("enqueue", "claim", "claim_many", "extend", "complete", "reap", "record")
@@ -79,14 +78,7 @@ POISON = "poison"
 # Defaults of the two widened windows, used when the caller gives none (sound: no window at all).
 NONATOMIC_CLAIM_GAP_MS = 100  # nonatomic-claim: between the pop and the lease
 NONATOMIC_REAP_WINDOW_MS = 100  # nonatomic-reap: between the scan and the moves
-WAIT_TIMEOUT_MS = 1000  # wait_replicas: how long a script call waits for its replicas
 SENTINEL_SCHEME = "valkey+sentinel"  # valkey+sentinel://HOST:PORT/SERVICE: ask Sentinel
-
-
-class NotReplicated(StoreConnectionError):
-    """WAIT saw fewer replicas than asked within the timeout: the transition happened on the
-    primary but is not acknowledged (a failover now could lose it). Transient, like a dropped
-    connection: callers retry, and fencing turns a retried complete into a rejection."""
 
 
 @dataclass(frozen=True)
@@ -268,23 +260,8 @@ class QueueClient:
             return self._evalsha(name, keys, args)
 
     def _evalsha(self, name: str, keys: list[str], args: list[Any]) -> Any:
-        command = ("EVALSHA", self._shas[name], len(keys), *keys, *args)
-        if not self.wait_replicas:
-            (reply,) = call_packed(self.client, [command])
-            if isinstance(reply, Exception):
-                raise reply  # e.g. NoScriptError: handled by the caller
-            return reply
-        # WAIT counts the writes of its own connection: one round trip keeps both on one.
-        reply, replicas = call_packed(self.client, [command,
-                                                    ("WAIT", self.wait_replicas, WAIT_TIMEOUT_MS)])
-        if isinstance(reply, Exception):
-            raise reply  # e.g. NoScriptError: handled by the caller like a plain EVALSHA's
-        if isinstance(replicas, Exception):  # e.g. "UNBLOCKED": this primary was just demoted
-            raise NotReplicated(f"{name}: WAIT failed: {replicas}")
-        if int(replicas) < self.wait_replicas:
-            raise NotReplicated(f"{name}: WAIT saw {replicas} of {self.wait_replicas} "
-                                f"replica(s) within {WAIT_TIMEOUT_MS} ms")
-        return reply
+        return call_script(self.client, name, ("EVALSHA", self._shas[name], len(keys), *keys,
+                                                *args), self.wait_replicas)
 
     # --- the transitions (dispatched to the protocol's implementation) --------------------
     def enqueue(self, job_id: str, payload: str = "", kind: str = "") -> bool:

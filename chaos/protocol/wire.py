@@ -13,7 +13,16 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis
+from redis.exceptions import ConnectionError as StoreConnectionError
 from redis.exceptions import ResponseError
+
+WAIT_TIMEOUT_MS = 1000  # wait_replicas: how long a script call waits for its replicas
+
+
+class NotReplicated(StoreConnectionError):
+    """WAIT saw fewer replicas than asked within the timeout: the transition happened on the
+    primary but is not acknowledged (a failover now could lose it). Transient, like a dropped
+    connection: callers retry, and fencing turns a retried complete into a rejection."""
 
 
 def call_packed(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[Any]:
@@ -37,3 +46,26 @@ def call_packed(client: redis.Redis, commands: Sequence[Sequence[Any]]) -> list[
         raise
     finally:
         pool.release(connection)
+
+
+def call_script(client: redis.Redis, name: str, command: Sequence[Any],
+                wait_replicas: int = 0) -> Any:
+    """One script call (``command``: its EVALSHA or EVAL) and its reply; an error reply is
+    raised (e.g. ``NoScriptError``). ``wait_replicas`` > 0: ``WAIT`` follows it on the same
+    connection (WAIT counts that connection's writes) and fewer replicas than asked within
+    ``WAIT_TIMEOUT_MS`` raise ``NotReplicated``."""
+    if not wait_replicas:
+        (reply,) = call_packed(client, [command])
+    else:
+        reply, replicas = call_packed(client, [command,
+                                               ("WAIT", wait_replicas, WAIT_TIMEOUT_MS)])
+    if isinstance(reply, Exception):
+        raise reply
+    if not wait_replicas:
+        return reply
+    if isinstance(replicas, Exception):  # e.g. "UNBLOCKED": this primary was just demoted
+        raise NotReplicated(f"{name}: WAIT failed: {replicas}")
+    if int(replicas) < wait_replicas:
+        raise NotReplicated(f"{name}: WAIT saw {replicas} of {wait_replicas} "
+                            f"replica(s) within {WAIT_TIMEOUT_MS} ms")
+    return reply
