@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from redis.utils import HIREDIS_AVAILABLE
+
 from benchmarks.common import (
     Row,
     fill,
@@ -311,7 +313,8 @@ def measure(sizes: Sizes) -> dict[str, Any]:
     claims = median([c.per_s for c in claimer])
     cpu_per_claim = median([c.cpu_us_per_claim for c in claimer])
     client_bound = (f"client CPU {cpu_per_claim:.0f} us per claim = "
-                    f"{claims * cpu_per_claim / 1e6:.0%} of one core")
+                    f"{claims * cpu_per_claim / 1e6:.0%} of one core; redis-py "
+                    f"{'with' if HIREDIS_AVAILABLE else 'WITHOUT'} hiredis")
     jobs_on = median([r.jobs_per_s for r in on_rounds])
     jobs_off = median([r.jobs_per_s for r in off_rounds])
     produced = median([r.produced_per_s for r in on_rounds])
