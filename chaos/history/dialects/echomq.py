@@ -13,12 +13,14 @@ never from its events-stream XADD, so the history does not depend on the scripts
     reap       per id: ZREM active, then ZADD pending 0 (reap) or ZADD dead (dead)
     record     XADD events <fields>: a runner event (run, phase, fault, ...), taken as written
 
-``ts`` is the server clock of the script's own TIME command. MONITOR stamps a command just after
-it ran, so TIME's reply lies between the stamp of the line before it and its own; where a write
-carries a value computed from it (enqueue's pending score, dead's score, a claim or extend's
-deadline minus its lease) and that value lies inside those bounds, it is the exact ``ts``; else
-the TIME line's stamp (floored to ms, as the scripts do), which a stall of the server between
-running TIME and feeding MONITOR can make late. A script that runs no TIME is stamped by its call.
+``ts`` is the server clock of the script's own TIME command. Valkey answers TIME inside a script
+with the time the call started (the same value all through the script; measured on 9.1), and
+MONITOR stamps the call's own line just after that: ``ts`` is the call line's stamp (floored to
+ms, as the scripts do). Where a write carries a value computed from TIME (enqueue's pending score,
+dead's score, a claim or extend's deadline minus its lease) and it lies between one ms before
+that stamp and the TIME line's own stamp, it is the exact ``ts``. (A server whose TIME reads the
+clock as it runs answers inside those bounds too, and every script but the claims runs TIME
+first, so the call's stamp is close there as well.)
 """
 
 from __future__ import annotations
@@ -58,7 +60,8 @@ class EchoMQ:
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
-        self.earliest_ms = 0  # the call being decoded: the earliest its TIME can have read
+        # the call being decoded: the earliest and latest its TIME can have read
+        self.earliest_ms = self.latest_ms = 0
 
     # --- the shadow ---------------------------------------------------------------------
     def _apply(self, args: list[str]) -> None:
@@ -126,17 +129,21 @@ class EchoMQ:
             len(args) > 1 and args[1].startswith(self.base) for _, args in call.commands)
 
     def _decode(self, script: str, call: Call, argv: list[str]) -> Decoded:
+        # Valkey answers TIME inside a script with the time the call started (one value for the
+        # whole script), just before MONITOR stamps the call's own line: that stamp is the
+        # script's clock, to the ms. A server whose TIME reads the clock as it runs answers
+        # between the call's stamp and the TIME line's (every script but the claims runs TIME
+        # first). A write's exact copy of the clock is taken anywhere in those bounds.
         ts = str(call.stamp_us // 1000)
-        self.earliest_ms = call.stamp_us // 1000  # TIME's reply is at or after this
-        before = call.stamp_us
+        self.earliest_ms = call.stamp_us // 1000 - 1  # floored: a start in a ms's last µs
+        self.latest_ms = call.stamp_us // 1000
         writes: list[list[str]] = []
         for stamp, args in call.commands:
             name = args[0].upper()
             if name == "TIME":
-                ts, self.earliest_ms = str(stamp // 1000), before // 1000
+                self.latest_ms = stamp // 1000
             elif name in _WRITES:
                 writes.append(args)
-            before = stamp
         kind = script.split("_")[0]
         if kind == "record":
             return Decoded(self._runner_events(writes, ts))
@@ -152,7 +159,8 @@ class EchoMQ:
             exact = int(value) if value is not None else None
         except ValueError:
             return ts
-        return str(exact) if exact is not None and self.earliest_ms <= exact <= int(ts) else ts
+        return (str(exact) if exact is not None and self.earliest_ms <= exact <= self.latest_ms
+                else ts)
 
     def _runner_events(self, writes: list[list[str]], ts: str) -> list[dict[str, str]]:
         events = []
