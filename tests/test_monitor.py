@@ -32,6 +32,7 @@ from chaos.run.evaluate import evaluate
 from chaos.run.sources import compare_histories
 from chaos.runtime.valkey import ValkeyServer
 
+SHA_OF = {name: sha for sha, name in SCRIPTS.items()}
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "monitor-echomq.json").read_text())
 
 
@@ -69,6 +70,26 @@ def test_decoder_on_captured_lines_gives_the_scripts_history():
     poison = [e for e in decoded if e.type == "enqueue" and e.extra.get("kind") == "poison"]
     assert len(poison) == 1
     assert health.empty_claims == 1 and health.undecoded_calls == 0 and not health.unreadable_lines
+
+
+def test_a_stall_inside_a_script_does_not_make_its_events_late():
+    """TIME inside a script answers the call's start, stamped on the call's line: the same
+    captured lines with the server stalled 5 ms inside a complete and inside a claim (every
+    line of those scripts stamped 5 ms later) decode to the same history."""
+    lines = list(FIXTURE["monitor"])
+    complete, claim = (SHA_OF[name] for name in ("complete", "claim"))
+    for sha in (complete, claim):
+        call = next(i for i, line in enumerate(lines) if f'"EVALSHA" "{sha}"' in line)
+        inner = call + 1
+        while inner < len(lines) and "[0 lua]" in lines[inner]:
+            stamp, rest = lines[inner][1:].split(" ", 1)
+            lines[inner] = f"+{float(stamp) + 0.005:.6f} {rest}"
+            inner += 1
+        assert inner > call + 1
+    stream = [Event.from_record(record) for record in FIXTURE["stream"]]
+    decoded, _ = _decode(lines)
+    comparison = compare_histories(stream, decoded)
+    assert comparison["agree"], comparison
 
 
 def test_a_dropped_line_or_an_unknown_script_is_visible():
