@@ -2,9 +2,10 @@
 
 redis-py's ``execute_command`` and its pipeline spend more client CPU per call than the server
 spends running a claim script (retry wrappers, observability hooks, response callbacks): the
-reference worker's claim path is bound by it. The scripts' replies need none of that, so the
-protocol client packs its calls and reads the replies itself, on a connection of the same pool
-(so URL, password, client name, TLS, unix sockets, Sentinel and timeouts are redis-py's).
+reference worker's claim path is bound by it. A script's reply needs none of that, so the
+protocol client packs the claim path's calls (``client.PACKED_SCRIPTS``) and reads the replies
+itself, on a connection of the same pool (so URL, password, client name, TLS, unix sockets,
+Sentinel and timeouts are redis-py's).
 """
 
 from __future__ import annotations
