@@ -1,15 +1,16 @@
 """The queue path: claims/s and jobs/s against the server's own ceiling, what the events stream
 costs, and whether the history exporter keeps up. All on one throwaway valkey-server.
 
-How the reference worker talks to Valkey (``chaos.reference.worker``): one process,
-``concurrency`` slot
-threads sharing one client (so one pooled connection per slot, plus the heartbeat's), one script
-call per round trip, no pipelining. The Python figures use exactly that; the baselines are
+How the reference worker claims (``chaos.reference.worker``): its claimer sends one
+``claim_many`` for every free slot (``concurrency`` of them, 4 by default) and hands the jobs to
+its slot threads, one script call per round trip, no pipelining. The baselines are
 ``redis-benchmark`` (C, on the same server) sending the same EVALSHA calls:
 
-* claim path: Python claims/s (``QueueClient.claim`` from ``slots`` threads) vs redis-benchmark
-  EVALSHA claim with the same connection count and no pipelining (what the Python client costs),
-  and vs redis-benchmark's best (many connections, pipelined: the server's ceiling);
+* claim path: Python claims/s (``QueueClient.claim_many(slots)`` from one thread, what the
+  claimer sends while all its slots are free) vs redis-benchmark sending that call from one
+  connection (what the Python client costs), vs redis-benchmark's best with the one-job claim
+  script (many connections, pipelined: the server's ceiling), and vs ``slots`` threads claiming
+  one job per call (how the slots claim under client-clock and nonatomic-claim);
 * full job: enqueue -> claim -> complete jobs/s (a producer thread enqueuing one job per round
   trip, as ``chaos.load.sources`` does, and a real ``python -m chaos.reference.worker``
   process with a 0 ms handler)
@@ -32,6 +33,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from redis.utils import HIREDIS_AVAILABLE
 
 from benchmarks.common import (
     Row,
@@ -66,7 +69,8 @@ class ClientClaims:
 
 def python_claims_per_s(server: ValkeyServer, keys: QueueKeys, claims: int,
                         slots: int) -> ClientClaims:
-    """``slots`` threads claiming through one shared client, as the worker's slots do."""
+    """``slots`` threads sharing one client, each claiming one job per call (the slots of a
+    protocol whose claim cannot batch)."""
     queue = QueueClient(connect(server.url, server.password), keys)
     done = [0] * slots
     barrier = threading.Barrier(slots + 1)
@@ -88,6 +92,29 @@ def python_claims_per_s(server: ValkeyServer, keys: QueueKeys, claims: int,
     if sum(done) != claims:
         raise RuntimeError(f"claimed {sum(done)} of {claims} jobs")
     return ClientClaims(claims / elapsed, cpu / claims * 1e6)
+
+
+def claimer_claims_per_s(server: ValkeyServer, keys: QueueKeys, claims: int,
+                         slots: int) -> ClientClaims:
+    """The worker's claimer with ``slots`` free slots: one ``claim_many(slots)`` per call."""
+    queue = QueueClient(connect(server.url, server.password), keys)
+    done = 0
+    started, cpu_started = time.perf_counter(), time.process_time()
+    while batch := queue.claim_many(slots, LEASE_MS, "bench"):
+        done += len(batch)
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu_started
+    queue.client.close()
+    if done != claims:
+        raise RuntimeError(f"claimed {done} of {claims} jobs")
+    return ClientClaims(claims / elapsed, cpu / claims * 1e6)
+
+
+def claim_many_command(server: ValkeyServer, keys: QueueKeys, count: int) -> list[str]:
+    client = connect(server.url, server.password)
+    sha = str(client.script_load(load_script_source("claim_many")))
+    client.close()
+    return ["EVALSHA", sha, "3", keys.pending, keys.active, keys.events, keys.job_prefix,
+            str(LEASE_MS), "bench", str(count)]
 
 
 def claim_command(server: ValkeyServer, keys: QueueKeys, record_events: bool = True) -> list[str]:
@@ -237,23 +264,24 @@ def measure(sizes: Sizes) -> dict[str, Any]:
             admin.flushdb()  # each measurement on an empty server
             return QueueKeys("bench:", f"{label}-{next(counter)}")
 
-        python_claims: list[ClientClaims] = []
-        one_thread: list[ClientClaims] = []
-        same_connections, ceiling, ceiling_off = [], [], []
+        claimer: list[ClientClaims] = []
+        per_slot: list[ClientClaims] = []
+        same_calls, ceiling, ceiling_off = [], [], []
         per_script: dict[str, list[float]] = {"enqueue": [], "claim": [], "complete": []}
         for _ in range(sizes.rounds):
-            keys = fresh_keys("claim")
+            keys = fresh_keys("claimer")
             fill(server.url, server.password, keys, sizes.claims)
-            python_claims.append(python_claims_per_s(server, keys, sizes.claims, SLOTS))
-            keys = fresh_keys("claim-1")
+            claimer.append(claimer_claims_per_s(server, keys, sizes.claims, SLOTS))
+            keys = fresh_keys("per-slot")
             fill(server.url, server.password, keys, sizes.claims)
-            one_thread.append(python_claims_per_s(server, keys, sizes.claims, 1))
+            per_slot.append(python_claims_per_s(server, keys, sizes.claims, SLOTS))
             if not have_benchmark:
                 continue
             keys = fresh_keys("rb")
             fill(server.url, server.password, keys, sizes.claims)
-            same_connections.append(redis_benchmark(server, claim_command(server, keys),
-                                                    sizes.claims, SLOTS, 1))
+            # requests are calls: each claims SLOTS jobs
+            same_calls.append(SLOTS * redis_benchmark(
+                server, claim_many_command(server, keys, SLOTS), sizes.claims // SLOTS, 1, 1))
             keys = fresh_keys("rb-ceiling")
             fill(server.url, server.password, keys, sizes.claims)
             ceiling.append(redis_benchmark(server, claim_command(server, keys), sizes.claims,
@@ -282,10 +310,11 @@ def measure(sizes: Sizes) -> dict[str, Any]:
         capacity = exporter_capacity(server, keys.events, work_dir / "capacity.jsonl")
         admin.close()
 
-    claims = median([c.per_s for c in python_claims])
-    cpu_per_claim = median([c.cpu_us_per_claim for c in python_claims])
+    claims = median([c.per_s for c in claimer])
+    cpu_per_claim = median([c.cpu_us_per_claim for c in claimer])
     client_bound = (f"client CPU {cpu_per_claim:.0f} us per claim = "
-                    f"{claims * cpu_per_claim / 1e6:.0%} of one core")
+                    f"{claims * cpu_per_claim / 1e6:.0%} of one core; redis-py "
+                    f"{'with' if HIREDIS_AVAILABLE else 'WITHOUT'} hiredis")
     jobs_on = median([r.jobs_per_s for r in on_rounds])
     jobs_off = median([r.jobs_per_s for r in off_rounds])
     produced = median([r.produced_per_s for r in on_rounds])
@@ -294,13 +323,14 @@ def measure(sizes: Sizes) -> dict[str, Any]:
     script_jobs = (1 / sum(1 / median(rates) for rates in per_script.values())
                    if have_benchmark else None)
     rows += [
-        Row("claim path", f"Python claims/s, {SLOTS} slot threads, no pipelining", claims,
-            "claims/s", median(same_connections) if have_benchmark else None,
-            f"redis-benchmark EVALSHA claim, -c {SLOTS} -P 1",
+        Row("claim path", f"Python claims/s, claim_many of {SLOTS} slots per call", claims,
+            "claims/s", median(same_calls) if have_benchmark else None,
+            f"redis-benchmark EVALSHA claim_many {SLOTS}, -c 1 -P 1",
             note=client_bound if have_benchmark else missing),
-        Row("claim path", f"Python claims/s, {SLOTS} slot threads vs 1 thread", claims,
-            "claims/s", median([c.per_s for c in one_thread]), "1 thread, one connection",
-            note="threads of one process share the GIL"),
+        Row("claim path", f"Python claims/s, claim_many vs {SLOTS} threads claiming one each",
+            claims, "claims/s", median([c.per_s for c in per_slot]),
+            f"{SLOTS} slot threads, one claim per call",
+            note="how slots claim under client-clock and nonatomic-claim"),
         Row("claim path", "Python claims/s vs the server's ceiling", claims, "claims/s",
             median(ceiling) if have_benchmark else None,
             f"redis-benchmark EVALSHA claim, -c {CEILING_CLIENTS} -P {CEILING_PIPELINE}",
@@ -327,9 +357,9 @@ def measure(sizes: Sizes) -> dict[str, Any]:
             "events/s", produced, "events/s the run produced", target=(">=", 1.0)),
     ]
     raw.update({
-        "python_claims": [vars(c) for c in python_claims],
-        "python_claims_one_thread": [vars(c) for c in one_thread],
-        "redis_benchmark": {"claim_same_connections": same_connections,
+        "python_claims_claimer": [vars(c) for c in claimer],
+        "python_claims_per_slot_threads": [vars(c) for c in per_slot],
+        "redis_benchmark": {"claim_many_one_connection": same_calls,
                             "claim_ceiling": ceiling, "claim_ceiling_events_off": ceiling_off,
                             "scripts_same_connections": per_script}
         if have_benchmark else None,

@@ -32,6 +32,7 @@ from chaos.run.evaluate import evaluate
 from chaos.run.sources import compare_histories
 from chaos.runtime.valkey import ValkeyServer
 
+SHA_OF = {name: sha for sha, name in SCRIPTS.items()}
 FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "monitor-echomq.json").read_text())
 
 
@@ -69,6 +70,26 @@ def test_decoder_on_captured_lines_gives_the_scripts_history():
     poison = [e for e in decoded if e.type == "enqueue" and e.extra.get("kind") == "poison"]
     assert len(poison) == 1
     assert health.empty_claims == 1 and health.undecoded_calls == 0 and not health.unreadable_lines
+
+
+def test_a_stall_inside_a_script_does_not_make_its_events_late():
+    """TIME inside a script answers the call's start, stamped on the call's line: the same
+    captured lines with the server stalled 5 ms inside a complete and inside a claim (every
+    line of those scripts stamped 5 ms later) decode to the same history."""
+    lines = list(FIXTURE["monitor"])
+    complete, claim = (SHA_OF[name] for name in ("complete", "claim"))
+    for sha in (complete, claim):
+        call = next(i for i, line in enumerate(lines) if f'"EVALSHA" "{sha}"' in line)
+        inner = call + 1
+        while inner < len(lines) and "[0 lua]" in lines[inner]:
+            stamp, rest = lines[inner][1:].split(" ", 1)
+            lines[inner] = f"+{float(stamp) + 0.005:.6f} {rest}"
+            inner += 1
+        assert inner > call + 1
+    stream = [Event.from_record(record) for record in FIXTURE["stream"]]
+    decoded, _ = _decode(lines)
+    comparison = compare_histories(stream, decoded)
+    assert comparison["agree"], comparison
 
 
 def test_a_dropped_line_or_an_unknown_script_is_visible():
@@ -115,6 +136,38 @@ def test_recorder_live_matches_the_stream_and_names_the_caller(valkey_server: Va
     assert comparison["agree"], comparison
     assert comparison["counts"]["reap"] == [10, 10]
     assert {event.extra.get("conn") for event in decoded} == {"worker-7"}
+
+
+def test_a_claim_many_call_decodes_to_one_claim_event_per_job(valkey_server: ValkeyServer,
+                                                             raw_client: redis.Redis,
+                                                             tmp_path: Path):
+    """claim_many (the reference worker's claim) seen through MONITOR: the same claim events,
+    field for field, as the script wrote to the stream; an empty call is an empty claim."""
+    keys = QueueKeys("many:", "q")
+    host, port = valkey_server.url.split("//")[1].split(":")
+    recorder = MonitorRecorder(make_dialect("echomq", keys.prefix, keys.queue),
+                               tmp_path / MONITOR_HISTORY, host, int(port.split("/")[0]),
+                               valkey_server.password)
+    recorder.start()
+    queue = QueueClient(raw_client, keys)
+    for number in range(7):
+        queue.enqueue(f"j{number}", "x")
+    batches = [queue.claim_many(3, 5000, "worker-1") for _ in range(4)]
+    assert [len(batch) for batch in batches] == [3, 3, 1, 0]
+    for job in batches[0]:
+        queue.complete(job.job_id, job.attempt, "worker-1")
+    health = recorder.stop()
+    assert health.trustworthy and health.caught_up, health
+    assert health.empty_claims == 1, health
+    decoded = read_history(tmp_path / MONITOR_HISTORY)
+    stream = [Event.from_record({"seq": i, **f})
+              for i, f in raw_client.xrange(keys.events)]  # type: ignore[union-attr]
+    comparison = compare_histories(stream, decoded)
+    assert comparison["agree"], comparison
+    assert comparison["counts"]["claim"] == [7, 7]
+    claims = [(e.job_id, e.attempt, e.deadline, e.ts) for e in decoded if e.type == "claim"]
+    assert claims == [(e.job_id, e.attempt, e.deadline, e.ts) for e in stream
+                      if e.type == "claim"]
 
 
 @pytest.mark.integration

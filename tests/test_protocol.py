@@ -226,3 +226,43 @@ def test_enqueue_batch_is_one_script_call_per_job_and_survives_a_script_flush(
     assert [(e["type"], e["id"]) for e in events] == [("enqueue", "a"), ("enqueue", "b"),
                                                       ("enqueue", "c")]
     assert queue.backlog() == (3, 0)
+
+
+def test_claim_many_claims_each_job_as_one_claim_would(queue: QueueClient):
+    """One call, several jobs: each its own fencing token, its own lease on the server clock
+    and its own claim event with claim's fields; at most ``count``, oldest first."""
+    for job_id in ("a", "b", "c"):
+        queue.enqueue(job_id, f"payload-{job_id}")
+        time.sleep(0.002)  # distinct enqueue scores
+    first = queue.claim(20, "w0")  # "a" gets a second attempt below
+    assert first is not None and first.job_id == "a"
+    time.sleep(0.05)
+    assert sweep(queue, 100) == 1  # "a" back to pending, first in line (score 0)
+    before = queue.server_time_ms()
+    claimed = queue.claim_many(2, 700, "w1")
+    after = queue.server_time_ms()
+    assert [(j.job_id, j.payload, j.attempt) for j in claimed] == [
+        ("a", "payload-a", 2), ("b", "payload-b", 1)]
+    for job in claimed:
+        assert queue.client.zscore(queue.keys.active, job.job_id) == job.deadline_ms
+        assert before + 700 <= job.deadline_ms <= after + 700
+        assert queue.client.hget(queue.keys.job(job.job_id), "worker") == "w1"
+    claims = [e for e in iter_stream(queue.client, queue.keys.events) if e.type == "claim"][1:]
+    assert [(e.job_id, e.attempt, e.worker, e.lease_ms, e.deadline) for e in claims] == [
+        (j.job_id, j.attempt, "w1", 700, j.deadline_ms) for j in claimed]
+    assert all(e.deadline == e.ts + 700 for e in claims)
+    assert [j.job_id for j in queue.claim_many(5, 700, "w1")] == ["c"]
+    events = len(events_of(queue))
+    assert queue.claim_many(5, 700, "w1") == []  # empty: nothing claimed, nothing recorded
+    assert len(events_of(queue)) == events
+
+
+def test_claim_many_is_fenced_like_claim(queue: QueueClient):
+    """A job claimed in a batch is extended and completed with its own token only."""
+    for job_id in ("a", "b"):
+        queue.enqueue(job_id)
+    a, b = queue.claim_many(2, 5000, "w1")
+    assert not queue.complete(a.job_id, b.attempt + 1, "w1")
+    assert queue.extend(b.job_id, b.attempt, 5000, "w1") is not None
+    assert queue.complete(a.job_id, a.attempt, "w1") and queue.complete(b.job_id, b.attempt, "w1")
+    assert queue.backlog() == (0, 0)

@@ -18,8 +18,8 @@ def test_export_writes_the_sound_scripts_byte_for_byte(tmp_path: Path, capsys):
     out = tmp_path / "scripts"
     assert main(["protocol", "export", str(out)]) == 0
     exported = sorted(path.name for path in out.glob("*.lua"))
-    assert exported == ["claim.lua", "complete.lua", "enqueue.lua", "extend.lua", "reap.lua",
-                        "record.lua"]
+    assert exported == ["claim.lua", "claim_many.lua", "complete.lua", "enqueue.lua", "extend.lua",
+                        "reap.lua", "record.lua"]
     for name in exported:
         body = (out / name).read_bytes()
         assert body == (LUA / name).read_bytes()

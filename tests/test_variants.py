@@ -659,3 +659,23 @@ def test_reaper_process_takes_name_protocol_and_clock_file(on: Factory, keys, tm
     assert "reaper-7" in names
     reaper.send_signal(signal.SIGTERM)
     assert reaper.wait(timeout=30) == 0
+
+
+# --- claim_many -----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_claim_many_batches_only_where_the_claim_is_the_sound_script(on: Factory, protocol):
+    """A variant whose claim deviates (two steps, the caller's clock) claims one job per call,
+    its own way; short-lease batches with half the lease, recorded as granted."""
+    queue = on(protocol, claim_gap_ms=0)
+    for number in range(3):
+        queue.enqueue(f"j{number}")
+    claimed = queue.claim_many(3, 1000, "w1")
+    batches = protocol not in ("client-clock", "nonatomic-claim")
+    assert queue.claims_in_batches == batches
+    assert [job.job_id for job in claimed] == (["j0", "j1", "j2"] if batches else ["j0"])
+    claims = of_type(queue, "claim")
+    assert [(e.job_id, e.attempt, e.deadline) for e in claims] == [
+        (j.job_id, j.attempt, j.deadline_ms) for j in claimed]
+    granted = 500 if protocol == "short-lease" else 1000
+    assert all(e.lease_ms == granted for e in claims)

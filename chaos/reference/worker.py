@@ -1,4 +1,9 @@
-"""The reference worker: ``concurrency`` slots that claim, work and complete, plus a heartbeat.
+"""The reference worker: ``concurrency`` slots that work and complete, a claimer, a heartbeat.
+
+The claimer claims a job for every free slot in one call (``claim_many``: one fencing token,
+lease and claim event per job, as one claim each would give) and hands them to the slots; a
+protocol whose claim is not the sound one-script claim (client-clock, nonatomic-claim) has each
+slot claim one job per call for itself instead.
 
 Run as ``python -m chaos.reference.worker --url valkey://127.0.0.1:PORT --name worker-1 ...``.
 The password,
@@ -68,11 +73,12 @@ import sys
 import threading
 import time
 from pathlib import Path
+from queue import SimpleQueue
 
 from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
 from chaos.protocol.acks import AckLedger
-from chaos.protocol.client import QueueKeys
+from chaos.protocol.client import Claimed, QueueKeys
 from chaos.reference.config import WorkerConfig, queue_client
 from chaos.reference.heartbeat import (
     TRANSIENT,
@@ -123,6 +129,10 @@ class Worker:
         self.hog_ms = 0  # the next handler holds the GIL this long (a cpu_hog fault)
         self.gap_hold: tuple[int, str] | None = None  # (ms, fault id) of a claim_gap_hold
         self.lagged_drops: list[tuple[str, int]] | None = None  # under a heartbeat_lag
+        # the claimer's side of the slots: how many wait for a job, and the jobs handed over
+        self.free_slots = 0
+        self.slots_free = threading.Condition()
+        self.handoff: SimpleQueue[Claimed | None] = SimpleQueue()
         self.heartbeat: Heartbeat
         if config.heartbeat_ms > 0 and config.heartbeat == "process":
             self.heartbeat = ProcessHeartbeat(config, self.lease_lost)
@@ -192,8 +202,19 @@ class Worker:
             self.heartbeat.drop(job_id, attempt)
 
     def _slot(self, index: int) -> None:
+        rng = random.Random(self.config.seed * 1_000_003 + index)
+        while (job := self._next_job()) is not None:
+            self._work(job, rng)
+
+    def _next_job(self) -> Claimed | None:
+        """The slot's next job: handed over by the claimer, or (a protocol that claims one job
+        per call, e.g. nonatomic-claim's two steps) claimed by the slot itself. None: stop."""
+        if self.queue.claims_in_batches:
+            with self.slots_free:
+                self.free_slots += 1
+                self.slots_free.notify()
+            return self.handoff.get()
         cfg = self.config
-        rng = random.Random(cfg.seed * 1_000_003 + index)
         while not self.stop.is_set():
             try:
                 job = self.queue.claim(cfg.lease_ms, cfg.name)
@@ -204,30 +225,66 @@ class Worker:
             if job is None:
                 self.stop.wait(cfg.poll_ms / 1000)
                 continue
-            self.ledger.record("claim", job.job_id, attempt=job.attempt, worker=cfg.name,
-                               deadline=job.deadline_ms)
-            if is_crash(job.payload):
-                # A poison pill: this handler brings the whole worker down, every time.
-                log.error("poison job %s attempt %d: crashing", job.job_id, job.attempt)
-                os.kill(os.getpid(), signal.SIGKILL)
-            key = (job.job_id, job.attempt)
-            cancel = threading.Event()
-            with self.cancels_lock:
-                self.cancels[key] = cancel
-            self.heartbeat.hold(*key)
-            duration_ms = cfg.handler.draw_ms(rng)
-            hog_ms, self.hog_ms = self.hog_ms, 0
-            if hog_ms:
-                self._record_hog(job.job_id, job.attempt, hog_ms)
-                hold_gil(hog_ms)  # the work is CPU-bound this time: nothing else in here runs
-            else:
-                cancel.wait(duration_ms / 1000)
-            if cancel.is_set():
-                self.cancelled += 1
-                log.info("lease on %s attempt %d lost: handler cancelled", *key)
-            self._complete(job.job_id, job.attempt)
-            with self.cancels_lock:
-                self.cancels.pop(key, None)
+            self._record_claim(job)
+            return job
+        return None
+
+    def _claimer(self) -> None:
+        """One call claims a job for every free slot (claim_many), then hands them over; until
+        stopped, then each slot is told to stop once it has finished what it was handed."""
+        cfg = self.config
+        while not self.stop.is_set():
+            with self.slots_free:
+                # the timeout: a stop (set by a signal handler) is seen without a notify
+                if not self.free_slots and not self.slots_free.wait(0.1):
+                    continue
+                count = self.free_slots
+            try:
+                jobs = self.queue.claim_many(count, cfg.lease_ms, cfg.name)
+            except TRANSIENT as error:
+                log.warning("claim failed: %s", error)
+                self.stop.wait(0.1)
+                continue
+            if not jobs:
+                self.stop.wait(cfg.poll_ms / 1000)
+                continue
+            with self.slots_free:
+                self.free_slots -= len(jobs)
+            for job in jobs:
+                self._record_claim(job)
+                self.handoff.put(job)
+        for _ in range(cfg.concurrency):
+            self.handoff.put(None)
+
+    def _record_claim(self, job: Claimed) -> None:
+        self.ledger.record("claim", job.job_id, attempt=job.attempt, worker=self.config.name,
+                           deadline=job.deadline_ms)
+
+    def _work(self, job: Claimed, rng: random.Random) -> None:
+        """Run the handler on a claimed job, then complete it."""
+        cfg = self.config
+        if is_crash(job.payload):
+            # A poison pill: this handler brings the whole worker down, every time.
+            log.error("poison job %s attempt %d: crashing", job.job_id, job.attempt)
+            os.kill(os.getpid(), signal.SIGKILL)
+        key = (job.job_id, job.attempt)
+        cancel = threading.Event()
+        with self.cancels_lock:
+            self.cancels[key] = cancel
+        self.heartbeat.hold(*key)
+        duration_ms = cfg.handler.draw_ms(rng)
+        hog_ms, self.hog_ms = self.hog_ms, 0
+        if hog_ms:
+            self._record_hog(job.job_id, job.attempt, hog_ms)
+            hold_gil(hog_ms)  # the work is CPU-bound this time: nothing else in here runs
+        else:
+            cancel.wait(duration_ms / 1000)
+        if cancel.is_set():
+            self.cancelled += 1
+            log.info("lease on %s attempt %d lost: handler cancelled", *key)
+        self._complete(job.job_id, job.attempt)
+        with self.cancels_lock:
+            self.cancels.pop(key, None)
 
     def _record_hog(self, job_id: str, attempt: int, hog_ms: int) -> None:
         try:
@@ -274,6 +331,8 @@ class Worker:
             threading.Thread(target=self._slot, args=(i,), name=f"slot-{i}", daemon=True)
             for i in range(self.config.concurrency)
         ]
+        if self.queue.claims_in_batches:
+            threads.append(threading.Thread(target=self._claimer, name="claimer", daemon=True))
         if not isinstance(self.heartbeat, ProcessHeartbeat):  # (that one is up since __init__)
             self.heartbeat.start()
         for thread in threads:

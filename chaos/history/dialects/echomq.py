@@ -7,17 +7,20 @@ never from its events-stream XADD, so the history does not depend on the scripts
 
     enqueue    HSET <job> payload ...                    else a repeat id: nothing
     claim      HINCRBY <job> attempts + ZADD active      else an empty claim: nothing
+               (claim_many: per job, one claim event each)
     extend     ZADD active <deadline> <id>               else extend_rejected
     complete   HSET <job> state completed                else complete_rejected
     reap       per id: ZREM active, then ZADD pending 0 (reap) or ZADD dead (dead)
     record     XADD events <fields>: a runner event (run, phase, fault, ...), taken as written
 
-``ts`` is the server clock of the script's own TIME command. MONITOR stamps a command just after
-it ran, so TIME's reply lies between the stamp of the line before it and its own; where a write
-carries a value computed from it (enqueue's pending score, dead's score, a claim or extend's
-deadline minus its lease) and that value lies inside those bounds, it is the exact ``ts``; else
-the TIME line's stamp (floored to ms, as the scripts do), which a stall of the server between
-running TIME and feeding MONITOR can make late. A script that runs no TIME is stamped by its call.
+``ts`` is the server clock of the script's own TIME command. Valkey answers TIME inside a script
+with the time the call started (the same value all through the script; measured on 9.1), and
+MONITOR stamps the call's own line just after that: ``ts`` is the call line's stamp (floored to
+ms, as the scripts do). Where a write carries a value computed from TIME (enqueue's pending score,
+dead's score, a claim or extend's deadline minus its lease) and it lies between one ms before
+that stamp and the TIME line's own stamp, it is the exact ``ts``. (A server whose TIME reads the
+clock as it runs answers inside those bounds too, and every script but the claims runs TIME
+first, so the call's stamp is close there as well.)
 
 Every shipped script runs a command first thing, so a call MONITOR lists with no command after it
 ran nothing (an EVALSHA refused with NOSCRIPT, before the caller's SCRIPT LOAD or EVAL): it
@@ -68,7 +71,8 @@ class EchoMQ:
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
-        self.earliest_ms = 0  # the call being decoded: the earliest its TIME can have read
+        # the call being decoded: the earliest and latest its TIME can have read
+        self.earliest_ms = self.latest_ms = 0
         # The runner events decoded last (their XADD fields): a gap's are told apart by them.
         self.runner_seen: deque[tuple[tuple[str, str], ...]] = deque(maxlen=1000)
 
@@ -140,17 +144,21 @@ class EchoMQ:
             len(args) > 1 and args[1].startswith(self.base) for _, args in call.commands)
 
     def _decode(self, script: str, call: Call, argv: list[str]) -> Decoded:
+        # Valkey answers TIME inside a script with the time the call started (one value for the
+        # whole script), just before MONITOR stamps the call's own line: that stamp is the
+        # script's clock, to the ms. A server whose TIME reads the clock as it runs answers
+        # between the call's stamp and the TIME line's (every script but the claims runs TIME
+        # first). A write's exact copy of the clock is taken anywhere in those bounds.
         ts = str(call.stamp_us // 1000)
-        self.earliest_ms = call.stamp_us // 1000  # TIME's reply is at or after this
-        before = call.stamp_us
+        self.earliest_ms = call.stamp_us // 1000 - 1  # floored: a start in a ms's last µs
+        self.latest_ms = call.stamp_us // 1000
         writes: list[list[str]] = []
         for stamp, args in call.commands:
             name = args[0].upper()
             if name == "TIME":
-                ts, self.earliest_ms = str(stamp // 1000), before // 1000
+                self.latest_ms = stamp // 1000
             elif name in _WRITES:
                 writes.append(args)
-            before = stamp
         kind = script.split("_")[0]
         if kind == "record":
             return Decoded(self._runner_events(writes, ts))
@@ -166,7 +174,8 @@ class EchoMQ:
             exact = int(value) if value is not None else None
         except ValueError:
             return ts
-        return str(exact) if exact is not None and self.earliest_ms <= exact <= int(ts) else ts
+        return (str(exact) if exact is not None and self.earliest_ms <= exact <= self.latest_ms
+                else ts)
 
     def _runner_events(self, writes: list[list[str]], ts: str) -> list[dict[str, str]]:
         events = []
@@ -195,23 +204,26 @@ class EchoMQ:
         return Decoded([event] if event else [])
 
     def _claim(self, script: str, argv: list[str], writes: list[list[str]], ts: str) -> Decoded:
-        # claim / claim_client_clock: ARGV prefix, lease_ms, worker; claim_lease: prefix, id,
-        # lease_ms, worker.
+        # claim / claim_many / claim_client_clock: ARGV prefix, lease_ms, worker (claim_many:
+        # then its count); claim_lease: prefix, id, lease_ms, worker. One event per job whose
+        # attempts were raised, in the order claimed, once its lease is in active.
         lease_ms, worker = (argv[2], argv[3]) if script == "claim_lease" else (argv[1], argv[2])
-        job_id = deadline = None
+        deadlines: dict[str, str | None] = {}  # claimed id -> its lease deadline
         for args in writes:
             self._apply(args)
             name = args[0].upper()
             if name == "HINCRBY" and args[2] == "attempts" and args[1].startswith(
                     self.job_prefix):
-                job_id = args[1][len(self.job_prefix):]
-            elif name == "ZADD" and args[1] == self.active:
-                deadline = args[-2]
-        if job_id is None or deadline is None:
-            return Decoded([], empty_claim=job_id is None, undecoded=job_id is not None)
-        return Decoded([{"type": "claim", "id": job_id, "attempt": self._attempts(job_id),
-                         "worker": worker, "lease_ms": lease_ms, "deadline": deadline,
-                         "ts": self._exact(ts, int(deadline) - int(lease_ms))}])
+                deadlines[args[1][len(self.job_prefix):]] = None
+            elif name == "ZADD" and args[1] == self.active and args[-1] in deadlines:
+                deadlines[args[-1]] = args[-2]
+        if not deadlines:
+            return Decoded([], empty_claim=True)
+        events = [{"type": "claim", "id": job_id, "attempt": self._attempts(job_id),
+                   "worker": worker, "lease_ms": lease_ms, "deadline": deadline,
+                   "ts": self._exact(ts, int(deadline) - int(lease_ms))}
+                  for job_id, deadline in deadlines.items() if deadline is not None]
+        return Decoded(events, undecoded=len(events) < len(deadlines))
 
     def _extend(self, script: str, argv: list[str], writes: list[list[str]],
                 ts: str) -> Decoded:
