@@ -302,3 +302,33 @@ def test_a_run_whose_reaper_dies_fails_with_the_stranded_jobs_named(tmp_path: Pa
     leased = {item["job"] for item in report["undrained"]["jobs"] if item["state"] == "active"}
     assert len(leased) == bound["violations"]
     assert {example["job"] for example in bound["examples"]} <= leased
+
+
+def test_a_store_gone_for_good_mid_run_is_an_infrastructure_error(tmp_path: Path):
+    """The server the run was pointed at is SIGKILLed mid-chaos and never comes back: past the
+    runner's retries that is the infrastructure's failure (exit 3, said so), not a bug of ours
+    nor a verdict, and the partial run still leaves its report and history."""
+    from chaos.runtime.valkey import ValkeyServer, valkey_server_binary
+
+    server = ValkeyServer(valkey_server_binary(None), tmp_path / "data", tmp_path / "valkey.log")
+    server.start()
+    try:
+        url = server.url.replace("//", f"//:{server.password}@", 1)
+        out = tmp_path / "run"
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / "steady-state.toml"),
+             "--out", str(out), "--set", f'valkey.url="{url}"', "--set", "phases.chaos_ms=60000"],
+            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (
+                (out / "history.jsonl").exists() and (out / "history.jsonl").stat().st_size > 2000):
+            time.sleep(0.1)
+        server.kill()
+        output, _ = runner.communicate(timeout=120)
+    finally:
+        server.stop()
+    assert runner.returncode == 3, output[-3000:]
+    assert "!! infrastructure error: the store stayed out of reach" in output
+    assert "internal error" not in output
+    assert json.loads((out / "report.json").read_text())["verdict"] == "error"
+    assert (out / "history.jsonl").stat().st_size > 2000

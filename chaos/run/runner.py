@@ -19,6 +19,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+import redis
+
 from chaos.check.checker import Verdict
 from chaos.check.ledger import SURVIVING_HISTORY
 from chaos.errors import InfraError
@@ -539,9 +541,15 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
         outcome, error = "aborted", "interrupted (SIGINT or SIGTERM)"
         progress.say("!! interrupted: tearing down (interrupt again to exit at once)")
         try_teardown(lambda: run.wind_down(aborted=True, cause="interrupt"))
-    except InfraError as failure:
-        error = str(failure)
-        progress.say(f"!! infrastructure error: {failure}")
+    except (InfraError, redis.exceptions.ConnectionError) as failure:
+        # A store out of reach past the runner's own retries (e.g. Sentinel naming no primary
+        # for longer: its TILT mode after a stall) is the infrastructure's failure, not a bug.
+        error = (str(failure) if isinstance(failure, InfraError) else
+                 f"the store stayed out of reach past the runner's retries: "
+                 f"{type(failure).__name__}: {failure}")
+        if not isinstance(failure, InfraError):
+            write_text_atomic(run_dir / "runner-error.txt", traceback.format_exc())
+        progress.say(f"!! infrastructure error: {error}")
         try_teardown(lambda: run.wind_down(aborted=True, cause="infra"))
     except Exception as failure:  # an unexpected bug: keep the evidence, say where
         error = f"{type(failure).__name__}: {failure}"
