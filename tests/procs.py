@@ -5,9 +5,23 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from chaos.runtime.pids import PID_DIR, PidRecord, is_alive, read_record
+
+
+def wait_until(condition: Callable[[], Any], what: str, timeout_s: float = 30.0,
+               poll_s: float = 0.01) -> Any:
+    """Poll until ``condition()`` is truthy and return it (a guard against hanging forever, not a
+    timing assertion): past ``timeout_s`` the test fails naming ``what``."""
+    give_up = time.monotonic() + timeout_s
+    while not (value := condition()):
+        if time.monotonic() > give_up:
+            raise AssertionError(f"gave up after {timeout_s:.0f} s waiting for {what}")
+        time.sleep(poll_s)
+    return value
 
 
 def processes_mentioning(text: str) -> list[int]:

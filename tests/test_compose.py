@@ -13,7 +13,6 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Callable
 from typing import Any
 
 import docker
@@ -23,6 +22,7 @@ from docker_support import ROOT, docker_compose
 
 from chaos.protocol.client import QueueKeys, connect
 from chaos.runtime.valkey import free_port
+from tests.procs import wait_until
 
 pytestmark = pytest.mark.integration
 engine = docker_support.engine  # the fixture, under its own name
@@ -63,14 +63,6 @@ def exported(exports: list[str], env: dict[str, str]) -> dict[str, str]:
     """The environment after the block's exports, evaluated once (the password is random)."""
     result = shell("\n".join([*exports, "env -0"]), env, timeout=30)
     return dict(item.split("=", 1) for item in result.stdout.split("\0") if "=" in item)
-
-
-def wait_until(condition: Callable[[], Any], timeout: float, what: str) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (value := condition()):
-        assert time.monotonic() < deadline, f"after {timeout:.0f} s: {what}"
-        time.sleep(0.25)
-    return value
 
 
 class Events:
@@ -118,8 +110,8 @@ def test_the_documented_compose_walkthrough_runs_end_to_end(engine: docker.Docke
         events = Events(client, QueueKeys("emq:", "jobs").events)
 
         # Headless Locust load reaches the workers, which waited for their proxy (no restart).
-        wait_until(lambda: len(events.of("complete")) >= 50, 60,
-                   "the stack's workers completed no Locust jobs")
+        wait_until(lambda: len(events.of("complete")) >= 50,
+                   "the stack's workers completed no Locust jobs", timeout_s=60, poll_s=0.25)
         containers = workers()
         assert len(containers) == 4
         for container in containers:
@@ -149,10 +141,10 @@ def test_the_documented_compose_walkthrough_runs_end_to_end(engine: docker.Docke
         victim.reload()
         assert victim.status == "running"
         new_name = wait_until(
-            lambda: [n for n in WORKER_UP.findall(victim.logs().decode()) if n != old_name], 30,
-            "the revived worker did not come up")[0]
-        wait_until(lambda: events.of("complete", new_name), 30,
-                   "the revived worker completed nothing")
+            lambda: [n for n in WORKER_UP.findall(victim.logs().decode()) if n != old_name],
+            "the revived worker did not come up", timeout_s=30, poll_s=0.25)[0]
+        wait_until(lambda: events.of("complete", new_name),
+                   "the revived worker completed nothing", timeout_s=30, poll_s=0.25)
         assert all(c.status == "running" for c in workers())
 
         # Every lease the killed worker held was reaped and its job completed by another (often
@@ -160,11 +152,12 @@ def test_the_documented_compose_walkthrough_runs_end_to_end(engine: docker.Docke
         claimed = {(e["id"], e["attempt"]) for e in events.of("claim", old_name)}
         done = {(e["id"], e["attempt"]) for e in events.of("complete", old_name)}
         stranded = {job for job, _ in claimed - done}
-        wait_until(lambda: stranded <= {e["id"] for e in events.of("reap", old_name)}, 30,
-                   f"{old_name}'s leases were not all reaped")
+        wait_until(lambda: stranded <= {e["id"] for e in events.of("reap", old_name)},
+                   f"{old_name}'s leases were not all reaped", timeout_s=30, poll_s=0.25)
         wait_until(lambda: stranded <= {e["id"] for e in events.of("complete")
-                                        if e["worker"] != old_name}, 30,
-                   f"{old_name}'s stranded jobs were not all completed")
+                                        if e["worker"] != old_name},
+                   f"{old_name}'s stranded jobs were not all completed",
+                   timeout_s=30, poll_s=0.25)
         client.close()
 
         shell(steps["down"], env, timeout=120)

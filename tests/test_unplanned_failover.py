@@ -30,6 +30,7 @@ from chaos.runtime.pids import PID_DIR, read_record
 from chaos.runtime.sentinel_watch import now_ms, replica_online
 from chaos.runtime.valkey import SENTINEL_DOWN_AFTER_MS, SENTINEL_SERVICE
 from chaos.scenario.loading import load_scenario
+from tests.procs import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -142,13 +143,6 @@ def count_in(path: Path, text: str) -> int:
     return path.read_text(errors="replace").count(text) if path.exists() else 0
 
 
-def wait_for(condition, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.integration
 def test_the_watch_records_sentinel_failing_back_on_its_own(tmp_path: Path):
     """A planned failover (the primary SIGKILLed), then the new primary SIGSTOPped until
@@ -161,8 +155,8 @@ def test_the_watch_records_sentinel_failing_back_on_its_own(tmp_path: Path):
         assert isinstance(runtime, LocalRuntime) and runtime.watch is not None
         planned = runtime.failover("kill", 0)
         sentinel = runtime.servers["sentinel"]
-        wait_for(lambda: sentinel_has_a_good_replica(sentinel.port, sentinel.password), 30,
-                 "Sentinel seeing valkey-1 as a replica it could promote")
+        wait_until(lambda: sentinel_has_a_good_replica(sentinel.port, sentinel.password),
+                   "Sentinel seeing valkey-1 as a replica it could promote", timeout_s=30)
         watch = runtime.watch
         assert (watch.switches[0].old, watch.switches[0].planned) == ("valkey-1", True)
         assert watch.switches[0].new == planned.new_primary == "valkey-2"
@@ -216,16 +210,17 @@ def test_a_run_with_a_sentinel_flap_records_it_and_does_not_fail_the_sound_queue
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
     try:
         sentinel_log = out / "logs" / "sentinel.log"
-        wait_for(lambda: count_in(sentinel_log, "+switch-master") >= 1, 60, "the planned switch")
-        wait_for(lambda: count_in(out / "logs" / "valkey-1.log",
-                                  "REPLICA sync: Finished with success") >= 1, 30,
-                 "valkey-1 in sync as a replica after its restart")
+        wait_until(lambda: count_in(sentinel_log, "+switch-master") >= 1, "the planned switch",
+                   timeout_s=60)
+        wait_until(lambda: count_in(out / "logs" / "valkey-1.log",
+                                    "REPLICA sync: Finished with success") >= 1,
+                   "valkey-1 in sync as a replica after its restart", timeout_s=30)
         conf = dict(line.split(" ", 1) for line in
                     (out / "sentinel" / "sentinel.conf").read_text().splitlines()
                     if line.startswith(("port ", "requirepass ")))
-        wait_for(lambda: sentinel_has_a_good_replica(int(conf["port"]),
-                                                     conf["requirepass"].strip('"')), 30,
-                 "Sentinel seeing a replica it could promote")
+        wait_until(lambda: sentinel_has_a_good_replica(int(conf["port"]),
+                                                     conf["requirepass"].strip('"')),
+                   "Sentinel seeing a replica it could promote", timeout_s=30)
         # the primary now: the last switch's new port (on a loaded host Sentinel may already
         # have flapped on its own, seed 17)
         switches = count_in(sentinel_log, "+switch-master")
@@ -238,8 +233,8 @@ def test_a_run_with_a_sentinel_flap_records_it_and_does_not_fail_the_sound_queue
         assert record is not None
         os.kill(record.pid, signal.SIGSTOP)
         try:
-            wait_for(lambda: count_in(sentinel_log, "+switch-master") > switches, 30,
-                     "Sentinel failing over from the stopped primary")
+            wait_until(lambda: count_in(sentinel_log, "+switch-master") > switches,
+                       "Sentinel failing over from the stopped primary", timeout_s=30)
         finally:
             os.kill(record.pid, signal.SIGCONT)
         _, stderr = runner.communicate(timeout=120)
@@ -289,10 +284,11 @@ def test_a_failed_renewal_drops_the_heartbeats_connection_so_the_next_asks_anew(
     beating.start()
     try:
         seen: set[int] = set()
-        wait_for(lambda: bool(seen.update(hb_connections(raw_client)) or len(seen) >= 2), 15,
-                 "a second connection after a failed renewal")
+        wait_until(lambda: bool(seen.update(hb_connections(raw_client)) or len(seen) >= 2),
+                   "a second connection after a failed renewal", timeout_s=15)
         first = min(seen)
-        wait_for(lambda: first not in hb_connections(raw_client), 5, "the first one closed")
+        wait_until(lambda: first not in hb_connections(raw_client), "the first one closed",
+                   timeout_s=5)
     finally:
         renewer.stop.set()
         beating.join(timeout=5)

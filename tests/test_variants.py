@@ -30,6 +30,7 @@ from chaos.protocol.clock import LocalClock, read_offset, write_offset
 from chaos.reference.reaper import sweep
 from chaos.reference.worker import parse_args
 from chaos.runtime.valkey import ValkeyServer
+from tests.procs import wait_until
 
 _names = itertools.count(1)
 LAPSE_S = 0.07  # sleep past a 20-40 ms lease
@@ -73,15 +74,6 @@ def skew_file(tmp_path: Path, offset_ms: int, name: str = "clock.offset") -> Pat
 
 def child_env(server: ValkeyServer) -> dict[str, str]:
     return {**os.environ, "ECHOMQ_VALKEY_PASSWORD": server.password}
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll (a guard against hanging forever, not a timing assertion)."""
-    give_up = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > give_up:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.01)
 
 
 # --- the variant mechanics ------------------------------------------------------------------

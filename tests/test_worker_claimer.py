@@ -10,23 +10,11 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
-
-import pytest
 
 from chaos.history.events import iter_stream
 from chaos.protocol.client import QueueClient
 from chaos.runtime.valkey import ValkeyServer
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    """Poll (a guard against hanging forever, not a timing assertion)."""
-    give_up = time.monotonic() + timeout_s
-    while not condition():
-        if time.monotonic() > give_up:
-            pytest.fail(f"gave up waiting for {what}")
-        time.sleep(0.01)
+from tests.procs import wait_until
 
 
 def start_worker(server: ValkeyServer, queue: QueueClient, handler_ms: int) -> subprocess.Popen:
