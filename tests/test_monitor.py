@@ -107,15 +107,20 @@ def test_a_dropped_line_or_an_unknown_script_is_visible():
     assert health.undecoded_calls == 1 and not health.trustworthy
 
 
+def live_recorder(server: ValkeyServer, keys: QueueKeys, directory: Path) -> MonitorRecorder:
+    """A started recorder of ``keys``' queue on ``server``, writing into ``directory``."""
+    recorder = MonitorRecorder(make_dialect("echomq", keys.prefix, keys.queue),
+                               directory / MONITOR_HISTORY, "127.0.0.1", server.port,
+                               server.password)
+    recorder.start()
+    return recorder
+
+
 def test_recorder_live_matches_the_stream_and_names_the_caller(valkey_server: ValkeyServer,
                                                                raw_client: redis.Redis,
                                                                tmp_path: Path):
     keys = QueueKeys("live:", "q")
-    host, port = valkey_server.url.split("//")[1].split(":")
-    recorder = MonitorRecorder(make_dialect("echomq", keys.prefix, keys.queue),
-                               tmp_path / MONITOR_HISTORY, host, int(port.split("/")[0]),
-                               valkey_server.password)
-    recorder.start()
+    recorder = live_recorder(valkey_server, keys, tmp_path)
     raw_client.client_setname("worker-7")
     queue = QueueClient(raw_client, keys)
     for number in range(20):
@@ -144,11 +149,7 @@ def test_a_claim_many_call_decodes_to_one_claim_event_per_job(valkey_server: Val
     """claim_many (the reference worker's claim) seen through MONITOR: the same claim events,
     field for field, as the script wrote to the stream; an empty call is an empty claim."""
     keys = QueueKeys("many:", "q")
-    host, port = valkey_server.url.split("//")[1].split(":")
-    recorder = MonitorRecorder(make_dialect("echomq", keys.prefix, keys.queue),
-                               tmp_path / MONITOR_HISTORY, host, int(port.split("/")[0]),
-                               valkey_server.password)
-    recorder.start()
+    recorder = live_recorder(valkey_server, keys, tmp_path)
     queue = QueueClient(raw_client, keys)
     for number in range(7):
         queue.enqueue(f"j{number}", "x")
