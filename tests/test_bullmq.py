@@ -37,6 +37,7 @@ from chaos.load.bullmq import (
 )
 from chaos.protocol.client import QueueClient, QueueKeys, redis_client
 from chaos.runtime.valkey import ValkeyServer
+from tests.procs import wait_until
 
 PREFIX = "bq"
 _runs = itertools.count(1)
@@ -243,13 +244,9 @@ def test_woken_holder_complete_is_refused_and_recorded(valkey_server, bullmq_run
 
 
 def _wait_reclaimed(run: BullMQRun, job_id: str, holder: str, timeout_s: float = 6.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if run.client.hget(run.key(job_id), "pb") not in (holder, None) \
-                and run.client.exists(run.key(f"{job_id}:lock")):
-            return
-        time.sleep(0.005)
-    raise AssertionError(f"{job_id} was not claimed again within {timeout_s}s")
+    wait_until(lambda: run.client.hget(run.key(job_id), "pb") not in (holder, None)
+               and run.client.exists(run.key(f"{job_id}:lock")),
+               f"{job_id} claimed again by another worker", timeout_s=timeout_s, poll_s=0.005)
 
 
 def test_broken_bullmq_unfenced_finish_is_caught_by_exclusive_lease(valkey_server,
