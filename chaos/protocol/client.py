@@ -201,6 +201,8 @@ class QueueClient:
     ``race_window_ms`` (nonatomic-reap) widen that variant's window; other protocols ignore them.
     ``wait_replicas`` > 0 sends ``WAIT n`` after every script call on the same connection and
     raises ``NotReplicated`` when fewer replicas confirm it in time.
+    ``completed_retention_ms`` > 0: a completed job's hash expires that long after its accepted
+    complete (sound protocol; 0 keeps it for good), so a long run's memory stays flat.
     """
 
     def __init__(
@@ -215,6 +217,7 @@ class QueueClient:
         record_events: bool = True,
         wait_replicas: int = 0,
         reap_grace_ms: int = 0,
+        completed_retention_ms: int = 0,
     ) -> None:
         if protocol not in PROTOCOLS:
             raise ValueError(f"unknown protocol {protocol!r}: expected one of "
@@ -235,6 +238,10 @@ class QueueClient:
         # Benchmarks only (what the history costs): enqueue, claim, extend and complete write no
         # event. Such a run leaves nothing to check, so no scenario can ask for it.
         self._no_event: tuple[str, ...] = () if record_events else ("0",)
+        # complete.lua's ARGV[6] follows its optional ARGV[5] ('1' = record, as when absent)
+        self._complete_extra: tuple[Any, ...] = (
+            (*(self._no_event or ("1",)), completed_retention_ms) if completed_retention_ms > 0
+            else self._no_event)
         self._sources = {name: load_script_source(name)
                          for name in (*SCRIPT_NAMES, *self._variant.scripts)}
         self._shas: dict[str, str] = {}
@@ -377,7 +384,7 @@ class QueueClient:
         return self._extend_with("extend", job_id, attempt, lease_ms, worker, *self._no_event)
 
     def _complete_sound(self, job_id: str, attempt: int, worker: str) -> bool:
-        return self._complete_with("complete", job_id, attempt, worker, *self._no_event)
+        return self._complete_with("complete", job_id, attempt, worker, *self._complete_extra)
 
     def _reap_sound(self, limit: int, max_stalls: int = 0) -> int:
         k = self.keys

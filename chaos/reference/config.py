@@ -28,6 +28,7 @@ class WorkerConfig:
     record_events: bool = True  # False: benchmarks only (--no-events)
     ack_ledger: str | None = None  # acks file of this worker's acknowledged transitions
     wait_replicas: int = 0  # WAIT for this many replicas after each script call
+    completed_retention_ms: int = 0  # > 0: a completed job's hash expires that long after
 
 
 def queue_client(config: WorkerConfig, client_name: str) -> QueueClient:
@@ -36,4 +37,5 @@ def queue_client(config: WorkerConfig, client_name: str) -> QueueClient:
         protocol=config.protocol, clock=LocalClock(config.clock_file),
         claim_gap_ms=config.claim_gap_ms, record_events=config.record_events,
         wait_replicas=config.wait_replicas,
+        completed_retention_ms=config.completed_retention_ms,
     )

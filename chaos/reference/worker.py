@@ -38,6 +38,11 @@ Store faults:
   --wait-replicas N    after each script call, WAIT until N replicas have it; fewer within the
                        timeout counts as a failed call (the transition is not acknowledged)
 
+Memory:
+  --completed-retention-ms N
+                       a completed job's hash expires N ms after its accepted complete
+                       (default 0: kept for good), so a long run's memory stays flat
+
 Fault control (--control-file): on SIGUSR1 the worker reads that JSON file,
 ``{"kind": "cpu_hog" | ..., "duration_ms": N, "fault_id": "f1"}``:
   cpu_hog          the next handler to start is CPU-bound for N ms and holds the GIL throughout
@@ -378,6 +383,8 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
                         help="append each acknowledged claim/complete here (chaos.check.ledger)")
     parser.add_argument("--wait-replicas", type=int, default=0,
                         help="WAIT for N replicas after each script call (default 0: no WAIT)")
+    parser.add_argument("--completed-retention-ms", type=int, default=0,
+                        help="expire a completed job's hash N ms after (default 0: keep it)")
     args = parser.parse_args(argv)
     return WorkerConfig(
         url=args.url,
@@ -398,6 +405,7 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
         record_events=not args.no_events,
         ack_ledger=args.ack_ledger,
         wait_replicas=args.wait_replicas,
+        completed_retention_ms=args.completed_retention_ms,
     )
 
 

@@ -267,7 +267,8 @@ class RuntimeBase(ABC):
                 "--seed", str(self.scenario.seed * 7919 + index + 104_729 * incarnation),
                 "--protocol", self.scenario.protocol, "--clock-file", clock_file,
                 "--control-file", control_file,
-                "--ack-ledger", ack_ledger, "--wait-replicas", str(self.scenario.wait_replicas)]
+                "--ack-ledger", ack_ledger, "--wait-replicas", str(self.scenario.wait_replicas),
+                "--completed-retention-ms", str(topo.completed_retention_ms)]
 
     # --- a foreign SUT's processes (docs/sut.md): their environment is the whole contract ---
     def sut_user(self, name: str) -> str:
@@ -327,6 +328,7 @@ class RuntimeBase(ABC):
             "CHAOS_CONCURRENCY": str(topo.concurrency),
             "CHAOS_MAX_STALLS": str(topo.max_stalls or 0),
             "CHAOS_POLL_MS": str(topo.poll_ms),
+            "CHAOS_COMPLETED_RETENTION_MS": str(topo.completed_retention_ms),
         })
         return env
 

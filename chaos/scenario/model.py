@@ -60,6 +60,9 @@ class Topology(Strict):
     heartbeat: Literal["process", "thread"] = "process"
     # Stall limit: a job recovered this many times is dead-lettered at its next stall.
     max_stalls: Annotated[int, Field(ge=1, le=1_000)] | None = None
+    # A completed job's hash expires this long after its accepted complete; 0 keeps it for good
+    # (the protocol's default). Long runs set it so Valkey's memory stays flat (scenarios/soak).
+    completed_retention_ms: NonNegativeMs = 0
     # Restart a worker that exits without a planned fault (a poison job crashed it), under the
     # same name, as a supervisor (systemd, Kubernetes) would.
     restart_crashed: bool = False
@@ -324,6 +327,10 @@ class Scenario(Strict):
         if self.wait_replicas:
             raise ValueError(f"wait_replicas = {self.wait_replicas}: a reference worker "
                              "setting; a foreign SUT (sut.workers) does not WAIT")
+        if self.sut.dialect == "bullmq" and self.topology.completed_retention_ms:
+            raise ValueError(f"topology.completed_retention_ms = "
+                             f"{self.topology.completed_retention_ms}: BullMQ keeps or removes "
+                             "its completed jobs by its own removeOnComplete option")
         if self.history.source != "scripts" and self.history.dialect != self.sut.dialect:
             raise ValueError(f"history.dialect = {self.history.dialect!r}: the SUT speaks "
                              f"sut.dialect = {self.sut.dialect!r}")

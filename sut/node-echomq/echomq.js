@@ -39,6 +39,7 @@ function settings() {
     concurrency: Math.max(1, intEnv('CHAOS_CONCURRENCY', 1)),
     maxStalls: intEnv('CHAOS_MAX_STALLS', 0),
     pollMs: Math.max(1, intEnv('CHAOS_POLL_MS', 20)),
+    completedRetentionMs: intEnv('CHAOS_COMPLETED_RETENTION_MS', 0),
     // Where the protocol's scripts are: the toolkit's own, or a directory written by
     // `echomq-chaos protocol export DIR`.
     luaDir: env('ECHOMQ_LUA_DIR', path.join(__dirname, '..', '..', 'chaos', 'protocol', 'lua')),

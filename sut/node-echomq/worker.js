@@ -84,7 +84,7 @@ async function work(job) {
   try {
     // Fenced by the attempt: the server, not this worker, decides whether it counts.
     const accepted = await client.completeJob(k.active, k.events, k.jobPrefix, job.id,
-      String(job.attempt), config.name, RECORD_FLAG);
+      String(job.attempt), config.name, RECORD_FLAG, String(config.completedRetentionMs));
     if (Number(accepted) !== 1) log(`complete of ${job.id} attempt ${job.attempt} rejected`);
   } catch (error) {
     log(`complete of ${job.id} failed: ${error.message}`);

@@ -30,11 +30,16 @@ rejected extend or complete.
 After a gap in the feed (the recorder lost its connection, e.g. to a store restart),
 ``gap_differences`` compares the shadow with the store as it was the instant MONITOR resumed:
 any job hash (but its payload) or lease that differs is a write the recorder missed.
+
+A completed job's hash may expire (``completed_retention_ms``: complete.lua's PEXPIRE): the
+shadow drops it at the same server time, so a late call decodes against what the store held
+(no attempts) and the shadow stays as small as the store.
 """
 
 from __future__ import annotations
 
 import hashlib
+import heapq
 from collections import Counter, deque
 from importlib import resources
 from typing import Any
@@ -46,7 +51,8 @@ from chaos.protocol.client import QueueKeys
 _TRANSITION_TYPES = frozenset(kind.TYPE for kind in TRANSITIONS)
 # Commands that change a key; anything else (reads, TIME) changes nothing the shadow keeps.
 _WRITES = frozenset(("HSET", "HINCRBY", "HDEL", "ZADD", "ZREM", "ZPOPMIN", "DEL", "XADD",
-                     "UNLINK", "HMSET", "ZINCRBY", "ZREMRANGEBYSCORE", "SET", "RENAME"))
+                     "UNLINK", "HMSET", "ZINCRBY", "ZREMRANGEBYSCORE", "SET", "RENAME",
+                     "PEXPIRE"))
 
 
 def _script_shas() -> dict[str, str]:
@@ -71,6 +77,11 @@ class EchoMQ:
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
+        # Job hashes set to expire (PEXPIRE): id -> the server ms it goes, and the same in time
+        # order; ``now_ms`` is the server clock of the call being applied.
+        self.expires_at: dict[str, int] = {}
+        self.expiry_order: list[tuple[int, str]] = []
+        self.now_ms = 0
         # the call being decoded: the earliest and latest its TIME can have read
         self.earliest_ms = self.latest_ms = 0
         # The runner events decoded last (their XADD fields): a gap's are told apart by them.
@@ -91,6 +102,10 @@ class EchoMQ:
                 job[args[2]] = str(int(job.get(args[2]) or 0) + int(args[3]))
             elif command in ("DEL", "UNLINK"):
                 job.clear()
+            elif command == "PEXPIRE" and len(args) >= 3:
+                at = self.now_ms + int(args[2])
+                self.expires_at[key[len(self.job_prefix):]] = at
+                heapq.heappush(self.expiry_order, (at, key[len(self.job_prefix):]))
         elif key == self.active:
             if command == "ZADD":
                 options = 2
@@ -106,11 +121,21 @@ class EchoMQ:
                 for member in args[2:]:
                     self.leases.pop(member, None)
 
+    def _expire(self, now_ms: int) -> None:
+        """Drop the hashes the store has expired by ``now_ms`` (gone once past their time)."""
+        while self.expiry_order and self.expiry_order[0][0] < now_ms:
+            at, job_id = heapq.heappop(self.expiry_order)
+            if self.expires_at.get(job_id) == at:
+                del self.expires_at[job_id]
+                self.jobs.pop(job_id, None)
+
     def _attempts(self, job_id: str) -> str:
         return self.jobs.get(job_id, {}).get("attempts", "0")
 
     # --- decoding -----------------------------------------------------------------------
     def decode(self, call: Call) -> Decoded:
+        self.now_ms = call.stamp_us // 1000
+        self._expire(self.now_ms)
         command = call.args[0].upper()
         if command not in ("EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"):
             if command in _WRITES and len(call.args) > 1 and call.args[1].startswith(self.base):
@@ -295,6 +320,11 @@ class EchoMQ:
                   for entry in jobs_reply}
         shadow = {job_id: {k: v for k, v in fields.items() if k != "payload"}
                   for job_id, fields in self.jobs.items() if fields}
+        # A hash set to expire that the store no longer has expired during the gap.
+        for job_id in [job_id for job_id in self.expires_at if job_id not in stored]:
+            del self.expires_at[job_id]
+            self.jobs.pop(job_id, None)
+            shadow.pop(job_id, None)
         found = [f"job {job_id}: the store has {stored.get(job_id)}, the history "
                  f"{shadow.get(job_id)}" for job_id in sorted(stored.keys() | shadow.keys())
                  if stored.get(job_id) != shadow.get(job_id)]
