@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from chaos.faults.kinds import KINDS, ON_STORE, ON_TARGETS
-from chaos.faults.nemesis import Nemesis
+from chaos.faults.nemesis import LEASE_WAIT_MS, Nemesis
 from chaos.network.client import ToxicSpec
 from chaos.runtime.base import StoreFault
 from chaos.scenario.faults import FAULT_COLORS, FAULT_KINDS, STORE_KINDS
@@ -144,9 +144,27 @@ def test_holding_oldest_lease_targets_the_oldest_holder_that_can_still_be_faulte
     recorder = Recorder(holders=["worker-4", "worker-4", "worker-2"])
     nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
     run(nemesis, 250)
-    # worker-4 first; once it is frozen the next oldest holder; then nobody is left to pick
+    # worker-4 first; once it is frozen the next oldest holder; then nobody is left to pick:
+    # the third looks again for LEASE_WAIT_MS before it is skipped (the later ones likewise)
     assert recorder.actions == [("pause", "worker-4"), ("pause", "worker-2")]
-    assert len(nemesis.skipped) == 1
+    assert not nemesis.skipped
+    run(nemesis, 200 + LEASE_WAIT_MS + 50)
+    assert recorder.actions == [("pause", "worker-4"), ("pause", "worker-2")]
+    assert nemesis.skipped[0] == "pause holding_oldest_lease at 200 ms: no live target"
+
+
+def test_holding_oldest_lease_waits_for_a_live_lease_then_fires(tmp_path: Path):
+    """Nobody holds a live lease at the planned instant (a quiet moment, or only lapsed leases
+    waiting for their reap): the fault fires on the first holder seen within LEASE_WAIT_MS."""
+    faults = '[[faults]]\nkind = "kill"\ntarget = "holding_oldest_lease"\nat_ms = 100\n'
+    recorder = Recorder(holders=[])
+    nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
+    run(nemesis, 400)
+    assert recorder.actions == [] and not nemesis.skipped
+    recorder.holders = ["worker-3"]
+    nemesis.tick(450)
+    assert recorder.actions == [("kill", "worker-3")] and not nemesis.skipped
+    assert [e["type"] for e in recorder.events] == ["fault"]
 
 
 def test_network_faults_add_toxics_and_heal_by_removing_them(tmp_path: Path):

@@ -148,6 +148,11 @@ def test_lease_holders_come_oldest_deadline_first(queue: QueueClient):
     queue.claim(3000, "w-mid")
     assert queue.lease_holders_oldest_first() == ["w-early", "w-mid", "w-late"]
     assert queue.lease_holders_oldest_first(limit=1) == ["w-early"]
+    # A lapsed lease not yet reaped is no one's to strand any more: left out.
+    queue.enqueue("d")
+    queue.claim(1, "w-lapsed")
+    time.sleep(0.005)
+    assert queue.lease_holders_oldest_first() == ["w-early", "w-mid", "w-late"]
 
 
 @pytest.mark.parametrize("protocol", ["sound", "unfenced-complete", "client-clock",

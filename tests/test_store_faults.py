@@ -63,7 +63,7 @@ def test_a_restart_without_persistence_is_caught_by_the_ledger(tmp_path: Path):
 def test_failover_with_wait_loses_nothing_acknowledged(tmp_path: Path, mode: str):
     """Primary + replica + Sentinel, clients through Sentinel, WAIT 1 after every script."""
     code, report = run("failover", tmp_path / "run", "--set", f"faults.0.mode={mode}",
-                       "--set", "phases.chaos_ms=3500")
+                       "--set", "phases.chaos_ms=6000")
     assert code == 0 and report["verdict"] == "pass", report.get("invariants")
     assert report["invariants"]["attempts_monotonic"]["ok"]
     acks = report["ack_ledger"]

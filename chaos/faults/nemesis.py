@@ -3,7 +3,9 @@
 The schedule is computed before the run (``plan``) so ``run --dry-run`` can print it; which
 workers a ``random`` or ``holding_oldest_lease`` target hits is decided at the instant the fault
 fires (among workers still alive and not already faulted), from a generator seeded by the
-scenario seed, so a run is reproducible. Every fault is written to the history with the Valkey
+scenario seed, so a run is reproducible. ``holding_oldest_lease`` is the holder of the oldest
+lease still live (a lapsed one strands nothing); when none is held it looks again shortly, for
+up to ``LEASE_WAIT_MS``. Every fault is written to the history with the Valkey
 clock read right after it took effect, and every heal right before it is undone, so the fault
 window in the history always lies inside the real one.
 
@@ -16,11 +18,12 @@ candidate for another of the same group (process, network, clock, stalled) until
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import random
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from chaos.faults.kinds import ON_STORE, ON_TARGETS
@@ -50,6 +53,13 @@ class PlannedFault:
     kind: str = field(compare=False)
     target: str = field(compare=False)  # as written: a name, "random 2", "holding_oldest_lease"
     duration_ms: int | None = field(compare=False, default=None)
+    planned_at_ms: int | None = field(compare=False, default=None)  # when looked again: the plan's
+
+
+# holding_oldest_lease when no worker holds a live lease (a quiet instant): look again every
+# LEASE_POLL_MS, up to LEASE_WAIT_MS after the planned time, then skip it (a fault_skipped event).
+LEASE_POLL_MS = 20
+LEASE_WAIT_MS = 2000
 
 
 @dataclass(order=True)
@@ -133,9 +143,15 @@ class Nemesis:
             self._apply_store(fault)
             return
         targets = self._resolve(planned)
+        planned_at = planned.at_ms if planned.planned_at_ms is None else planned.planned_at_ms
+        if (not targets and planned.target == HOLDING_OLDEST_LEASE
+                and elapsed_ms + LEASE_POLL_MS <= planned_at + LEASE_WAIT_MS):
+            bisect.insort(self.pending, replace(planned, at_ms=elapsed_ms + LEASE_POLL_MS,
+                                                planned_at_ms=planned_at))
+            return
         if not targets:
             self.skipped.append(
-                f"{planned.kind} {planned.target} at {planned.at_ms} ms: no live target")
+                f"{planned.kind} {planned.target} at {planned_at} ms: no live target")
             self.history.record(**schema.FaultSkipped(planned.kind, planned.target).fields())
             return
         kind = ON_TARGETS[fault.kind]

@@ -533,8 +533,11 @@ class QueueClient:
         return int(pending), int(active)
 
     def lease_holders_oldest_first(self, limit: int = 100) -> list[str]:
-        """Workers holding the ``limit`` earliest-deadline leases, oldest first (repeats kept)."""
-        oldest = self.client.zrange(self.keys.active, 0, limit - 1)
+        """Workers holding the ``limit`` earliest-deadline leases still live by the server's
+        clock, oldest first (repeats kept). A lapsed lease waiting for its reap is left out:
+        faulting its holder would strand nothing."""
+        now_ms = self.server_time_ms()
+        oldest = self.client.zrangebyscore(self.keys.active, f"({now_ms}", "+inf", 0, limit)
         if not oldest:
             return []
         pipe = self.client.pipeline(transaction=False)
