@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from chaos.check.checker import Verdict
 from chaos.check.ledger import SURVIVING_HISTORY
@@ -154,6 +156,9 @@ class Run:
         self.drain_ms: int | None = None
         self.backlog: list[dict[str, Any]] = []  # pending/active over time, for the report
         self.last_sample = 0.0
+        # The store stayed out of reach past the runner's retries: from then on each store call
+        # is tried once, so the wind-down stops every process and keeps the evidence at once.
+        self.store_gone = False
 
     # --- stages ---------------------------------------------------------------------------
     def bring_up(self) -> None:
@@ -450,18 +455,37 @@ class Run:
             self.nemesis.heal_all()
         self.runtime.stop_workers()
         if self.queue is not None:
-            self.record_unplanned_store_faults(final=True)
-            self.queue.record(**schema.Phase("end", drained=self.drained, aborted=aborted,
-                                             cause=cause).fields())
+            self._store_step(lambda: self.record_unplanned_store_faults(final=True))
+            self._store_step(lambda: self.queue and self.queue.record(**schema.Phase(
+                "end", drained=self.drained, aborted=aborted, cause=cause).fields()))
         self.stop_recorder()
         if self.exporter is not None:
-            self.exporter.drain()
-            self.save_surviving_history()
+            self._store_step(self.exporter.drain)
+            self._store_step(self.save_surviving_history)
+
+    def give_up_on_store(self) -> None:
+        """The store stayed out of reach past the retries: one try per call from now on."""
+        self.store_gone = True
+        for client in (self.queue and self.queue.client, self.exporter and self.exporter.client):
+            if client:
+                client.set_retry(Retry(NoBackoff(), 0))
+
+    def _store_step(self, step: Any) -> None:
+        """A wind-down step that needs the store; once it is gone for good, a failed one is
+        said and skipped, so the steps after it (the evidence on disk) still run."""
+        if not self.store_gone:
+            step()
+            return
+        try:
+            step()
+        except redis.exceptions.ConnectionError as error:
+            print(f"   (skipped, the store is out of reach: {error})", file=sys.stderr)
 
     def save_surviving_history(self) -> None:
         """Read the store's stream back: if a store fault rolled back events the exporter had
         already copied, keep the store's version beside history.jsonl for the ledger check."""
-        client = self.runtime.client()  # a fresh one: after a failover, ask Sentinel again
+        # a fresh one: after a failover, ask Sentinel again
+        client = self.runtime.client(retrying=not self.store_gone)
         try:
             save_surviving_history(client, self.keys.events, self.history_path,
                                    self.run_dir / SURVIVING_HISTORY,
@@ -550,6 +574,8 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
         if not isinstance(failure, InfraError):
             write_text_atomic(run_dir / "runner-error.txt", traceback.format_exc())
         progress.say(f"!! infrastructure error: {error}")
+        if not isinstance(failure, InfraError):
+            run.give_up_on_store()
         try_teardown(lambda: run.wind_down(aborted=True, cause="infra"))
     except Exception as failure:  # an unexpected bug: keep the evidence, say where
         error = f"{type(failure).__name__}: {failure}"
