@@ -4,6 +4,7 @@ bench.json.
 
 Sections (docs/benchmarks.md says what each row means):
   queue    claim path vs redis-benchmark, cost of the events stream, history export
+  fields   what each part of the claim event costs the server (benchmarks/event_fields.py)
   checker  a synthetic history (1M jobs in the full run): events/s checked, peak RSS
   startup  `echomq-chaos run` -> first claim with 8 workers vs a bare valkey-server start
   proxy    the built-in Toxiproxy server's overhead (benchmarks/proxy_overhead.py)
@@ -31,6 +32,7 @@ from typing import Any
 
 from benchmarks import (
     checker_speed,
+    event_fields,
     locust_ceiling,
     proxy_overhead,
     queue_path,
@@ -43,7 +45,7 @@ from chaos.files import write_json_atomic
 from chaos.scenario.loading import ScenarioError, load_scenario
 
 SCHEMA = 1
-SECTIONS = ("queue", "checker", "startup", "proxy", "recorder", "locust", "scale")
+SECTIONS = ("queue", "fields", "checker", "startup", "proxy", "recorder", "locust", "scale")
 EXIT_MET, EXIT_MISSED, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
 
 
@@ -55,16 +57,17 @@ class Preset:
     startup_runs: int
     proxy: tuple[int, int, int]  # jobs, rounds, threads
     recorder: tuple[int, int]  # claims, rounds
+    fields: tuple[int, int]  # claims per run, rounds
 
 
 PRESETS = {
     "full": Preset(queue_path.Sizes(claims=20_000, jobs=5_000, rounds=5), 1_000_000, 3, 5,
-                   (1000, 5, 4), (20_000, 3)),
+                   (1000, 5, 4), (20_000, 3), (30_000, 9)),
     "quick": Preset(queue_path.Sizes(claims=3_000, jobs=1_500, rounds=3), 50_000, 3, 3,
-                    (300, 3, 4), (5_000, 2)),
+                    (300, 3, 4), (5_000, 2), (10_000, 3)),
     # the test suite's size: proves the harness end to end; its figures mean nothing
     "smoke": Preset(queue_path.Sizes(claims=200, jobs=100, rounds=1), 2_000, 1, 1, (50, 1, 2),
-                    (200, 1)),
+                    (200, 1), (200, 1)),
 }
 
 
@@ -185,6 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     chosen = args.only or [name for name in SECTIONS if name != "scale" or args.scale]
     measures: dict[str, Callable[[], dict[str, Any]]] = {
         "queue": lambda: queue_path.measure(preset.queue),
+        "fields": lambda: event_fields.measure(*preset.fields),
         "checker": lambda: checker_speed.measure(preset.checker_jobs, preset.checker_rounds),
         "startup": lambda: startup.measure(preset.startup_runs),
         "proxy": lambda: proxy_section(preset),

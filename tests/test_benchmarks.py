@@ -25,11 +25,13 @@ def test_the_benchmark_runs_at_smoke_size_and_writes_bench_json(tmp_path: Path):
     assert done.returncode in (0, 1), done.stderr[-3000:]  # 1: a target missed, not a failure
     bench = json.loads(out.read_text())
     assert bench["schema"] == 1 and bench["mode"] == "smoke"
-    assert set(bench["sections"]) == {"queue", "checker", "startup", "proxy", "recorder", "locust"}
+    assert set(bench["sections"]) == {"queue", "fields", "checker", "startup", "proxy", "recorder",
+                                      "locust"}
     rows = [row for section in bench["sections"].values() for row in section.get("rows", [])]
     figures = {row["figure"] for row in rows}
     for expected in ("Python claims/s vs the server's ceiling",
                      "full jobs/s, events on + exporter vs events off",
+                     "claims/s, claim event: as shipped",
                      "peak RSS vs 1 GiB",
                      "run -> first claim, 8 workers, local runtime",
                      "recorder ceiling: events/s decoded vs the scripts source's"):
