@@ -58,6 +58,24 @@ class StoreFault:
     new_primary: str | None = None
 
 
+class Process(Protocol):
+    """A child process as the runtime handles it: a ``subprocess.Popen``, or a member the fork
+    server forked (``chaos.runtime.forkserver.ForkedProcess``)."""
+
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
 class Member(Protocol):
     """One process of a run (a child process or a container), as the runner watches it."""
 
@@ -76,7 +94,7 @@ class Member(Protocol):
 @dataclass
 class Child:
     name: str
-    process: subprocess.Popen[bytes]
+    process: Process
     log: IO[bytes]
     paused: bool = False
     killed: bool = False  # by a fault, on purpose
@@ -467,13 +485,13 @@ def kill_all_now() -> None:
         runtime.kill_now()
 
 
-def signal_child(process: subprocess.Popen[bytes], signum: int) -> None:
+def signal_child(process: Process, signum: int) -> None:
     """Signal a child unless it was already reaped (its pid may belong to someone else now)."""
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signum)
 
 
-def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+def signal_group(process: Process, signum: int) -> None:
     """Signal a child and whatever it started (it leads its own session and group: a worker's
     heartbeat process, Locust's workers). Only while it is not reaped: until then its pid, and
     so its group id, cannot be anyone else's."""
@@ -483,5 +501,5 @@ def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     signal_child(process, signum)
 
 
-def kill_group(process: subprocess.Popen[bytes]) -> None:
+def kill_group(process: Process) -> None:
     signal_group(process, signal.SIGKILL)
