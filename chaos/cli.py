@@ -19,16 +19,21 @@ from typing import Any
 from chaos import __version__
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE, InfraError
 from chaos.files import write_json_atomic
-from chaos.report.junit import write_junit
-from chaos.report.summary import build_report, summary_text, write_rendered_reports
-from chaos.run.offline import SavedRunError, recheck, write_missing_report
-from chaos.run.plan import describe_plan
-from chaos.run.runner import RunDirError, RunResult, default_run_dir, prepare_run_dir, run_scenario
-from chaos.run.sources import SOURCES
-from chaos.run.suite import suite_junit_runs, suite_table, worst_exit_code
-from chaos.runtime.pids import clean_processes
-from chaos.scenario.loading import ScenarioError, load_scenario
-from chaos.tools import selftest
+from chaos.names import HISTORY_SOURCES
+from chaos.runtime import forkserver
+
+# Each command imports what it uses, when it runs: `run` reaches its first claim sooner without
+# the checker, the reports and their dependencies, which it needs only at the end.
+
+
+def usage_errors() -> tuple[type[Exception], ...]:
+    """Errors that are the user's input (exit 2). Imported only once one is being raised: an
+    ``except`` clause evaluates its tuple only then."""
+    from chaos.run.evaluate import SavedRunError
+    from chaos.run.rundir import RunDirError
+    from chaos.scenario.loading import ScenarioError
+
+    return ScenarioError, RunDirError, SavedRunError
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -37,6 +42,9 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from chaos.run.plan import describe_plan
+    from chaos.scenario.loading import load_scenario
+
     scenario = load_scenario(args.scenario, _overrides(args))
     print(describe_plan(scenario))
     print("valid")
@@ -44,7 +52,27 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if args.dry_run:
+        return _run(args)
+    # The reference workers' fork server, started first: it imports them while this process
+    # imports the runner and loads the scenario (docs/running.md, start-up). A run that does
+    # not need it (Docker, a foreign SUT) ends it.
+    forkserver.prestart()
+    try:
+        return _run(args)
+    finally:
+        forkserver.discard_spare()
+
+
+def _run(args: argparse.Namespace) -> int:
+    from chaos.run.plan import describe_plan
+    from chaos.run.rundir import prepare_run_dir
+    from chaos.run.runner import RunResult, run_scenario
+    from chaos.scenario.loading import load_scenario
+
     scenarios = [load_scenario(path, _overrides(args)) for path in args.scenario]
+    if not any(scenario.runtime == "local" for scenario in scenarios):
+        forkserver.discard_spare()
     if args.dry_run:
         print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
         return EXIT_PASS
@@ -65,6 +93,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             results.append(run_scenario(scenario, run_dir, strict=args.strict))
         if results[-1].verdict == "aborted":
             break  # Ctrl-C stops the suite, not only the scenario running
+    from chaos.report.junit import write_junit
+    from chaos.run.suite import suite_junit_runs, suite_table, worst_exit_code
+
     junit_runs = suite_junit_runs(results, [s.name for s in scenarios], run_dirs)
     if suite_dir is not None:
         write_junit(suite_dir / "junit.xml", junit_runs)
@@ -78,6 +109,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _output_dir(args: argparse.Namespace, name: str) -> Path:
     """``--out`` or ``runs/<utc-time>-<name>/``, made ready (a non-empty one only with
     ``--force``)."""
+    from chaos.run.rundir import default_run_dir, prepare_run_dir
+
     out = Path(args.out) if args.out else default_run_dir(name)
     prepare_run_dir(out, args.force)
     return out
@@ -126,6 +159,7 @@ class InterruptsTearDown:
 
 
 def force_exit(name: str, run_dir: Path) -> None:
+    from chaos.report.summary import build_report
     from chaos.runtime.base import (
         kill_all_now,  # the runtime is loaded by then; keep the CLI light
     )
@@ -142,6 +176,9 @@ def force_exit(name: str, run_dir: Path) -> None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    from chaos.report.summary import summary_text
+    from chaos.run.offline import recheck
+
     saved = recheck(Path(args.run_dir))
     if args.json:
         print(json.dumps(saved.report, indent=2))
@@ -162,6 +199,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from chaos.report.summary import write_rendered_reports
+    from chaos.run.offline import recheck
+
     run_dir = Path(args.run_dir)
     saved = recheck(run_dir)
     if saved.saved is None or saved.saved_is_stub:  # a run stopped before it wrote a verdict
@@ -178,9 +218,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
+    from chaos.scenario.loading import ScenarioError
+    from chaos.tools import selftest
+
     if args.repeat < 1:
         raise ScenarioError(f"--repeat {args.repeat}: must be at least 1")
-    mutants = selftest.load_mutants(selftest.find_mutants(Path(args.scenarios)), args.only)
+    mutants = selftest.load_mutants(
+        selftest.find_mutants(Path(args.scenarios or selftest.DEFAULT_MUTANTS)), args.only)
     out = _output_dir(args, "selftest")
     print(f"selftest: {len(mutants)} mutants x {args.repeat} seed(s), each also run with the "
           f"sound protocol{'; history ' + args.history if args.history else ''}; run "
@@ -198,6 +242,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     """Two parts: processes (the pid files under --runs), then labelled containers."""
+    from chaos.run.offline import write_missing_report
+    from chaos.runtime.pids import clean_processes
+
     root = Path(args.runs)
     if root.exists() and not root.is_dir():
         print(f"{root}: not a directory", file=sys.stderr)
@@ -219,6 +266,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from chaos.scenario.loading import ScenarioError, load_scenario
     from chaos.tools import sweep  # matplotlib is only needed here
 
     if args.repeat < 1:
@@ -256,6 +304,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
+    from chaos.scenario.loading import load_scenario
     from chaos.tools import capacity
 
     scenario = load_scenario(args.scenario, args.set)
@@ -409,11 +458,11 @@ def build_parser() -> argparse.ArgumentParser:
     selftest_cmd.add_argument("--only", action="append", metavar="VARIANT",
                               help="only this variant (repeatable)")
     selftest_cmd.add_argument(
-        "--history", choices=SOURCES, default=None,
+        "--history", choices=HISTORY_SOURCES, default=None,
         help="record every run from this history source (default: each scenario's own, the "
              "scripts): monitor judges on the MONITOR recorder alone; both records the two "
              "and requires them to agree")
-    selftest_cmd.add_argument("--scenarios", default=str(selftest.DEFAULT_MUTANTS),
+    selftest_cmd.add_argument("--scenarios", default=None,
                               help="directory of mutant scenarios (default scenarios/mutants)")
     selftest_cmd.add_argument("--out", help="directory for the runs (default runs/<time>-selftest)")
     selftest_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
@@ -569,7 +618,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
         return code
-    except (ScenarioError, RunDirError, SavedRunError) as error:
+    except usage_errors() as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (InfraError, OSError) as error:

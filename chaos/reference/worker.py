@@ -64,6 +64,7 @@ Protocol variants (all optional; the defaults run the sound protocol):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -136,8 +137,7 @@ class Worker:
         self.heartbeat: Heartbeat
         if config.heartbeat_ms > 0 and config.heartbeat == "process":
             self.heartbeat = ProcessHeartbeat(config, self.lease_lost)
-            # Up before the worker's own named connection: the runner counts a worker as
-            # started once that connection shows, so nothing is claimed before renewals work.
+            # Forked before any thread; it connects while the worker does (start-up time).
             self.heartbeat.start()
         self.queue = queue_client(config, config.name)
         self.queue.in_claim_gap = self._in_claim_gap
@@ -146,6 +146,8 @@ class Worker:
             self.heartbeat = NoHeartbeat()
         elif config.heartbeat == "thread":
             self.heartbeat = ThreadHeartbeat(self.queue, config, self.lease_lost)
+        # Renewing before run() starts the slots: nothing is claimed before renewals work.
+        self.heartbeat.wait_ready()
 
     def lease_lost(self, job_id: str, attempt: int) -> None:
         with self.cancels_lock:
@@ -350,7 +352,9 @@ class Worker:
         return 0
 
 
-def parse_args(argv: list[str] | None = None) -> WorkerConfig:
+@functools.cache
+def parser() -> argparse.ArgumentParser:
+    """Built once (the fork server builds it before forking: argparse takes milliseconds)."""
     parser = argparse.ArgumentParser(prog="python -m chaos.reference.worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True, help="valkey://127.0.0.1:PORT")
@@ -378,7 +382,11 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
                         help="append each acknowledged claim/complete here (chaos.check.ledger)")
     parser.add_argument("--wait-replicas", type=int, default=0,
                         help="WAIT for N replicas after each script call (default 0: no WAIT)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> WorkerConfig:
+    args = parser().parse_args(argv)
     return WorkerConfig(
         url=args.url,
         name=args.name,

@@ -97,14 +97,16 @@ class ForkedProcess:
 
 
 class ForkServer:
-    """The runner's handle on a fork server process: ``fork`` a member, hear of its exit."""
+    """The runner's handle on a fork server process: ``fork`` a member, hear of its exit.
+    ``log_path``: where the server's own errors go (None: the runner's stderr)."""
 
-    def __init__(self, log_path: Path) -> None:
-        log = open(log_path, "ab")  # noqa: SIM115 - closed in close()
-        self.log = log
+    def __init__(self, log_path: Path | None) -> None:
+        self.log_name = str(log_path or "the runner's stderr")
+        self.log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - see close()
         self.process = subprocess.Popen(
             [sys.executable, "-m", "chaos.runtime.forkserver", "--parent", str(os.getpid())],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, start_new_session=True)
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
+            start_new_session=True)
         assert self.process.stdin is not None and self.process.stdout is not None
         self._requests: IO[bytes] = self.process.stdin
         self._replies: IO[bytes] = self.process.stdout
@@ -143,14 +145,14 @@ class ForkServer:
                                               for member in members))
                 self._requests.flush()
             except (BrokenPipeError, ValueError):
-                raise ForkServerError(f"the fork server is gone; see {self.log.name}") from None
+                raise ForkServerError(f"the fork server is gone; see {self.log_name}") from None
             deadline = time.monotonic() + timeout  # the first fork waits for its imports
             with self._changed:
                 while len(self._answers) < len(members):
                     if self._gone or not self._changed.wait(deadline - time.monotonic()):
                         raise ForkServerError("the fork server did not fork "
                                               f"{', '.join(m.name for m in members)}; see "
-                                              f"{self.log.name}")
+                                              f"{self.log_name}")
                 answers, self._answers = self._answers, []
         processes = []
         for member, answer in zip(members, answers, strict=True):
@@ -187,7 +189,8 @@ class ForkServer:
             self.kill_now()
             self.process.wait()
         self._reader.join(timeout=5)
-        self.log.close()
+        if self.log is not None:
+            self.log.close()
 
     def kill_now(self) -> None:
         """SIGKILL the server (its members then die with it), without waiting."""
@@ -196,13 +199,48 @@ class ForkServer:
                 os.killpg(self.process.pid, signal.SIGKILL)
 
 
+# A fork server started before the run knows its scenario (``prestart``), so it imports while
+# the runner does; the run's local runtime adopts it (``adopt_spare``).
+_spare: list[ForkServer] = []
+
+
+def prestart() -> None:
+    """Start a spare fork server now (``echomq-chaos run``, before loading the scenario)."""
+    if not _spare:
+        _spare.append(ForkServer(None))
+
+
+def adopt_spare() -> ForkServer | None:
+    """The spare, if one is running; the caller owns it from now on."""
+    while _spare:
+        server = _spare.pop()
+        if server.process.poll() is None:
+            return server
+        server.close()
+    return None
+
+
+def discard_spare() -> None:
+    """No run needed it (a Docker run, a foreign SUT, a usage error): end it."""
+    while _spare:
+        _spare.pop().close()
+
+
 # --- the server's side ----------------------------------------------------------------------
 
 
 def _entry_points() -> dict[str, Callable[[list[str]], int]]:
     """Imported once, here, before any fork: the whole point of the server."""
+    import multiprocessing.popen_fork  # noqa: F401 - how a worker forks its heartbeat process
+
+    from chaos.protocol.client import load_script_source
     from chaos.reference import reaper, worker
 
+    # What each member would otherwise do for itself first: build its argument parser, and
+    # import what reading the protocol's scripts imports.
+    worker.parser()
+    reaper.parser()
+    load_script_source("claim")
     return {WORKER: worker.main, REAPER: reaper.main}
 
 
@@ -267,6 +305,7 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
     selector = selectors.DefaultSelector()
     selector.register(requests, selectors.EVENT_READ)
     selector.register(wakeup_read, selectors.EVENT_READ)
+    unread = b""  # requests read but not yet whole lines
     open_input = True
     while open_input or members:
         for key, _ in selector.select():
@@ -274,33 +313,42 @@ def serve(requests: IO[bytes], replies: IO[bytes]) -> None:
                 with contextlib.suppress(BlockingIOError):
                     os.read(wakeup_read, 512)
                 continue
-            line = requests.readline()
-            if not line:
+            chunk = os.read(requests.fileno(), 1 << 16)
+            if not chunk:
                 selector.unregister(requests)
                 open_input = False
                 continue
-            request = json.loads(line)
-            main = entry_points.get(request["module"])
-            if main is None:
-                reply({"error": f"the fork server runs only {', '.join(MODULES)}"})
-                continue
-            if threading.active_count() != 1:  # never fork a process with threads
-                reply({"error": "the fork server has a thread; it cannot fork safely"})
-                continue
-            pid = os.fork()
-            if pid == 0:
-                _member(request, main, [wakeup_read, wakeup_write, selector.fileno()])
-            members.add(pid)
-            reply({"pid": pid})
+            *lines, unread = (unread + chunk).split(b"\n")
+            for line in lines:
+                pid = _fork(json.loads(line), entry_points, reply,
+                            [wakeup_read, wakeup_write, selector.fileno()])
+                if pid:
+                    members.add(pid)
         reap()
+
+
+def _fork(request: dict[str, Any], entry_points: dict[str, Callable[[list[str]], int]],
+          reply: Callable[[dict[str, Any]], None], server_fds: list[int]) -> int | None:
+    """Fork one member; its pid (None: refused, and said so)."""
+    main = entry_points.get(request["module"])
+    if main is None:
+        reply({"error": f"the fork server runs only {', '.join(MODULES)}"})
+        return None
+    if threading.active_count() != 1:  # never fork a process with threads
+        reply({"error": "the fork server has a thread; it cannot fork safely"})
+        return None
+    pid = os.fork()
+    if pid == 0:
+        _member(request, main, server_fds)
+    reply({"pid": pid})
+    return pid
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     parent = int(args[args.index("--parent") + 1]) if "--parent" in args else None
     die_with_parent(parent)
-    # Whatever reads or writes these pipes must not share a buffer with a member: unbuffered
-    # binary streams, lines read one at a time.
+    # Unbuffered: nothing written but not yet flushed when a member is forked
     requests = os.fdopen(sys.stdin.fileno(), "rb", buffering=0, closefd=False)
     replies = os.fdopen(sys.stdout.fileno(), "wb", buffering=0, closefd=False)
     serve(requests, replies)

@@ -23,7 +23,7 @@ from chaos.files import write_json_atomic
 from chaos.network.client import ToxiproxyServerInfo, server_command, wait_for_api
 from chaos.protocol.client import SENTINEL_SCHEME
 from chaos.runtime.base import Child, RuntimeBase, StoreFault, signal_child, signal_group
-from chaos.runtime.forkserver import ForkServer, ForkServerError, Member
+from chaos.runtime.forkserver import ForkServer, ForkServerError, Member, adopt_spare
 from chaos.runtime.pids import forget_process, record_process
 from chaos.runtime.sentinel_watch import SentinelWatch, wait_for_replica
 from chaos.runtime.valkey import (
@@ -55,7 +55,7 @@ class LocalRuntime(RuntimeBase):
         sut = self.scenario.sut
         needed = sut.workers is None or (not sut.own_reaper and bool(self.scenario.reaper_names))
         if self.forkserver is None and needed and not self._closed:
-            self.forkserver = ForkServer(self.logs / "forkserver.log")
+            self.forkserver = adopt_spare() or ForkServer(self.logs / "forkserver.log")
             record_process(self.run_dir, "forkserver", self.forkserver.pid)
 
     def _fork_references(self, argvs: dict[str, list[str]]) -> list[Child]:
