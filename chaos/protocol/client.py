@@ -152,8 +152,6 @@ def redis_client(url: str, password: str | None = None, **kwargs: Any) -> redis.
     retry; redis-py 6+ would otherwise retry 3 times with up to 10 s of back-off)."""
     kwargs.setdefault("protocol", 2)
     kwargs.setdefault("retry", Retry(NoBackoff(), 0))
-    # Else each connection reads redis-py's version from its package metadata (~1 ms of CPU)
-    kwargs.setdefault("lib_version", redis.__version__)
     client: redis.Redis = redis.Redis.from_url(redis_url(url), password=password, **kwargs)
     return client
 
