@@ -61,6 +61,8 @@ class LocalRuntime(RuntimeBase):
     def _fork_references(self, argvs: dict[str, list[str]]) -> list[Child]:
         """Reference workers or reapers, by name (each ``argv``: its ``python`` arguments,
         ``-m MODULE ...``), forked by the fork server: processes of their own, as if spawned."""
+        if not argvs:
+            return []
         self.start_fork_server()
         assert self.forkserver is not None
         env = self.child_env()
