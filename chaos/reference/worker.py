@@ -80,7 +80,7 @@ from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import Claimed, QueueKeys
-from chaos.reference.config import WorkerConfig, queue_client
+from chaos.reference.config import CLAIM_GAP_SUFFIX, WorkerConfig, queue_client
 from chaos.reference.heartbeat import (
     TRANSIENT,
     Heartbeat,
@@ -93,7 +93,6 @@ from chaos.reference.payload import HandlerDistribution, is_crash
 log = logging.getLogger("chaos.reference.worker")
 HEARTBEAT_MODES = ("process", "thread")
 CONTROL_KINDS = ("cpu_hog", "block_heartbeat", "heartbeat_lag", "claim_gap_hold")
-CLAIM_GAP_SUFFIX = ".in-claim-gap"  # claim_gap_hold: "I am in the gap", beside the control file
 
 
 # --- CPU-bound work -----------------------------------------------------------------------

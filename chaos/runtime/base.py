@@ -39,7 +39,7 @@ from chaos.network.client import (
 from chaos.protocol.acks import ACKS_DIR
 from chaos.protocol.client import connect
 from chaos.protocol.clock import write_offset
-from chaos.reference.worker import CLAIM_GAP_SUFFIX
+from chaos.reference.config import CLAIM_GAP_SUFFIX
 from chaos.runtime.pids import forget_process, record_process
 from chaos.runtime.valkey import split_password
 from chaos.scenario.model import Scenario
