@@ -88,7 +88,9 @@ class ForkedProcess:
         return code
 
     def send_signal(self, signum: int) -> None:
-        # Only while not reaped: after that its pid may be anyone's (as Popen does).
+        # Only while not known to be reaped, as Popen does. Unlike Popen, the server reaps it a
+        # moment before the runner hears so; the kernel hands pids out in increasing order, so
+        # that moment is never long enough for the pid to be someone else's.
         if self.returncode is None:
             os.kill(self.pid, signum)
 
