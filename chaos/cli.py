@@ -7,19 +7,16 @@ Exit codes: 0 pass, 1 an invariant failed, 2 bad input or usage, 3 infrastructur
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from chaos import __version__
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE, InfraError
 from chaos.files import write_json_atomic
 from chaos.names import HISTORY_SOURCES
+from chaos.run.interrupts import InterruptsTearDown
 from chaos.runtime import forkserver
 
 # Each command imports what it uses, when it runs: `run` reaches its first claim sooner without
@@ -124,55 +121,6 @@ def _suite_run_dirs(suite_dir: Path, names: list[str]) -> list[Path]:
         seen[name] = seen.get(name, 0) + 1
         dirs.append(suite_dir / (name if seen[name] == 1 else f"{name}-{seen[name]}"))
     return dirs
-
-
-class InterruptsTearDown:
-    """SIGINT and SIGTERM (Ctrl-C, a cancelled CI job, `kill`) raise KeyboardInterrupt, so the
-    run tears down in order: stop the load, heal, stop the children, write the report. A second
-    one does not wait for that: every child is SIGKILLed and the process exits 130 at once,
-    leaving an ``aborted`` report.json if none was written yet (the history is on disk already).
-
-    Set explicitly: a shell's background job inherits SIGINT ignored, and Python would then
-    leave Ctrl-C ignored too.
-    """
-
-    def __init__(self, name: str, run_dir: Path) -> None:
-        self.name = name
-        self.run_dir = run_dir
-        self.interrupted = False
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> InterruptsTearDown:
-        self.previous = {signum: signal.signal(signum, self._handle)
-                         for signum in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if not self.interrupted:
-            self.interrupted = True
-            raise KeyboardInterrupt
-        force_exit(self.name, self.run_dir)
-
-
-def force_exit(name: str, run_dir: Path) -> None:
-    from chaos.report.summary import build_report
-    from chaos.runtime.base import (
-        kill_all_now,  # the runtime is loaded by then; keep the CLI light
-    )
-
-    kill_all_now()
-    report = run_dir / "report.json"
-    if not report.exists():
-        with contextlib.suppress(OSError):
-            write_json_atomic(report, build_report(
-                name, "aborted", None,
-                error="interrupted twice: children SIGKILLed, orderly teardown skipped"))
-    print("!! interrupted again: children killed, exiting now", file=sys.stderr, flush=True)
-    os._exit(EXIT_ABORTED)
 
 
 def cmd_check(args: argparse.Namespace) -> int:
