@@ -17,7 +17,7 @@ from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_US
 from chaos.files import write_json_atomic
 from chaos.names import HISTORY_SOURCES
 from chaos.run.interrupts import InterruptsTearDown
-from chaos.runtime import forkserver
+from chaos.runtime import forkserver, valkey
 
 # Each command imports what it uses, when it runs: `run` reaches its first claim sooner without
 # the checker, the reports and their dependencies, which it needs only at the end.
@@ -59,26 +59,32 @@ def cmd_run(args: argparse.Namespace) -> int:
         return _run(args)
     finally:
         forkserver.discard_spare()
+        valkey.discard_early()
 
 
 def _run(args: argparse.Namespace) -> int:
-    from chaos.run.plan import describe_plan
-    from chaos.run.rundir import prepare_run_dir
-    from chaos.run.runner import RunResult, run_scenario
     from chaos.scenario.loading import load_scenario
 
     scenarios = [load_scenario(path, _overrides(args)) for path in args.scenario]
     if not any(scenario.runtime == "local" for scenario in scenarios):
         forkserver.discard_spare()
+    suite_dir: Path | None = None
     if args.dry_run:
-        print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
-        return EXIT_PASS
-    if len(scenarios) == 1:
+        run_dirs = []
+    elif len(scenarios) == 1:
         run_dirs = [_output_dir(args, scenarios[0].name)]
-        suite_dir = None
+        if scenarios[0].runtime == "local":  # it boots while the runner is imported below
+            valkey.launch_early(scenarios[0], run_dirs[0])
     else:  # one directory for the suite, one run directory per scenario inside it
         suite_dir = _output_dir(args, "suite")
         run_dirs = _suite_run_dirs(suite_dir, [scenario.name for scenario in scenarios])
+    from chaos.run.plan import describe_plan
+    from chaos.run.rundir import prepare_run_dir
+    from chaos.run.runner import RunResult, run_scenario
+
+    if args.dry_run:
+        print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
+        return EXIT_PASS
     results: list[RunResult] = []
     for index, (scenario, run_dir) in enumerate(zip(scenarios, run_dirs, strict=True)):
         if suite_dir is not None:

@@ -30,7 +30,9 @@ from chaos.runtime.valkey import (
     SENTINEL_SERVICE,
     Persistence,
     ValkeyServer,
+    adopt_early,
     free_port,
+    single_server,
     valkey_server_binary,
 )
 from chaos.scenario.sut import fill
@@ -84,13 +86,13 @@ class LocalRuntime(RuntimeBase):
 
     def _start_own_valkey(self) -> tuple[str, str]:
         settings = self.scenario.valkey
+        single = (adopt_early(self.run_dir / "valkey")
+                  or single_server(self.scenario, self.run_dir))
+        if single is not None:
+            server = self._start_node("valkey", single)
+            return server.url, server.password
         binary = valkey_server_binary(settings.server)
         persistence = Persistence(settings.appendonly, settings.appendfsync)
-        if settings.replication == "none":
-            server = self._start_node("valkey", ValkeyServer(
-                binary, self.run_dir / "valkey", self.logs / "valkey.log",
-                persistence=persistence))
-            return server.url, server.password
         # primary + replica + Sentinel; clients ask Sentinel where the primary is
         primary = self._start_node("valkey-1", ValkeyServer(
             binary, self.run_dir / "valkey-1", self.logs / "valkey-1.log",
