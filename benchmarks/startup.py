@@ -3,7 +3,8 @@ with 8 workers on the local runtime, vs starting a bare valkey-server until it a
 Runs alternate with the baseline, medians of each. The first claim's time is its event's ``ts``
 (Valkey's clock, which is this machine's clock) against the wall clock when ``run`` started.
 The same history splits that time where it goes: until the ``run`` event (the interpreter, the
-runner's own imports and the scenario's validation, valkey-server's start, the preflight), until
+runner's own imports and the scenario's validation, with valkey-server booting meanwhile, the
+preflight), until
 the warmup phase starts (the reaper and the 8 workers forked by the fork server, which imported
 them while the runner did, until all are connected), and until the first claim (the load's
 first job). The baseline polls PING every 2 ms, as the runner does (chaos.runtime.valkey).
