@@ -2,10 +2,15 @@
 with 8 workers on the local runtime, vs starting a bare valkey-server until it answers PING.
 Runs alternate with the baseline, medians of each. The first claim's time is its event's ``ts``
 (Valkey's clock, which is this machine's clock) against the wall clock when ``run`` started.
-The same history splits that time where it goes: until the ``run`` event (the runner's own
-imports, valkey-server's start, the preflight), until the warmup phase starts (the reaper and the
-8 workers started, each a Python interpreter importing its code, until all are connected), and
-until the first claim (the load's first job).
+The same history splits that time where it goes: until the ``run`` event (the interpreter, the
+runner's own imports and the scenario's validation, with valkey-server booting meanwhile, the
+preflight), until
+the warmup phase starts (the reaper and the 8 workers forked by the fork server, which imported
+them while the runner did, until all are connected), and until the first claim (the load's
+first job). The baseline polls PING every 2 ms, as the runner does (chaos.runtime.valkey).
+
+Two more rows say what the first stage is made of: a bare interpreter, and one importing what
+a run imports before its first claim (the runner and the scenario's validation).
 """
 
 from __future__ import annotations
@@ -47,12 +52,14 @@ def run_to_first_claim_ms(out: Path) -> dict[str, float]:
     raise RuntimeError(f"the start-up run's history lacks the end of {missing}")
 
 
-def worker_import_ms() -> float:
-    """One Python process importing the worker (what each of the 8 pays before connecting)."""
+def python_ms(*argv: str) -> float:
+    """One Python process running ``argv`` (``-c CODE``, ``-m MODULE ...``) to its end."""
     started = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "chaos.reference.worker", "--help"], capture_output=True,
-                   timeout=120, check=True)
+    subprocess.run([sys.executable, *argv], capture_output=True, timeout=120, check=True)
     return (time.perf_counter() - started) * 1000
+
+
+RUNNER_IMPORTS = "import chaos.cli, chaos.run.runner, chaos.run.plan, chaos.scenario.loading"
 
 
 def valkey_start_ms() -> float:
@@ -64,11 +71,13 @@ def valkey_start_ms() -> float:
 
 def measure(runs: int) -> dict[str, Any]:
     stages: list[dict[str, float]] = []
-    bare, imports = [], []
+    bare, interpreter, runner, imports = [], [], [], []
     with tempfile.TemporaryDirectory(prefix="bench-startup-") as tmp:
         for number in range(runs):
             bare.append(valkey_start_ms())
-            imports.append(worker_import_ms())
+            interpreter.append(python_ms("-c", "pass"))
+            runner.append(python_ms("-c", RUNNER_IMPORTS))
+            imports.append(python_ms("-m", "chaos.reference.worker", "--help"))
             stages.append(run_to_first_claim_ms(Path(tmp) / f"run-{number}"))
     to_claim = [ends["first claim"] for ends in stages]
     # each stage's own share: from the previous stage's end (the run's start for the first)
@@ -79,8 +88,15 @@ def measure(runs: int) -> dict[str, Any]:
     rows = [Row("startup", "run -> first claim, 8 workers, local runtime", median(to_claim),
                 "ms", median(bare), "bare valkey-server start -> PING",
                 target=("<=", 5.0), note=f"{runs} runs each; medians of each stage: {split}"),
+            Row("startup", "a bare Python interpreter (-c pass)", median(interpreter), "ms",
+                median(bare), "bare valkey-server start -> PING"),
+            Row("startup", "a Python process importing what run needs to its first claim",
+                median(runner), "ms", median(bare), "bare valkey-server start -> PING",
+                note="the runner's own floor: redis-py, pydantic and the scenario models, the "
+                     "runtime (in the first stage)"),
             Row("startup", "one Python process importing the worker (--help)", median(imports),
                 "ms", median(bare), "bare valkey-server start -> PING",
-                note="a run starts 8 workers, a reaper and itself on 2 cores")]
+                note="paid once per run, by the fork server, in parallel with the runner")]
     return {"rows": rows, "raw": {"run_to_first_claim_ms": to_claim, "stages_ms": stages,
-                                  "valkey_start_ms": bare, "worker_import_ms": imports}}
+                                  "valkey_start_ms": bare, "python_ms": interpreter,
+                                  "runner_import_ms": runner, "worker_import_ms": imports}}

@@ -7,28 +7,30 @@ Exit codes: 0 pass, 1 an invariant failed, 2 bad input or usage, 3 infrastructur
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
-import signal
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from chaos import __version__
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE, InfraError
 from chaos.files import write_json_atomic
-from chaos.report.junit import write_junit
-from chaos.report.summary import build_report, summary_text, write_rendered_reports
-from chaos.run.offline import SavedRunError, recheck, write_missing_report
-from chaos.run.plan import describe_plan
-from chaos.run.runner import RunDirError, RunResult, default_run_dir, prepare_run_dir, run_scenario
-from chaos.run.sources import SOURCES
-from chaos.run.suite import suite_junit_runs, suite_table, worst_exit_code
-from chaos.runtime.pids import clean_processes
-from chaos.scenario.loading import ScenarioError, load_scenario
-from chaos.tools import selftest
+from chaos.names import HISTORY_SOURCES
+from chaos.run.interrupts import InterruptsTearDown
+from chaos.runtime import forkserver, valkey
+
+# Each command imports what it uses, when it runs: `run` reaches its first claim sooner without
+# the checker, the reports and their dependencies, which it needs only at the end.
+
+
+def usage_errors() -> tuple[type[Exception], ...]:
+    """Errors that are the user's input (exit 2). Imported only once one is being raised: an
+    ``except`` clause evaluates its tuple only then."""
+    from chaos.run.evaluate import SavedRunError
+    from chaos.run.rundir import RunDirError
+    from chaos.scenario.loading import ScenarioError
+
+    return ScenarioError, RunDirError, SavedRunError
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -37,6 +39,9 @@ def _overrides(args: argparse.Namespace) -> list[str]:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
+    from chaos.run.plan import describe_plan
+    from chaos.scenario.loading import load_scenario
+
     scenario = load_scenario(args.scenario, _overrides(args))
     print(describe_plan(scenario))
     print("valid")
@@ -44,16 +49,42 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    scenarios = [load_scenario(path, _overrides(args)) for path in args.scenario]
     if args.dry_run:
-        print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
-        return EXIT_PASS
-    if len(scenarios) == 1:
+        return _run(args)
+    # The reference workers' fork server, started first: it imports them while this process
+    # imports the runner and loads the scenario (docs/running.md, start-up). A run that does
+    # not need it (Docker, a foreign SUT) ends it.
+    forkserver.prestart()
+    try:
+        return _run(args)
+    finally:
+        forkserver.discard_spare()
+        valkey.discard_early()
+
+
+def _run(args: argparse.Namespace) -> int:
+    from chaos.scenario.loading import load_scenario
+
+    scenarios = [load_scenario(path, _overrides(args)) for path in args.scenario]
+    if not any(scenario.runtime == "local" for scenario in scenarios):
+        forkserver.discard_spare()
+    suite_dir: Path | None = None
+    if args.dry_run:
+        run_dirs = []
+    elif len(scenarios) == 1:
         run_dirs = [_output_dir(args, scenarios[0].name)]
-        suite_dir = None
+        if scenarios[0].runtime == "local":  # it boots while the runner is imported below
+            valkey.launch_early(scenarios[0], run_dirs[0])
     else:  # one directory for the suite, one run directory per scenario inside it
         suite_dir = _output_dir(args, "suite")
         run_dirs = _suite_run_dirs(suite_dir, [scenario.name for scenario in scenarios])
+    from chaos.run.plan import describe_plan
+    from chaos.run.rundir import prepare_run_dir
+    from chaos.run.runner import RunResult, run_scenario
+
+    if args.dry_run:
+        print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
+        return EXIT_PASS
     results: list[RunResult] = []
     for index, (scenario, run_dir) in enumerate(zip(scenarios, run_dirs, strict=True)):
         if suite_dir is not None:
@@ -65,6 +96,9 @@ def cmd_run(args: argparse.Namespace) -> int:
             results.append(run_scenario(scenario, run_dir, strict=args.strict))
         if results[-1].verdict == "aborted":
             break  # Ctrl-C stops the suite, not only the scenario running
+    from chaos.report.junit import write_junit
+    from chaos.run.suite import suite_junit_runs, suite_table, worst_exit_code
+
     junit_runs = suite_junit_runs(results, [s.name for s in scenarios], run_dirs)
     if suite_dir is not None:
         write_junit(suite_dir / "junit.xml", junit_runs)
@@ -78,6 +112,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _output_dir(args: argparse.Namespace, name: str) -> Path:
     """``--out`` or ``runs/<utc-time>-<name>/``, made ready (a non-empty one only with
     ``--force``)."""
+    from chaos.run.rundir import default_run_dir, prepare_run_dir
+
     out = Path(args.out) if args.out else default_run_dir(name)
     prepare_run_dir(out, args.force)
     return out
@@ -93,55 +129,10 @@ def _suite_run_dirs(suite_dir: Path, names: list[str]) -> list[Path]:
     return dirs
 
 
-class InterruptsTearDown:
-    """SIGINT and SIGTERM (Ctrl-C, a cancelled CI job, `kill`) raise KeyboardInterrupt, so the
-    run tears down in order: stop the load, heal, stop the children, write the report. A second
-    one does not wait for that: every child is SIGKILLed and the process exits 130 at once,
-    leaving an ``aborted`` report.json if none was written yet (the history is on disk already).
-
-    Set explicitly: a shell's background job inherits SIGINT ignored, and Python would then
-    leave Ctrl-C ignored too.
-    """
-
-    def __init__(self, name: str, run_dir: Path) -> None:
-        self.name = name
-        self.run_dir = run_dir
-        self.interrupted = False
-        self.previous: dict[int, Any] = {}
-
-    def __enter__(self) -> InterruptsTearDown:
-        self.previous = {signum: signal.signal(signum, self._handle)
-                         for signum in (signal.SIGINT, signal.SIGTERM)}
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
-
-    def _handle(self, signum: int, frame: object) -> None:
-        if not self.interrupted:
-            self.interrupted = True
-            raise KeyboardInterrupt
-        force_exit(self.name, self.run_dir)
-
-
-def force_exit(name: str, run_dir: Path) -> None:
-    from chaos.runtime.base import (
-        kill_all_now,  # the runtime is loaded by then; keep the CLI light
-    )
-
-    kill_all_now()
-    report = run_dir / "report.json"
-    if not report.exists():
-        with contextlib.suppress(OSError):
-            write_json_atomic(report, build_report(
-                name, "aborted", None,
-                error="interrupted twice: children SIGKILLed, orderly teardown skipped"))
-    print("!! interrupted again: children killed, exiting now", file=sys.stderr, flush=True)
-    os._exit(EXIT_ABORTED)
-
-
 def cmd_check(args: argparse.Namespace) -> int:
+    from chaos.report.summary import summary_text
+    from chaos.run.offline import recheck
+
     saved = recheck(Path(args.run_dir))
     if args.json:
         print(json.dumps(saved.report, indent=2))
@@ -162,6 +153,9 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    from chaos.report.summary import write_rendered_reports
+    from chaos.run.offline import recheck
+
     run_dir = Path(args.run_dir)
     saved = recheck(run_dir)
     if saved.saved is None or saved.saved_is_stub:  # a run stopped before it wrote a verdict
@@ -178,9 +172,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
+    from chaos.scenario.loading import ScenarioError
+    from chaos.tools import selftest
+
     if args.repeat < 1:
         raise ScenarioError(f"--repeat {args.repeat}: must be at least 1")
-    mutants = selftest.load_mutants(selftest.find_mutants(Path(args.scenarios)), args.only)
+    mutants = selftest.load_mutants(
+        selftest.find_mutants(Path(args.scenarios or selftest.DEFAULT_MUTANTS)), args.only)
     out = _output_dir(args, "selftest")
     print(f"selftest: {len(mutants)} mutants x {args.repeat} seed(s), each also run with the "
           f"sound protocol{'; history ' + args.history if args.history else ''}; run "
@@ -198,6 +196,9 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 def cmd_clean(args: argparse.Namespace) -> int:
     """Two parts: processes (the pid files under --runs), then labelled containers."""
+    from chaos.run.offline import write_missing_report
+    from chaos.runtime.pids import clean_processes
+
     root = Path(args.runs)
     if root.exists() and not root.is_dir():
         print(f"{root}: not a directory", file=sys.stderr)
@@ -219,6 +220,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    from chaos.scenario.loading import ScenarioError, load_scenario
     from chaos.tools import sweep  # matplotlib is only needed here
 
     if args.repeat < 1:
@@ -256,6 +258,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
+    from chaos.scenario.loading import load_scenario
     from chaos.tools import capacity
 
     scenario = load_scenario(args.scenario, args.set)
@@ -409,11 +412,11 @@ def build_parser() -> argparse.ArgumentParser:
     selftest_cmd.add_argument("--only", action="append", metavar="VARIANT",
                               help="only this variant (repeatable)")
     selftest_cmd.add_argument(
-        "--history", choices=SOURCES, default=None,
+        "--history", choices=HISTORY_SOURCES, default=None,
         help="record every run from this history source (default: each scenario's own, the "
              "scripts): monitor judges on the MONITOR recorder alone; both records the two "
              "and requires them to agree")
-    selftest_cmd.add_argument("--scenarios", default=str(selftest.DEFAULT_MUTANTS),
+    selftest_cmd.add_argument("--scenarios", default=None,
                               help="directory of mutant scenarios (default scenarios/mutants)")
     selftest_cmd.add_argument("--out", help="directory for the runs (default runs/<time>-selftest)")
     selftest_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
@@ -569,7 +572,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code: int = args.handler(args)
         return code
-    except (ScenarioError, RunDirError, SavedRunError) as error:
+    except usage_errors() as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE
     except (InfraError, OSError) as error:

@@ -32,6 +32,7 @@ INVARIANTS = (
     "stall_limit",
     "needless_limit",
 )
+HISTORY_SOURCES = ("scripts", "monitor", "both")  # history.source: what the checker judges
 # The checker's default allowance for the reaper's own wake-up and sweep (check.tolerance_ms for
 # recovery_bound, check.reap_allowance_ms for reap_prompt): small, so a reaper that takes a
 # lapsed lease a good part of an interval late is caught.

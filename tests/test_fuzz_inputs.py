@@ -18,8 +18,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from chaos.cli import describe_plan, main
+from chaos.cli import main
 from chaos.faults.nemesis import plan
+from chaos.run.plan import describe_plan
 from chaos.scenario.loading import ScenarioError, load_scenario, scenario_from_dict
 from chaos.scenario.model import Scenario
 

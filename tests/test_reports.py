@@ -446,7 +446,8 @@ def test_a_drawing_that_fails_costs_no_verdict(tmp_path: Path):
 
 
 def test_suite_helpers_name_run_dirs_and_pick_the_worst_exit_code(tmp_path: Path, capsys):
-    from chaos.cli import _suite_run_dirs, worst_exit_code
+    from chaos.cli import _suite_run_dirs
+    from chaos.run.suite import worst_exit_code
 
     assert _suite_run_dirs(tmp_path, ["a", "b", "a", "a"]) == [
         tmp_path / "a", tmp_path / "b", tmp_path / "a-2", tmp_path / "a-3"]

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from chaos.cli import describe_plan
 from chaos.faults.nemesis import plan
+from chaos.run.plan import describe_plan
 from chaos.scenario.loading import ScenarioError, load_scenario
 
 ROOT = Path(__file__).resolve().parent.parent

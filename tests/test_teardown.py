@@ -81,8 +81,12 @@ def test_sigkilled_runner_takes_its_children_along_and_clean_is_idempotent(tmp_p
     wait_for_line(runner, "phase chaos")
     time.sleep(1.0)
     records = pid_records(out)
-    assert len(records) == 5 and all(is_alive(r) for r in records)  # valkey, reaper, 3 workers
-    assert sorted(r.pid for r in records) == sorted(children_of(runner.pid))
+    # valkey, the fork server, reaper, 3 workers
+    assert len(records) == 6 and all(is_alive(r) for r in records)
+    # valkey and the fork server are the runner's children; the fork server forked the rest
+    forkserver = next(r.pid for r in records if r.name == "forkserver")
+    assert sorted(r.pid for r in records) == sorted(children_of(runner.pid)
+                                                    + children_of(forkserver))
     runner.kill()
     runner.communicate(timeout=10)
     gone_after = wait_until_gone(records, timeout=10)
@@ -95,7 +99,7 @@ def test_sigkilled_runner_takes_its_children_along_and_clean_is_idempotent(tmp_p
     first = cli("clean", "--runs", str(tmp_path))
     assert first.returncode == 0
     assert ": killed " not in first.stdout  # PDEATHSIG already did it: 0 orphans
-    assert first.stdout.count("removed pid file") == 6  # 5 children + the runner
+    assert first.stdout.count("removed pid file") == 7  # 6 processes + the runner
     assert not (out / PID_DIR).exists()
     written = report(out)  # clean wrote the report the runner could not
     assert written["verdict"] == "aborted" and written["scenario"] == "pause-worker"

@@ -8,6 +8,10 @@ from chaos.protocol.client import QueueClient, QueueKeys, connect
 from chaos.protocol.clock import LocalClock
 from chaos.reference.payload import HandlerDistribution
 
+# claim_gap_hold: "I am in the gap", a file beside the control file (the runtime reads it; here,
+# not in the worker, so the runner need not import the worker and its heartbeat for it)
+CLAIM_GAP_SUFFIX = ".in-claim-gap"
+
 
 @dataclass(frozen=True)
 class WorkerConfig:

@@ -89,6 +89,7 @@ class LeaseRenewer:
 
 class Heartbeat(Protocol):
     def start(self) -> None: ...
+    def wait_ready(self) -> None: ...
     def hold(self, job_id: str, attempt: int) -> None: ...
     def drop(self, job_id: str, attempt: int) -> None: ...
     def block(self, duration_ms: int) -> None: ...
@@ -99,6 +100,7 @@ class NoHeartbeat:
     """``--heartbeat-ms 0``: leases are never renewed."""
 
     def start(self) -> None: ...
+    def wait_ready(self) -> None: ...
     def hold(self, job_id: str, attempt: int) -> None: ...
     def drop(self, job_id: str, attempt: int) -> None: ...
     def block(self, duration_ms: int) -> None: ...
@@ -117,6 +119,8 @@ class ThreadHeartbeat:
 
     def start(self) -> None:
         self.thread.start()
+
+    def wait_ready(self) -> None: ...
 
     def close(self) -> None:
         self.renewer.stop.set()
@@ -142,9 +146,13 @@ class ProcessHeartbeat:
         self.reader = threading.Thread(target=self._read, name="heartbeat-reader", daemon=True)
 
     def start(self) -> None:
+        """Fork the heartbeat process; ``wait_ready`` then waits until it renews (the worker
+        sets up its own connection meanwhile)."""
         assert threading.active_count() == 1, "fork the heartbeat before starting threads"
         self.process.start()
         self.child_conn.close()
+
+    def wait_ready(self) -> None:
         if not self.conn.poll(60) or self.conn.recv() != ("ready",):
             raise RuntimeError("the heartbeat process did not come up")
         self.reader.start()

@@ -29,6 +29,7 @@ Optional flags (the defaults run the sound protocol):
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import signal
 import sys
@@ -96,10 +97,9 @@ def run(queue: QueueClient, interval_ms: int, limit: int, stop: threading.Event,
         stop.wait(next_tick - now)
 
 
-def main(argv: list[str] | None = None) -> int:
-    die_with_parent()
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+@functools.cache
+def parser() -> argparse.ArgumentParser:
+    """Built once (the fork server builds it before forking: argparse takes milliseconds)."""
     parser = argparse.ArgumentParser(prog="python -m chaos.reference.reaper", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
@@ -116,9 +116,16 @@ def main(argv: list[str] | None = None) -> int:
                         help="WAIT for N replicas after each script call (default 0: no WAIT)")
     parser.add_argument("--max-stalls", type=int, default=0,
                         help="dead-letter a job at its stall past N (default 0: no limit)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
+    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = parser().parse_args(argv)
     if args.protocol == "no-reaper":
-        parser.exit(2, "chaos.reference.reaper: error: protocol 'no-reaper' means no reaper "
+        parser().exit(2, "chaos.reference.reaper: error: protocol 'no-reaper' means no reaper "
                        "runs at all; "
                        "the runtime must not start a reaper for this variant\n")
     queue = QueueClient(

@@ -69,6 +69,7 @@ Protocol variants (all optional; the defaults run the sound protocol):
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
@@ -84,7 +85,7 @@ from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import Claimed, QueueKeys
-from chaos.reference.config import WorkerConfig, queue_client
+from chaos.reference.config import CLAIM_GAP_SUFFIX, WorkerConfig, queue_client
 from chaos.reference.heartbeat import (
     TRANSIENT,
     Heartbeat,
@@ -97,7 +98,6 @@ from chaos.reference.payload import HandlerDistribution, is_crash
 log = logging.getLogger("chaos.reference.worker")
 HEARTBEAT_MODES = ("process", "thread")
 CONTROL_KINDS = ("cpu_hog", "block_heartbeat", "heartbeat_lag", "claim_gap_hold")
-CLAIM_GAP_SUFFIX = ".in-claim-gap"  # claim_gap_hold: "I am in the gap", beside the control file
 
 
 # --- CPU-bound work -----------------------------------------------------------------------
@@ -141,8 +141,7 @@ class Worker:
         self.heartbeat: Heartbeat
         if config.heartbeat_ms > 0 and config.heartbeat == "process":
             self.heartbeat = ProcessHeartbeat(config, self.lease_lost)
-            # Up before the worker's own named connection: the runner counts a worker as
-            # started once that connection shows, so nothing is claimed before renewals work.
+            # Forked before any thread; it connects while the worker does (start-up time).
             self.heartbeat.start()
         self.queue = queue_client(config, config.name)
         self.queue.in_claim_gap = self._in_claim_gap
@@ -151,6 +150,8 @@ class Worker:
             self.heartbeat = NoHeartbeat()
         elif config.heartbeat == "thread":
             self.heartbeat = ThreadHeartbeat(self.queue, config, self.lease_lost)
+        # Renewing before run() starts the slots: nothing is claimed before renewals work.
+        self.heartbeat.wait_ready()
 
     def lease_lost(self, job_id: str, attempt: int) -> None:
         with self.cancels_lock:
@@ -355,7 +356,9 @@ class Worker:
         return 0
 
 
-def parse_args(argv: list[str] | None = None) -> WorkerConfig:
+@functools.cache
+def parser() -> argparse.ArgumentParser:
+    """Built once (the fork server builds it before forking: argparse takes milliseconds)."""
     parser = argparse.ArgumentParser(prog="python -m chaos.reference.worker", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True, help="valkey://127.0.0.1:PORT")
@@ -385,7 +388,11 @@ def parse_args(argv: list[str] | None = None) -> WorkerConfig:
                         help="WAIT for N replicas after each script call (default 0: no WAIT)")
     parser.add_argument("--completed-retention-ms", type=int, default=0,
                         help="expire a completed job's hash N ms after (default 0: keep it)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def parse_args(argv: list[str] | None = None) -> WorkerConfig:
+    args = parser().parse_args(argv)
     return WorkerConfig(
         url=args.url,
         name=args.name,

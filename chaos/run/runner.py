@@ -10,28 +10,22 @@ Phases (all on the runner's monotonic clock; the history carries the Valkey cloc
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import time
 import traceback
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from chaos.check.checker import Verdict
-from chaos.check.ledger import SURVIVING_HISTORY
 from chaos.errors import InfraError
 from chaos.faults.nemesis import Nemesis, plan
 from chaos.files import write_json_atomic, write_text_atomic
 from chaos.history import schema
-from chaos.history.dialects import make_dialect
 from chaos.history.events import MEMORY_SAMPLES, HistoryExporter, save_surviving_history
-from chaos.history.monitor import HEALTH_FILE, MONITOR_HISTORY, MonitorRecorder
 from chaos.load.bullmq import (
     BullMQFaultHistory,
     BullMQLocustLoad,
@@ -47,32 +41,27 @@ from chaos.load.sources import (
     Producer,
     payload_maker,
 )
-from chaos.protocol.acks import ACKS_DIR, AckLedger
+from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys
-from chaos.report.summary import build_report, summary_text, write_rendered_reports
-from chaos.run.evaluate import Evaluation, SavedRunError, evaluate
 from chaos.run.preflight import Preflight, preflight
 from chaos.run.progress import Progress, Status
-from chaos.run.sources import LiveCounts
 from chaos.runtime.base import RuntimeBase
 from chaos.runtime.local import LocalRuntime
 from chaos.runtime.pids import (
-    PID_DIR,
     RUNNER,
-    clean_processes,
     forget_process,
-    is_alive,
-    read_record,
     record_process,
 )
 from chaos.runtime.valkey import split_password
 from chaos.scenario.model import Load, Scenario
 
+if TYPE_CHECKING:  # the checker, the reports and the recorder are imported when used: a run
+    # reaches its first claim without them (docs/running.md, start-up)
+    from chaos.check.checker import Verdict
+    from chaos.history.monitor import MonitorRecorder
+    from chaos.run.sources import LiveCounts
+
 BACKLOG_SAMPLE_S = 0.25
-
-
-class RunDirError(Exception):
-    """The run directory cannot be used (exit code 2)."""
 
 
 @dataclass
@@ -92,32 +81,6 @@ class RunResult:
         return (f"RunResult({self.report.get('scenario')}: {self.verdict}"
                 + (f", failed {', '.join(failed)}" if failed else "")
                 + f", run_dir={str(self.run_dir)!r})")
-
-
-def default_run_dir(name: str, root: Path = Path("runs")) -> Path:
-    """``runs/<utc-time>-<name>``: sortable, and never the same for two runs a second apart."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
-    return root / f"{stamp}-{name}"
-
-
-def prepare_run_dir(run_dir: Path, force: bool) -> None:
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunDirError(f"{run_dir}: exists and is not a directory")
-    if run_dir.exists() and any(run_dir.iterdir()) and not force:
-        raise RunDirError(f"{run_dir}: run directory exists and is not empty (use --force)")
-    if force and run_dir.exists():
-        runner = read_record(run_dir / PID_DIR / f"{RUNNER}.json")
-        if runner is not None and is_alive(runner):
-            raise RunDirError(f"{run_dir}: a run is still going there (runner pid {runner.pid})")
-        clean_processes(run_dir)  # whatever a crashed earlier run left behind
-        for name in ("history.jsonl", "report.json", "report.html", "junit.xml",
-                     SURVIVING_HISTORY, MONITOR_HISTORY, HEALTH_FILE):
-            (run_dir / name).unlink(missing_ok=True)
-        shutil.rmtree(run_dir / ACKS_DIR, ignore_errors=True)  # a ledger is per run
-    try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    except OSError as error:
-        raise RunDirError(f"{run_dir}: cannot create the run directory: {error}") from None
 
 
 def make_runtime(scenario: Scenario, run_dir: Path) -> RuntimeBase:
@@ -210,6 +173,10 @@ class Run:
 
     def start_recorder(self) -> None:
         """The MONITOR recorder (docs/design.md §5), on its own connection to the server."""
+        from chaos.history.dialects import make_dialect
+        from chaos.history.monitor import MONITOR_HISTORY, MonitorRecorder
+        from chaos.run.sources import LiveCounts
+
         assert self.queue is not None
         server = self.queue.client.connection_pool.connection_kwargs
         if "host" not in server:
@@ -226,6 +193,8 @@ class Run:
     def stop_recorder(self) -> None:
         """Read the feed up to now, close, and save the recorder's health (monitor.json)."""
         if self.recorder is not None:
+            from chaos.history.monitor import HEALTH_FILE
+
             health = self.recorder.stop()
             self.recorder = None
             write_json_atomic(self.run_dir / HEALTH_FILE, health.as_dict())
@@ -484,6 +453,8 @@ class Run:
     def save_surviving_history(self) -> None:
         """Read the store's stream back: if a store fault rolled back events the exporter had
         already copied, keep the store's version beside history.jsonl for the ledger check."""
+        from chaos.check.ledger import SURVIVING_HISTORY
+
         # a fresh one: after a failover, ask Sentinel again
         client = self.runtime.client(retrying=not self.store_gone)
         try:
@@ -591,6 +562,8 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
     try:
         return finish(run, outcome, error, wall_ms, stream)
     except KeyboardInterrupt:  # Ctrl-C while checking: still leave a report (`check` redoes it)
+        from chaos.report.summary import build_report
+
         if not (run_dir / "report.json").exists():
             write_json_atomic(run_dir / "report.json", build_report(
                 scenario.name, "aborted", None,
@@ -614,6 +587,9 @@ def finish(run: Run, outcome: str, error: str | None, wall_ms: int,
            stream: TextIO) -> RunResult:
     """Judge the run directory (``chaos.run.evaluate``, as `check` does) and write the reports;
     ``outcome``: finished | aborted | error."""
+    from chaos.report.summary import summary_text, write_rendered_reports
+    from chaos.run.evaluate import Evaluation, SavedRunError, evaluate
+
     try:
         evaluation = evaluate(run.run_dir, outcome, wall_ms)
     except SavedRunError as failure:

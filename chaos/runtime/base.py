@@ -39,7 +39,7 @@ from chaos.network.client import (
 from chaos.protocol.acks import ACKS_DIR
 from chaos.protocol.client import connect
 from chaos.protocol.clock import write_offset
-from chaos.reference.worker import CLAIM_GAP_SUFFIX
+from chaos.reference.config import CLAIM_GAP_SUFFIX
 from chaos.runtime.pids import forget_process, record_process
 from chaos.runtime.valkey import split_password
 from chaos.scenario.model import Scenario
@@ -56,6 +56,24 @@ class StoreFault:
     down_ms: int  # from the kill until the store served again
     promoted_ms: int | None = None  # failover: from the kill until Sentinel named a new primary
     new_primary: str | None = None
+
+
+class Process(Protocol):
+    """A child process as the runtime handles it: a ``subprocess.Popen``, or a member the fork
+    server forked (``chaos.runtime.forkserver.ForkedProcess``)."""
+
+    pid: int
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
 
 
 class Member(Protocol):
@@ -76,7 +94,7 @@ class Member(Protocol):
 @dataclass
 class Child:
     name: str
-    process: subprocess.Popen[bytes]
+    process: Process
     log: IO[bytes]
     paused: bool = False
     killed: bool = False  # by a fault, on purpose
@@ -469,13 +487,13 @@ def kill_all_now() -> None:
         runtime.kill_now()
 
 
-def signal_child(process: subprocess.Popen[bytes], signum: int) -> None:
+def signal_child(process: Process, signum: int) -> None:
     """Signal a child unless it was already reaped (its pid may belong to someone else now)."""
     with contextlib.suppress(ProcessLookupError):
         process.send_signal(signum)
 
 
-def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+def signal_group(process: Process, signum: int) -> None:
     """Signal a child and whatever it started (it leads its own session and group: a worker's
     heartbeat process, Locust's workers). Only while it is not reaped: until then its pid, and
     so its group id, cannot be anyone else's."""
@@ -485,5 +503,5 @@ def signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
     signal_child(process, signum)
 
 
-def kill_group(process: subprocess.Popen[bytes]) -> None:
+def kill_group(process: Process) -> None:
     signal_group(process, signal.SIGKILL)

@@ -3,6 +3,10 @@
 Everything binds 127.0.0.1. Each child runs in its own process group (so a terminal's Ctrl-C
 reaches only the runner, which then tears down in order) and dies with the runner if the runner
 itself is killed. ``close()`` is idempotent and runs on every exit path.
+
+The reference workers and reapers are forked by the run's fork server (chaos.runtime.forkserver,
+started first so it imports them while Valkey comes up); a foreign SUT's processes, Valkey and
+Toxiproxy are spawned.
 """
 
 from __future__ import annotations
@@ -19,13 +23,16 @@ from chaos.files import write_json_atomic
 from chaos.network.client import ToxiproxyServerInfo, server_command, wait_for_api
 from chaos.protocol.client import SENTINEL_SCHEME
 from chaos.runtime.base import Child, RuntimeBase, StoreFault, signal_child, signal_group
-from chaos.runtime.pids import record_process
+from chaos.runtime.forkserver import ForkServer, ForkServerError, Member, adopt_spare
+from chaos.runtime.pids import forget_process, record_process
 from chaos.runtime.sentinel_watch import SentinelWatch, wait_for_replica
 from chaos.runtime.valkey import (
     SENTINEL_SERVICE,
     Persistence,
     ValkeyServer,
+    adopt_early,
     free_port,
+    single_server,
     valkey_server_binary,
 )
 from chaos.scenario.sut import fill
@@ -35,20 +42,57 @@ from chaos.scenario.sut import fill
 class LocalRuntime(RuntimeBase):
     servers: dict[str, ValkeyServer] = field(default_factory=dict)  # valkey nodes and sentinel
     watch: SentinelWatch | None = None  # with Sentinel: every primary switch, planned or not
+    forkserver: ForkServer | None = None  # forks the reference workers and reapers
     _closed: bool = False
 
     def members(self) -> Mapping[str, Child]:
         return self.children
 
+    def start_valkey(self) -> str:
+        self.start_fork_server()  # first: it imports while Valkey starts and the runner waits
+        return super().start_valkey()
+
+    def start_fork_server(self) -> None:
+        """The fork server, if the scenario runs any reference worker or reaper."""
+        sut = self.scenario.sut
+        needed = sut.workers is None or (not sut.own_reaper and bool(self.scenario.reaper_names))
+        if self.forkserver is None and needed and not self._closed:
+            self.forkserver = adopt_spare() or ForkServer(self.logs / "forkserver.log")
+            record_process(self.run_dir, "forkserver", self.forkserver.pid)
+
+    def _fork_references(self, argvs: dict[str, list[str]]) -> list[Child]:
+        """Reference workers or reapers, by name (each ``argv``: its ``python`` arguments,
+        ``-m MODULE ...``), forked by the fork server: processes of their own, as if spawned."""
+        if not argvs:
+            return []
+        self.start_fork_server()
+        assert self.forkserver is not None
+        env = self.child_env()
+        assert all(argv[0] == "-m" for argv in argvs.values())
+        members = [Member(name, argv[1], argv[2:], env, str(self.logs / f"{name}.log"))
+                   for name, argv in argvs.items()]
+        try:
+            processes = self.forkserver.fork(members)
+        except ForkServerError as error:
+            raise InfraError(str(error)) from None
+        started = []
+        for member, process in zip(members, processes, strict=True):
+            log = open(member.log, "ab")  # noqa: SIM115 - closed in close()
+            child = self.children[member.name] = Child(member.name, process, log)
+            record_process(self.run_dir, member.name, process.pid,
+                           [sys.executable, *argvs[member.name]])
+            started.append(child)
+        return started
+
     def _start_own_valkey(self) -> tuple[str, str]:
         settings = self.scenario.valkey
+        single = (adopt_early(self.run_dir / "valkey")
+                  or single_server(self.scenario, self.run_dir))
+        if single is not None:
+            server = self._start_node("valkey", single)
+            return server.url, server.password
         binary = valkey_server_binary(settings.server)
         persistence = Persistence(settings.appendonly, settings.appendfsync)
-        if settings.replication == "none":
-            server = self._start_node("valkey", ValkeyServer(
-                binary, self.run_dir / "valkey", self.logs / "valkey.log",
-                persistence=persistence))
-            return server.url, server.password
         # primary + replica + Sentinel; clients ask Sentinel where the primary is
         primary = self._start_node("valkey-1", ValkeyServer(
             binary, self.run_dir / "valkey-1", self.logs / "valkey-1.log",
@@ -188,14 +232,17 @@ class LocalRuntime(RuntimeBase):
     def start_reapers(self) -> list[Child]:
         """The scenario's reapers: the SUT's own command, else the reference reaper; none for
         the ``no-reaper`` variant or ``sut.reaper = "none"``."""
-        own = self.scenario.sut.own_reaper
-        return [self._spawn_sut(name, own, index) if own else
-                self.spawn(name, [sys.executable,
-                                  *self.reaper_args(name, str(self._clock_file(name)))])
-                for index, name in enumerate(self.scenario.reaper_names, 1)]
+        own, names = self.scenario.sut.own_reaper, self.scenario.reaper_names
+        if own:
+            return [self._spawn_sut(name, own, index) for index, name in enumerate(names, 1)]
+        return self._fork_references(
+            {name: self.reaper_args(name, str(self._clock_file(name))) for name in names})
 
     def start_workers(self) -> list[Child]:
-        return [self._start_worker(name) for name in self.scenario.topology.worker_names]
+        names = self.scenario.topology.worker_names
+        if self.scenario.sut.workers is not None:
+            return [self._start_worker(name) for name in names]
+        return self._fork_references({name: self._worker_argv(name) for name in names})
 
     def _spawn_sut(self, name: str, template: list[str], index: int) -> Child:
         """A process of a foreign SUT, with the contract's environment (docs/sut.md)."""
@@ -206,9 +253,13 @@ class LocalRuntime(RuntimeBase):
         index = self.scenario.topology.worker_names.index(name)
         if self.scenario.sut.workers is not None:
             return self._spawn_sut(name, self.scenario.sut.workers, index + 1)
-        return self.spawn(name, [sys.executable, *self.worker_args(
-            name, index, str(self._clock_file(name)), str(self.ack_ledger_path(name)),
-            str(self._control_file(name)), incarnation)])
+        return self._fork_references({name: self._worker_argv(name, incarnation)})[0]
+
+    def _worker_argv(self, name: str, incarnation: int = 0) -> list[str]:
+        index = self.scenario.topology.worker_names.index(name)
+        return self.worker_args(name, index, str(self._clock_file(name)),
+                                str(self.ack_ledger_path(name)), str(self._control_file(name)),
+                                incarnation)
 
     def restart_worker(self, name: str, incarnation: int = 0) -> Child:
         """Start a worker again after it died (``capacity --fault`` between steps, or a crash
@@ -269,10 +320,16 @@ class LocalRuntime(RuntimeBase):
             self.links.close()
         self.forget_sut_users()
         self._close_children()
+        if self.forkserver is not None:  # after its members: they are gone, it ends
+            self.forkserver.close()
+            if self.forkserver.process.returncode is not None:
+                forget_process(self.run_dir, "forkserver")
         self._retire()
 
     def kill_now(self) -> None:
         """SIGKILL every child and its process group at once, without waiting (a forced exit:
         the second Ctrl-C). Toxics need no removal: their server dies with the rest."""
         self._kill_children_now()
+        if self.forkserver is not None:
+            self.forkserver.kill_now()
 

