@@ -8,6 +8,7 @@ import signal
 import sys
 
 PR_SET_PDEATHSIG = 1
+PR_SET_NAME = 15
 
 
 def die_with_parent(parent: int | None = None) -> None:
@@ -29,3 +30,14 @@ def die_with_parent(parent: int | None = None) -> None:
     orphaned = os.getppid() != parent if parent is not None else os.getppid() == 1
     if orphaned:
         os._exit(1)
+
+
+def name_process(name: str) -> None:
+    """Name this process for ps -o comm, top and pgrep (Linux: its first 15 bytes): a member
+    forked by the fork server otherwise shows the fork server's name."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(PR_SET_NAME, name.encode()[:15])
+    except OSError:
+        return

@@ -59,6 +59,8 @@ def test_each_member_is_a_process_of_its_own_with_its_environment_and_log(
         with pytest.raises(subprocess.TimeoutExpired):
             member.wait(timeout=0.05)
     assert sorted(children_of(server.pid)) == sorted([first.pid, second.pid])
+    # named after its member for ps -o comm / top (the command line is the fork server's)
+    assert Path(f"/proc/{first.pid}/comm").read_text().strip() == "fork-w1"
     # SIGSTOP to the group freezes it (and its heartbeat process), SIGCONT thaws it.
     os.killpg(first.pid, signal.SIGSTOP)
     wait_until(lambda: _state(first.pid) == "T", "the worker stopped")

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from chaos.lifeline import die_with_parent
+from chaos.lifeline import die_with_parent, name_process
 
 WORKER, REAPER = "chaos.reference.worker", "chaos.reference.reaper"
 MODULES = (WORKER, REAPER)  # what it forks: the reference implementation, nothing else
@@ -253,6 +253,7 @@ def _member(request: dict[str, Any], main: Callable[[list[str]], int],
     code = 1
     try:
         os.setsid()
+        name_process(str(request.get("name") or request["module"]))
         signal.set_wakeup_fd(-1)
         for fd in server_fds:  # the server's wakeup pipe and selector: not the member's
             os.close(fd)

@@ -289,10 +289,15 @@ _early: dict[Path, ValkeyServer] = {}
 
 
 def launch_early(scenario: Scenario, run_dir: Path) -> None:
-    server = single_server(scenario, run_dir)
-    if server is not None:
-        server.launch()
-        _early[server.data_dir] = server
+    """Best effort: a server that cannot be launched this early (a bad ``valkey.server``) is
+    left to the run, which then fails the usual way and still writes its report."""
+    try:
+        server = single_server(scenario, run_dir)
+        if server is not None:
+            server.launch()
+            _early[server.data_dir] = server
+    except (InfraError, OSError):
+        return
 
 
 def adopt_early(data_dir: Path) -> ValkeyServer | None:
