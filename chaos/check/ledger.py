@@ -30,7 +30,6 @@ ledger holds millions of lines: memory then holds only the acknowledgements in f
 
 from __future__ import annotations
 
-import heapq
 import json
 import os
 from collections import Counter
@@ -44,7 +43,7 @@ import msgspec
 from chaos.check.figures import store_fault_recovery
 from chaos.check.verdict import Verdict
 from chaos.history import schema
-from chaos.history.events import Event, read_history, replay_history, seq_key
+from chaos.history.events import Event, line_blocks, read_history, replay_history, seq_key
 from chaos.protocol.acks import ACK_OPS, ACKS_DIR
 
 # The store's own events stream as read back at the end of a run, written only when it differs
@@ -53,9 +52,9 @@ SURVIVING_HISTORY = "history-surviving.jsonl"
 EXAMPLES = 10
 
 
-@dataclass(frozen=True)
-class Ack:
-    """One transition a client was told succeeded."""
+class Ack(msgspec.Struct, frozen=True, gc=False):
+    """One transition a client was told succeeded (built in C: a long run's ledger holds
+    millions)."""
 
     op: str
     job_id: str
@@ -96,30 +95,37 @@ class _AckLine(msgspec.Struct, gc=False):
 _decode_ack = msgspec.json.Decoder(_AckLine, strict=False).decode
 
 
-def _ack_lines(path: Path) -> Iterator[tuple[int, Ack]]:
-    """One ledger file's acknowledgements in file order, each with its ``t`` (0 when absent);
-    a torn last line is skipped, nothing else is. Lines of the writer's own shape decode in C;
-    any other line takes the slow path, which also words the errors."""
-    source = path.stem
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle, start=1):
+_decode_ack_block = msgspec.json.Decoder(_AckLine, strict=False).decode_lines
+
+
+def _ack_lines(path: Path) -> Iterator[_AckLine]:
+    """One ledger file's acknowledgements in file order; a torn last line is skipped, nothing
+    else is. Lines of the writer's own shape decode in C, a block at a time; a block with any
+    other line goes line by line, the slow path wording the errors."""
+    for block, number in line_blocks(path):
+        try:
+            records = _decode_ack_block(block)
+        except msgspec.DecodeError:
+            records = None
+        if records is not None and all(record.op in ACK_OPS for record in records):
+            yield from records
+            continue
+        for number, line in enumerate(block.splitlines(keepends=True), start=number + 1):  # noqa: B020
             try:
                 record = _decode_ack(line)
-                op = record.op
-                if op in ACK_OPS:
-                    yield record.t, Ack(op, record.id, record.attempt, record.worker,
-                                        record.deadline, source)
+                if record.op in ACK_OPS:
+                    yield record
                     continue
             except msgspec.DecodeError:
                 if not line.strip():
                     continue
-            slow = _slow_ack(line, path, number, source)
+            slow = _slow_ack(line, path, number)
             if slow is None:  # no newline after it: torn by a crash mid-write
                 return
             yield slow
 
 
-def _slow_ack(line: bytes, path: Path, number: int, source: str) -> tuple[int, Ack] | None:
+def _slow_ack(line: bytes, path: Path, number: int) -> _AckLine | None:
     try:
         record = json.loads(line)
     except ValueError:
@@ -131,10 +137,9 @@ def _slow_ack(line: bytes, path: Path, number: int, source: str) -> tuple[int, A
         raise ValueError(f"{path}:{number}: expected op in {ACK_OPS} and an id, "
                          f"got {text[:80]!r}")
     t = record.get("t")
-    return (t if isinstance(t, int) else 0), Ack(
-        op=record["op"], job_id=str(record["id"]), attempt=_int(record.get("attempt")),
-        worker=record.get("worker"), deadline=_int(record.get("deadline")),
-        source=source)
+    return _AckLine(record["op"], str(record["id"]), _int(record.get("attempt")),
+                    record.get("worker"), _int(record.get("deadline")),
+                    t if isinstance(t, int) else 0)
 
 
 def _ledger_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -144,7 +149,8 @@ def _ledger_files(directory: str | os.PathLike[str]) -> list[Path]:
 def read_acks(directory: str | os.PathLike[str]) -> list[Ack]:
     """Every ``*.jsonl`` ledger in ``directory`` (files by name, lines in order: the ledger
     order); a torn last line is skipped, nothing else is."""
-    return [ack for path in _ledger_files(directory) for _, ack in _ack_lines(path)]
+    return [Ack(line.op, line.id, line.attempt, line.worker, line.deadline, path.stem)
+            for path in _ledger_files(directory) for line in _ack_lines(path)]
 
 
 def _int(value: Any) -> int | None:
@@ -188,9 +194,8 @@ class _Matcher:
         else:
             self.acks[key] = waiting - 1
 
-    def ack(self, ack: Ack) -> None:
-        self.acknowledged[ack.op] += 1
-        key = ack.identity()
+    def ack(self, op: str, key: tuple[Any, ...]) -> None:
+        self.acknowledged[op] += 1
         seen = self.events.get(key)
         if seen is None:
             self.acks[key] = self.acks.get(key, 0) + 1
@@ -235,32 +240,49 @@ def compare_acks(acks: Iterable[Ack], surviving: Iterable[Event]) -> AckComparis
             matcher.event(_event_identity(event))
     ledger = list(acks)
     for ack in ledger:
-        matcher.ack(ack)
+        matcher.ack(ack.op, ack.identity())
     return matcher.comparison(lambda: ledger)
 
 
 def compare_ack_files(directory: Path, events: Iterable[Event]) -> AckComparison:
     """``compare_acks`` of the ledger files in ``directory`` against a history in stream
-    order, both streamed: the acknowledgements merged by their ``t`` and fed in step with the
-    events' server time (an ack is written just after its event), so memory holds what is in
-    flight, not the run. Clocks that disagree only make the in-flight share larger; the result
-    does not depend on the interleaving."""
-    files = _ledger_files(directory)
-    acks = heapq.merge(*(_ack_lines(path) for path in files), key=lambda item: item[0])
+    order, both streamed: every ``_STEP`` events, each file is read up to the acknowledgements
+    stamped (``t``) by then (an ack is written just after its event), so memory holds what is
+    in flight, not the run. Clocks that disagree only make the in-flight share larger; the
+    result does not depend on the interleaving."""
+    readers = [_LedgerReader(path) for path in _ledger_files(directory)]
     matcher = _Matcher()
-    next_ack = next(acks, None)
+    seen = 0
     for event in events:
         if event.type not in ACK_OPS:
             continue
-        ts = event.ts
-        while next_ack is not None and next_ack[0] <= ts:
-            matcher.ack(next_ack[1])
-            next_ack = next(acks, None)
         matcher.event(_event_identity(event))
-    while next_ack is not None:
-        matcher.ack(next_ack[1])
-        next_ack = next(acks, None)
+        seen += 1
+        if seen % _STEP == 0:
+            for reader in readers:
+                reader.feed(matcher, event.ts)
+    for reader in readers:
+        reader.feed(matcher, None)
     return matcher.comparison(lambda: read_acks(directory))
+
+
+_STEP = 4096  # history events between two reads of the ledger files
+
+
+class _LedgerReader:
+    """One ledger file, read as far as asked."""
+
+    def __init__(self, path: Path) -> None:
+        self.lines = _ack_lines(path)
+        self.next = next(self.lines, None)
+
+    def feed(self, matcher: _Matcher, until_t: int | None) -> None:
+        """Every acknowledgement stamped up to ``until_t`` (None: all the rest)."""
+        line, lines, ack = self.next, self.lines, matcher.ack
+        while line is not None and (until_t is None or line.t <= until_t):
+            ack(line.op, _identity(line.op, line.id, line.attempt, line.worker, line.deadline))
+            line = next(lines, None)
+        self.next = line
 
 
 def events_not_surviving(history: Iterable[Event], surviving: Iterable[Event]) -> list[Event]:

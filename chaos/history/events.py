@@ -104,7 +104,7 @@ def iter_history(path: str | Path) -> Iterator[Event]:
     (``_Order.vetted``); a block with any other line (a runner event's own fields, a torn
     tail, bad input) takes the line-by-line path, which also names a bad line exactly."""
     order = _Order(path)
-    for block, number in _blocks(path):
+    for block, number in line_blocks(path):
         events = _block_events(block)
         if events is not None and order.vetted(events):
             yield from _settled(block, events)
@@ -173,9 +173,9 @@ def _settled(block: bytes, events: list[Event]) -> list[Event]:
 _BLOCK_BYTES = 1 << 16  # a block of lines: ~200 events, so a runner event's block is small
 
 
-def _blocks(path: str | Path) -> Iterator[tuple[bytes, int]]:
-    """The file in blocks of whole lines (the last may lack its newline), each with the number
-    of lines before it."""
+def line_blocks(path: str | Path) -> Iterator[tuple[bytes, int]]:
+    """A file of JSON lines in blocks of whole lines (the last may lack its newline), each with
+    the number of lines before it."""
     number = 0
     carry = b""
     with open(path, "rb") as handle:
