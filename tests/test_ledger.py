@@ -216,3 +216,36 @@ def test_the_judged_history_drops_rolled_back_transitions_nobody_was_acknowledge
     surviving = [e for e in events if e.seq != b_complete.seq]
     assert redone["seq"] == surviving[-1].seq
     assert judged_history(events, surviving, acks) == surviving
+
+
+def test_the_streamed_ledger_comparison_holds_only_what_is_in_flight(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """2,000 jobs, each acknowledged 1 ms after its event: however long the run, the matcher
+    never holds more than the events of one read step and their acks (not the run's)."""
+    h = History()
+    directory = tmp_path / "acks"
+    directory.mkdir()
+    with open(directory / "producer.jsonl", "w") as producer, \
+            open(directory / "w1.jsonl", "w") as worker:
+        for index in range(2000):
+            job, ts = f"job-{index}", 1000 + index * 3
+            h.enqueue(job, ts=ts)
+            producer.write(json.dumps({"op": "enqueue", "id": job, "t": ts + 1}) + "\n")
+            claim = h.claim(job, attempt=1, worker="w1", ts=ts + 1)
+            worker.write(json.dumps({"op": "claim", "id": job, "attempt": 1, "worker": "w1",
+                                     "deadline": int(claim["deadline"]), "t": ts + 2}) + "\n")
+            h.complete(job, attempt=1, worker="w1", ts=ts + 2)
+            worker.write(json.dumps({"op": "complete", "id": job, "attempt": 1,
+                                     "worker": "w1", "t": ts + 3}) + "\n")
+    held: list[int] = []
+
+    class Watched(ledger._Matcher):
+        def event(self, key: tuple[object, ...]) -> None:
+            super().event(key)
+            held.append(len(self.events) + len(self.acks))
+
+    monkeypatch.setattr(ledger, "_Matcher", Watched)
+    monkeypatch.setattr(ledger, "_STEP", 16)
+    result = compare_ack_files(directory, h.events())
+    assert result.lost_total == 0 and sum(result.acknowledged.values()) == 6000
+    assert len(held) == 6000 and max(held) <= 16 + 3  # a step, and what was acked meanwhile
