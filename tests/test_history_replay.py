@@ -253,6 +253,10 @@ def test_the_block_reader_reads_exactly_what_the_line_reader_reads(tmp_path: Pat
     assert [event.extra.get("rtt_ms") for event in streamed] == [
         record.get("rtt_ms") for record in records]
     assert {event.worker for event in streamed if event.type == "reap"} == {None}
+    # every line unusual (a monitor history names each call's connection): line by line
+    monitored = write(tmp_path / "monitored.jsonl", [{**r, "conn": "c1"} for r in records])
+    assert list(iter_history(monitored)) == read_history(monitored)
+    assert {event.extra.get("conn") for event in iter_history(monitored)} == {"c1"}
     victim = rng.randrange(4000, 5990)
     swapped = [*records]
     swapped[victim], swapped[victim + 1] = swapped[victim + 1], swapped[victim]

@@ -104,8 +104,10 @@ def iter_history(path: str | Path) -> Iterator[Event]:
     (``_Order.vetted``); a block with any other line (a runner event's own fields, a torn
     tail, bad input) takes the line-by-line path, which also names a bad line exactly."""
     order = _Order(path)
+    usual = True  # the last block decoded whole: a file of unusual lines is not halved each time
     for block, number in line_blocks(path):
-        events = _block_events(block)
+        events = _block_events(block, [_UNUSUAL_LINES if usual else 0])
+        usual = events is not None
         if events is not None and order.vetted(events):
             yield from _settled(block, events)
             continue
@@ -114,7 +116,7 @@ def iter_history(path: str | Path) -> Iterator[Event]:
             yield event
 
 
-def _block_events(block: bytes, budget: list[int] | None = None) -> list[Event] | None:
+def _block_events(block: bytes, budget: list[int]) -> list[Event] | None:
     """A block's events: the usual lines decoded in C, a few at a time around any other line
     (a runner event's own fields), which takes the precise path alone. None when a line is no
     event (or a torn tail), or when more than a few lines are unusual (a monitor history's
@@ -122,16 +124,15 @@ def _block_events(block: bytes, budget: list[int] | None = None) -> list[Event] 
     try:
         return _decode_block(block)
     except _REFUSED:
-        pass
-    if budget is None:
-        budget = [_UNUSUAL_LINES]
+        if budget[0] <= 0:
+            return None
     cut = block.find(b"\n", len(block) // 2)
     if cut in (-1, len(block) - 1):
         cut = block.rfind(b"\n", 0, len(block) - 1)
     if cut == -1:  # one line
         budget[0] -= 1
         try:
-            event = _slow_event(block, "", 0) if budget[0] >= 0 else None
+            event = _slow_event(block, "", 0)
         except ValueError:
             return None
         return None if event is None else [event]
