@@ -117,30 +117,51 @@ def iter_history(path: str | Path) -> Iterator[Event]:
 
 
 def _block_events(block: bytes, budget: list[int]) -> list[Event] | None:
-    """A block's events: the usual lines decoded in C, a few at a time around any other line
+    """A block's events: the usual lines decoded in C, a run at a time around any other line
     (a runner event's own fields), which takes the precise path alone. None when a line is no
     event (or a torn tail), or when more than a few lines are unusual (a monitor history's
     own fields on every line): the line-by-line path then takes the block."""
     try:
         return _decode_block(block)
-    except _REFUSED:
+    except _REFUSED as error:
         if budget[0] <= 0:
             return None
-    cut = block.find(b"\n", len(block) // 2)
-    if cut in (-1, len(block) - 1):
-        cut = block.rfind(b"\n", 0, len(block) - 1)
-    if cut == -1:  # one line
+        # The decoder names the element it refused (``$[i]``): the i-th line when no line is
+        # blank. Any line boundary splits correctly; a good guess only saves decoding again.
+        found = _REFUSED_AT(str(error))
+        start = _line_start(block, int(found.group(1))) if found else None
+    if start is None:  # no guess: halve the block
+        start = block.find(b"\n", len(block) // 2) + 1
+        if start in (0, len(block)):
+            start = block.rfind(b"\n", 0, len(block) - 1) + 1
+    end = block.find(b"\n", start) + 1 or len(block)
+    if start == 0 and end == len(block):  # one line
         budget[0] -= 1
         try:
             event = _slow_event(block, "", 0)
         except ValueError:
             return None
         return None if event is None else [event]
-    first = _block_events(block[:cut + 1], budget)
-    if first is None:
-        return None
-    rest = _block_events(block[cut + 1:], budget)
-    return None if rest is None else first + rest
+    events: list[Event] = []
+    for part in (block[:start], block[start:end], block[end:]):
+        decoded = _block_events(part, budget) if part else []
+        if decoded is None:
+            return None
+        events += decoded
+    return events
+
+
+_REFUSED_AT = re.compile(r"at `\$\[([0-9]+)\]`$").search
+
+
+def _line_start(block: bytes, index: int) -> int | None:
+    """Where the block's line ``index`` (from 0) starts; None past its end."""
+    start = 0
+    for _ in range(index):
+        start = block.find(b"\n", start) + 1
+        if start == 0 or start == len(block):
+            return None
+    return start
 
 
 _UNUSUAL_LINES = 8  # per block, isolated by halving it; more take the line-by-line path
