@@ -2,6 +2,10 @@
 history of N jobs with faults and redeliveries, timed in a fresh subprocess that also reports its
 peak RSS. Baselines from the same run: the same subprocess only parsing the file's JSON lines
 (the floor any reader pays), and the issue's budget (1M jobs in 10 s, under 1 GiB) scaled to N.
+And the memory of evaluating a whole run directory of that size (``chaos.run.evaluate``: the
+check, the acknowledgement ledger compared with the history, report.json's contents), what the
+runner and ``echomq-chaos check RUN_DIR`` do, against a fixed budget: it must not grow with
+the run's length the way a ledger held whole did.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from benchmarks.synthetic_history import write_synthetic_history
 
 BUDGET_S_PER_MILLION_JOBS = 10.0
 BUDGET_RSS_MB = 1024.0
+EVALUATE_BUDGET_RSS_MB = 400.0  # a run directory of 1M jobs (the soak's: 721k) evaluated
 
 # Run in a fresh interpreter: peak RSS is then the check's alone.
 _CHECK = """
@@ -32,6 +37,15 @@ if sys.argv[2] == "check":
     result = {"events": verdict.events, "passed": verdict.passed, "final": verdict.final,
               "jobs": verdict.jobs.completed, "stranded": verdict.stranded,
               "needed": verdict.redeliveries.needed, "rejected": verdict.rejected}
+elif sys.argv[2] == "evaluate":
+    from pathlib import Path
+    from chaos.run.evaluate import evaluate
+    evaluation = evaluate(Path(sys.argv[1]).parent)
+    report = orjson.dumps(evaluation.report())
+    verdict = evaluation.verdict
+    result = {"events": verdict.events, "word": evaluation.word, "jobs": verdict.jobs.completed,
+              "acknowledged": sum(evaluation.ack_ledger["acknowledged"].values()),
+              "acks_lost": evaluation.ack_ledger["lost"], "report_bytes": len(report)}
 elif sys.argv[2] == "read":
     from chaos.history.events import iter_history
     result = {"events": sum(1 for event in iter_history(sys.argv[1]))}
@@ -59,17 +73,23 @@ def measure(jobs: int, rounds: int) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="bench-checker-") as tmp:
         path = Path(tmp) / "history.jsonl"
         # a fault every 5,000 jobs, alternately a kill and a pause longer than the lease
-        history = write_synthetic_history(path, jobs, fault_every=max(500, jobs // 200))
+        history = write_synthetic_history(path, jobs, fault_every=max(500, jobs // 200),
+                                          acks=Path(tmp) / "acks")
         checks, reads, parses = [], [], []
         for _ in range(rounds):
             parses.append(timed(path, "parse"))
             reads.append(timed(path, "read"))
             checks.append(timed(path, "check"))
+        evaluated = timed(path, "evaluate")  # once: it is the check plus the ledger's pass
         size_mb = path.stat().st_size / 2**20
+        acks_mb = sum(f.stat().st_size for f in (Path(tmp) / "acks").iterdir()) / 2**20
     last = checks[-1]
     if not (last["passed"] and last["final"] and last["jobs"] == jobs
             and last["stranded"] == history.stranded):
         raise RuntimeError(f"the checker's verdict on the synthetic history is wrong: {last}")
+    if not (evaluated["word"] == "pass" and evaluated["jobs"] == jobs
+            and evaluated["acks_lost"] == 0 and evaluated["acknowledged"] > 2 * jobs):
+        raise RuntimeError(f"the run directory's evaluation is wrong: {evaluated}")
     seconds = median([c["seconds"] for c in checks])
     cpu = {name: median([r["cpu_seconds"] for r in runs]) for name, runs in
            (("parse", parses), ("read", reads), ("check", checks))}
@@ -96,6 +116,12 @@ def measure(jobs: int, rounds: int) -> dict[str, Any]:
                  "stretches the wall time, not this)"),
         Row("checker", "peak RSS vs 1 GiB", rss, "MB", BUDGET_RSS_MB, "1 GiB",
             target=("<=", 1.0), note=f"history file {size_mb:.0f} MB"),
+        Row("checker", f"peak RSS evaluating a run directory of {jobs:,} jobs",
+            evaluated["max_rss_mb"], "MB", EVALUATE_BUDGET_RSS_MB,
+            f"{EVALUATE_BUDGET_RSS_MB:g} MB", target=("<=", 1.0),
+            note=f"history {size_mb:.0f} MB + ack ledger {acks_mb:.0f} MB "
+                 f"({evaluated['acknowledged']:,} acks), verdict + ledger + report.json, "
+                 f"{evaluated['seconds']:.1f} s"),
     ]
     return {"rows": rows, "raw": {"jobs": jobs, "history": vars(history), "checks": checks,
-                                  "reads": reads, "parses": parses}}
+                                  "reads": reads, "parses": parses, "evaluated": evaluated}}

@@ -11,6 +11,9 @@ worker is hit, alternately:
 
 So the history has faults, stranded leases, redeliveries and rejections, and the verdict is a
 pass with every job completed exactly once: a benchmark can check the verdict as well as time it.
+``acks``: a directory to also write the clients' acknowledgement ledger to (``acks/<client>.jsonl``,
+as ``chaos.protocol.acks`` writes it: the producer's enqueues, each worker's claims and accepted
+completes, stamped 1 ms after their event), every line matching an event of the history.
 Events that fall later (reaps, re-claims) wait in a heap and are written in server-time order,
 with stream ids ``<ms>-<n>`` as Valkey gives them.
 """
@@ -40,8 +43,10 @@ class SyntheticHistory:
 class _Writer:
     """Writes records in stream order, holding back the ones that happen later."""
 
-    def __init__(self, handle: IO[str]) -> None:
+    def __init__(self, handle: IO[str], acks: Path | None = None) -> None:
         self.handle = handle
+        self.acks = acks
+        self.ledgers: dict[str, IO[str]] = {}
         self.later: list[tuple[int, int, dict[str, str]]] = []  # (ts, order, record)
         self.order = 0
         self.last_ms = -1
@@ -71,18 +76,42 @@ class _Writer:
         self.handle.write(json.dumps({"seq": f"{ms}-{self.counter}", **record},
                                      separators=(",", ":")) + "\n")
         self.events += 1
+        if self.acks is not None and record["type"] in ("enqueue", "claim", "complete"):
+            self._acknowledge(record)
+
+    def _acknowledge(self, record: dict[str, str]) -> None:
+        client = record.get("worker", "producer")
+        ledger = self.ledgers.get(client)
+        if ledger is None:
+            assert self.acks is not None
+            ledger = self.ledgers[client] = open(  # noqa: SIM115 - closed in close()
+                self.acks / f"{client}.jsonl", "w", encoding="utf-8")
+        ack: dict[str, object] = {"op": record["type"], "id": record["id"]}
+        if record["type"] != "enqueue":
+            ack.update(attempt=int(record["attempt"]), worker=client)
+        if record["type"] == "claim":
+            ack["deadline"] = int(record["deadline"])
+        ack["t"] = int(record["ts"]) + 1
+        ledger.write(json.dumps(ack, separators=(",", ":")) + "\n")
+
+    def close(self) -> None:
+        for ledger in self.ledgers.values():
+            ledger.close()
 
 
 def write_synthetic_history(path: Path, jobs: int, workers: int = 64, slots: int = 8,
                             fault_every: int = 20_000, extend_every: int = 5,
-                            block_ms: int = 2) -> SyntheticHistory:
-    """Write a passing history of ``jobs`` jobs to ``path``; returns what it holds."""
+                            block_ms: int = 2, acks: Path | None = None) -> SyntheticHistory:
+    """Write a passing history of ``jobs`` jobs to ``path`` (and its ledger to ``acks``);
+    returns what it holds."""
     names = [f"worker-{number}" for number in range(1, workers + 1)]
     next_name = workers + 1
     block = workers * slots
     faults = stranded = rejected = 0
     with open(path, "w", encoding="utf-8") as handle:
-        out = _Writer(handle)
+        if acks is not None:
+            acks.mkdir(parents=True, exist_ok=True)
+        out = _Writer(handle, acks)
         now = 1_700_000_000_000
         out.emit(now, type="run", scenario="synthetic", seed=1, lease_ms=LEASE_MS,
                  reap_interval_ms=REAP_INTERVAL_MS, tolerance_ms=250,
@@ -146,5 +175,6 @@ def write_synthetic_history(path: Path, jobs: int, workers: int = 64, slots: int
         out.release_until(now + 10 * LEASE_MS)
         end = max(now, out.last_ms) + 1
         out.emit(end, type="phase", phase="end", drained=1, aborted=0)
+        out.close()
     return SyntheticHistory(jobs=jobs, events=out.events, faults=faults, stranded=stranded,
                             rejected=rejected)

@@ -206,3 +206,64 @@ def test_old_histories_decode_with_their_defaults():
     assert decoded.cuts_off and decoded.duration_ms is None and not decoded.is_store
     assert schema.Phase.decode(end).ended_normally
     assert schema.decode(unknown) is None
+
+
+def _long_history(rng: random.Random, lines: int) -> list[dict[str, str]]:
+    """Many blocks' worth of lines (the reader decodes ~64 KB at a time): counters of every
+    length in one millisecond, and unusual lines among the usual ones (an extend's rtt_ms, a
+    poison enqueue's kind, a reap's stalls, runner events, a worker of "")."""
+    records: list[dict[str, str]] = []
+    ms, counter = 1_700_000_000_000, 0
+    for index in range(lines):
+        if rng.random() < 0.3:
+            ms, counter = ms + rng.choice((1, 1, 7, 1000)), 0
+        seq = f"{ms}-{counter}"
+        counter += rng.choice((1, 1, 1, 9, 90))
+        roll = rng.random()
+        record = {"seq": seq, "type": "claim", "id": f"job-{index}", "attempt": "1",
+                  "worker": "w1", "lease_ms": "1000", "deadline": str(ms + 1000), "ts": str(ms)}
+        if roll < 0.02:
+            record = {"seq": seq, "type": "fault", "kind": "kill", "worker": "w2",
+                      "fault_id": f"f{index}", "ts": str(ms)}
+        elif roll < 0.1:
+            record = {**record, "type": "extend", "rtt_ms": rng.choice(("", "3"))}
+        elif roll < 0.12:
+            record = {"seq": seq, "type": "enqueue", "id": f"job-{index}", "kind": "poison",
+                      "ts": str(ms)}
+        elif roll < 0.14:
+            record = {"seq": seq, "type": "reap", "id": f"job-{index}", "attempt": "1",
+                      "worker": "", "stalls": "2", "ts": str(ms)}
+        records.append(record)
+    return records
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_block_reader_reads_exactly_what_the_line_reader_reads(tmp_path: Path, seed: int):
+    """Blocks decoded in C and vetted in bulk give the very events, fields in the same places,
+    that a line at a time gives; a broken order or a bad id deep in a later block is named by
+    its own line."""
+    rng = random.Random(seed)
+    records = _long_history(rng, 6000)
+    path = write(tmp_path / "history.jsonl", records)
+    assert path.stat().st_size > 8 * 2**16  # many blocks
+    streamed = list(iter_history(path))
+    assert streamed == read_history(path) and len(streamed) == len(records)
+    assert all(event.moved_rtt_ms is event.moved_kind is event.moved_stalls is None
+               for event in streamed)
+    assert [event.extra.get("rtt_ms") for event in streamed] == [
+        record.get("rtt_ms") for record in records]
+    assert {event.worker for event in streamed if event.type == "reap"} == {None}
+    # every line unusual (a monitor history names each call's connection): line by line
+    monitored = write(tmp_path / "monitored.jsonl", [{**r, "conn": "c1"} for r in records])
+    assert list(iter_history(monitored)) == read_history(monitored)
+    assert {event.extra.get("conn") for event in iter_history(monitored)} == {"c1"}
+    victim = rng.randrange(4000, 5990)
+    swapped = [*records]
+    swapped[victim], swapped[victim + 1] = swapped[victim + 1], swapped[victim]
+    if swapped[victim]["seq"] != swapped[victim + 1]["seq"]:
+        with pytest.raises(HistoryOrderError, match=rf"swapped.jsonl:{victim + 2}: "):
+            list(iter_history(write(tmp_path / "swapped.jsonl", swapped)))
+    bad = [*records]
+    bad[victim] = {**bad[victim], "seq": bad[victim]["seq"].replace("-", "x")}
+    with pytest.raises(ValueError, match=rf"bad.jsonl:{victim + 1}: seq = "):
+        list(iter_history(write(tmp_path / "bad.jsonl", bad)))

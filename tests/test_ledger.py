@@ -13,10 +13,12 @@ from pathlib import Path
 import pytest
 from histories import History, to_events
 
+from chaos.check import ledger
 from chaos.check.checker import check
 from chaos.check.ledger import (
     Ack,
     check_with_ledger,
+    compare_ack_files,
     compare_acks,
     events_not_surviving,
     judged_history,
@@ -81,6 +83,45 @@ def test_a_duplicate_ack_matches_only_one_event():
     h, acks = acked_run()
     result = compare_acks([*acks, Ack("complete", "a", 1, "w1")], h.events())
     assert result.lost == {"enqueue": 0, "claim": 0, "complete": 1}
+
+
+@pytest.mark.parametrize("clock", ["in_step", "client_behind", "client_ahead", "no_t"])
+def test_the_streamed_ledger_comparison_equals_the_whole_ledger_count(
+        tmp_path: Path, clock: str, monkeypatch: pytest.MonkeyPatch):
+    """Files read in step with the history's server time (memory for what is in flight) find
+    exactly what counting the whole ledger at once finds: the same lost acks, the same
+    examples, whatever the clients' clocks say (``t``) and with acks alike in two files."""
+    h = History()
+    acks: list[tuple[int, Ack]] = []
+    for index in range(30):
+        job, ts = f"job-{index:02d}", 1000 + index * 7
+        h.enqueue(job, ts=ts)
+        acks.append((ts, Ack("enqueue", job, source="producer")))
+        worker = f"w{index % 3}"
+        claim = h.claim(job, attempt=1, worker=worker, ts=ts + 2)
+        acks.append((ts + 2, Ack("claim", job, 1, worker, int(claim["deadline"]), source=worker)))
+        h.complete(job, attempt=1, worker=worker, ts=ts + 5)
+        acks.append((ts + 5, Ack("complete", job, 1, worker, source=worker)))
+    # Acknowledged, never in the history: a rolled-back claim, and a complete acked twice more.
+    acks.append((1100, Ack("claim", "job-03", 1, "w0", 1, source="w0")))
+    acks.append((1500, Ack("complete", "job-09", 1, "w0", source="w0")))
+    acks.append((1501, Ack("complete", "job-09", 1, "w0", source="w2")))
+    shift = {"in_step": 0, "client_behind": -5000, "client_ahead": 5000, "no_t": 0}[clock]
+    directory = tmp_path / "acks"
+    directory.mkdir()
+    for t, ack in acks:
+        line = {"op": ack.op, "id": ack.job_id, "attempt": ack.attempt, "worker": ack.worker,
+                "deadline": ack.deadline, **({} if clock == "no_t" else {"t": t + shift})}
+        with open(directory / f"{ack.source}.jsonl", "a") as handle:
+            handle.write(json.dumps({k: v for k, v in line.items() if v is not None}) + "\n")
+    whole = compare_acks(read_acks(directory), h.events())
+    assert compare_ack_files(directory, h.events()) == whole  # the files read at the end
+    monkeypatch.setattr(ledger, "_STEP", 1)  # read after every event: acks in flight meet
+    assert compare_ack_files(directory, h.events()) == whole
+    assert whole.lost == {"enqueue": 0, "claim": 1, "complete": 2} and whole.jobs_affected == 2
+    # of acks alike, the last ones in ledger order (files by name, lines in order) are lost
+    assert [(e["op"], e["job"], e["client"]) for e in whole.examples] == [
+        ("claim", "job-03", "w0"), ("complete", "job-09", "w0"), ("complete", "job-09", "w2")]
 
 
 def test_events_not_surviving_are_those_the_store_no_longer_holds():
@@ -175,3 +216,36 @@ def test_the_judged_history_drops_rolled_back_transitions_nobody_was_acknowledge
     surviving = [e for e in events if e.seq != b_complete.seq]
     assert redone["seq"] == surviving[-1].seq
     assert judged_history(events, surviving, acks) == surviving
+
+
+def test_the_streamed_ledger_comparison_holds_only_what_is_in_flight(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """2,000 jobs, each acknowledged 1 ms after its event: however long the run, the matcher
+    never holds more than the events of one read step and their acks (not the run's)."""
+    h = History()
+    directory = tmp_path / "acks"
+    directory.mkdir()
+    with open(directory / "producer.jsonl", "w") as producer, \
+            open(directory / "w1.jsonl", "w") as worker:
+        for index in range(2000):
+            job, ts = f"job-{index}", 1000 + index * 3
+            h.enqueue(job, ts=ts)
+            producer.write(json.dumps({"op": "enqueue", "id": job, "t": ts + 1}) + "\n")
+            claim = h.claim(job, attempt=1, worker="w1", ts=ts + 1)
+            worker.write(json.dumps({"op": "claim", "id": job, "attempt": 1, "worker": "w1",
+                                     "deadline": int(claim["deadline"]), "t": ts + 2}) + "\n")
+            h.complete(job, attempt=1, worker="w1", ts=ts + 2)
+            worker.write(json.dumps({"op": "complete", "id": job, "attempt": 1,
+                                     "worker": "w1", "t": ts + 3}) + "\n")
+    held: list[int] = []
+
+    class Watched(ledger._Matcher):
+        def event(self, key: tuple[object, ...]) -> None:
+            super().event(key)
+            held.append(len(self.events) + len(self.acks))
+
+    monkeypatch.setattr(ledger, "_Matcher", Watched)
+    monkeypatch.setattr(ledger, "_STEP", 16)
+    result = compare_ack_files(directory, h.events())
+    assert result.lost_total == 0 and sum(result.acknowledged.values()) == 6000
+    assert len(held) == 6000 and max(held) <= 16 + 3  # a step, and what was acked meanwhile

@@ -24,6 +24,8 @@ rolled-back ones a client was acknowledged for, and the runner's own notes.
 longer shows out. An acknowledged transition matches a surviving event of the same op with the same
 identity (enqueue: id; claim: id, attempt, worker, deadline; complete: id, attempt, worker), counted
 as multisets, so a rolled-back claim re-issued with the same attempt still counts as one loss.
+``compare_ack_files`` finds the same, streaming the ledger files beside the history (a long run's
+ledger holds millions of lines: memory then holds only the acknowledgements in flight).
 """
 
 from __future__ import annotations
@@ -31,15 +33,17 @@ from __future__ import annotations
 import json
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from chaos.check.figures import store_fault_recovery
 from chaos.check.verdict import Verdict
 from chaos.history import schema
-from chaos.history.events import Event, read_history, replay_history, seq_key
+from chaos.history.events import Event, line_blocks, read_history, replay_history, seq_key
 from chaos.protocol.acks import ACK_OPS, ACKS_DIR
 
 # The store's own events stream as read back at the end of a run, written only when it differs
@@ -48,9 +52,9 @@ SURVIVING_HISTORY = "history-surviving.jsonl"
 EXAMPLES = 10
 
 
-@dataclass(frozen=True)
-class Ack:
-    """One transition a client was told succeeded."""
+class Ack(msgspec.Struct, frozen=True, gc=False):
+    """One transition a client was told succeeded (built in C: a long run's ledger holds
+    millions)."""
 
     op: str
     job_id: str
@@ -77,30 +81,76 @@ def _event_identity(event: Event) -> tuple[Any, ...]:
     return _identity(event.type, event.job_id or "", event.attempt, event.worker, event.deadline)
 
 
-def read_acks(directory: str | os.PathLike[str]) -> list[Ack]:
-    """Every ``*.jsonl`` ledger in ``directory``; a torn last line is skipped, nothing else is."""
-    acks: list[Ack] = []
-    for path in sorted(Path(directory).glob("*.jsonl")):
-        text = path.read_text(encoding="utf-8")
-        lines = text.split("\n")
-        for number, line in enumerate(lines, start=1):
-            if not line.strip():
-                continue
+class _AckLine(msgspec.Struct, gc=False):
+    """A ledger line of the writer's usual shape, decoded in C (``_ack_lines``)."""
+
+    op: str
+    id: str
+    attempt: int | None = None
+    worker: str | None = None
+    deadline: int | None = None
+    t: int = 0  # the client's wall clock when it was acknowledged (ms)
+
+
+_decode_ack = msgspec.json.Decoder(_AckLine, strict=False).decode
+
+
+_decode_ack_block = msgspec.json.Decoder(_AckLine, strict=False).decode_lines
+
+
+def _ack_lines(path: Path) -> Iterator[_AckLine]:
+    """One ledger file's acknowledgements in file order; a torn last line is skipped, nothing
+    else is. Lines of the writer's own shape decode in C, a block at a time; a block with any
+    other line goes line by line, the slow path wording the errors."""
+    for block, number in line_blocks(path):
+        try:
+            records = _decode_ack_block(block)
+        except msgspec.DecodeError:
+            records = None
+        if records is not None and all(record.op in ACK_OPS for record in records):
+            yield from records
+            continue
+        for number, line in enumerate(block.splitlines(keepends=True), start=number + 1):  # noqa: B020
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                if number == len(lines):  # no newline after it: torn by a crash mid-write
-                    break
-                raise ValueError(f"{path}:{number}: not a JSON object") from None
-            if record.get("op") not in ACK_OPS or "id" not in record:
-                raise ValueError(f"{path}:{number}: expected op in {ACK_OPS} and an id, "
-                                 f"got {line[:80]!r}")
-            acks.append(Ack(
-                op=record["op"], job_id=str(record["id"]),
-                attempt=_int(record.get("attempt")), worker=record.get("worker"),
-                deadline=_int(record.get("deadline")), source=path.stem,
-            ))
-    return acks
+                record = _decode_ack(line)
+                if record.op in ACK_OPS:
+                    yield record
+                    continue
+            except msgspec.DecodeError:
+                if not line.strip():
+                    continue
+            slow = _slow_ack(line, path, number)
+            if slow is None:  # no newline after it: torn by a crash mid-write
+                return
+            yield slow
+
+
+def _slow_ack(line: bytes, path: Path, number: int) -> _AckLine | None:
+    try:
+        record = json.loads(line)
+    except ValueError:
+        if not line.endswith(b"\n"):
+            return None
+        raise ValueError(f"{path}:{number}: not a JSON object") from None
+    if not isinstance(record, dict) or record.get("op") not in ACK_OPS or "id" not in record:
+        text = line.decode("utf-8", "replace").rstrip("\n")
+        raise ValueError(f"{path}:{number}: expected op in {ACK_OPS} and an id, "
+                         f"got {text[:80]!r}")
+    t = record.get("t")
+    return _AckLine(record["op"], str(record["id"]), _int(record.get("attempt")),
+                    record.get("worker"), _int(record.get("deadline")),
+                    t if isinstance(t, int) else 0)
+
+
+def _ledger_files(directory: str | os.PathLike[str]) -> list[Path]:
+    return sorted(Path(directory).glob("*.jsonl"))
+
+
+def read_acks(directory: str | os.PathLike[str]) -> list[Ack]:
+    """Every ``*.jsonl`` ledger in ``directory`` (files by name, lines in order: the ledger
+    order); a torn last line is skipped, nothing else is."""
+    return [Ack(line.op, line.id, line.attempt, line.worker, line.deadline, path.stem)
+            for path in _ledger_files(directory) for line in _ack_lines(path)]
 
 
 def _int(value: Any) -> int | None:
@@ -124,28 +174,115 @@ class AckComparison:
                 "examples": self.examples}
 
 
+class _Matcher:
+    """Acknowledgements against events, as multisets of identities, met in any order: each
+    ack cancels an unmatched event of its identity or waits for one, and the other way round.
+    What is left unmatched at the end is what a whole-ledger count would find, so fed in
+    time order (``compare_ack_files``) it holds only the few identities in flight."""
+
+    def __init__(self) -> None:
+        self.events: dict[tuple[Any, ...], int] = {}  # seen, no ack for them yet
+        self.acks: dict[tuple[Any, ...], int] = {}  # acknowledged, no event for them yet
+        self.acknowledged = dict.fromkeys(ACK_OPS, 0)
+
+    def event(self, key: tuple[Any, ...]) -> None:
+        waiting = self.acks.get(key)
+        if waiting is None:
+            self.events[key] = self.events.get(key, 0) + 1
+        elif waiting == 1:
+            del self.acks[key]
+        else:
+            self.acks[key] = waiting - 1
+
+    def ack(self, op: str, key: tuple[Any, ...]) -> None:
+        self.acknowledged[op] += 1
+        seen = self.events.get(key)
+        if seen is None:
+            self.acks[key] = self.acks.get(key, 0) + 1
+        elif seen == 1:
+            del self.events[key]
+        else:
+            self.events[key] = seen - 1
+
+    def comparison(self, ledger: Callable[[], Iterable[Ack]]) -> AckComparison:
+        """The result; ``ledger``: the acknowledgements again, in ledger order, read only when
+        some are lost, to name them (of several alike, the last ones are the lost ones)."""
+        result = AckComparison(acknowledged=self.acknowledged,
+                               lost=dict.fromkeys(ACK_OPS, 0))
+        lost = self.acks
+        for key, count in lost.items():
+            result.lost[key[0]] += count
+        result.jobs_affected = len({key[1] for key in lost})
+        if lost:
+            alike: dict[tuple[Any, ...], list[tuple[int, Ack]]] = {}
+            for position, ack in enumerate(ledger()):
+                key = ack.identity()
+                if key in lost:
+                    alike.setdefault(key, []).append((position, ack))
+            named = sorted(item for key, items in alike.items() for item in items[-lost[key]:])
+            result.examples = [_example(ack) for _, ack in named[:EXAMPLES]]
+        return result
+
+
+def _example(ack: Ack) -> dict[str, Any]:
+    example: dict[str, Any] = {"op": ack.op, "job": ack.job_id, "client": ack.source}
+    example.update({name: value for name, value in (
+        ("attempt", ack.attempt), ("worker", ack.worker), ("deadline", ack.deadline))
+        if value is not None})
+    return example
+
+
 def compare_acks(acks: Iterable[Ack], surviving: Iterable[Event]) -> AckComparison:
     """Acknowledged transitions with no matching event in the surviving history."""
-    present: Counter[tuple[Any, ...]] = Counter(
-        _event_identity(e) for e in surviving if e.type in ACK_OPS)
-    result = AckComparison(acknowledged=dict.fromkeys(ACK_OPS, 0), lost=dict.fromkeys(ACK_OPS, 0))
-    jobs: set[str] = set()
-    for ack in acks:
-        result.acknowledged[ack.op] += 1
-        key = ack.identity()
-        if present[key] > 0:
-            present[key] -= 1
+    matcher = _Matcher()
+    for event in surviving:
+        if event.type in ACK_OPS:
+            matcher.event(_event_identity(event))
+    ledger = list(acks)
+    for ack in ledger:
+        matcher.ack(ack.op, ack.identity())
+    return matcher.comparison(lambda: ledger)
+
+
+def compare_ack_files(directory: Path, events: Iterable[Event]) -> AckComparison:
+    """``compare_acks`` of the ledger files in ``directory`` against a history in stream
+    order, both streamed: every ``_STEP`` events, each file is read up to the acknowledgements
+    stamped (``t``) by then (an ack is written just after its event), so memory holds what is
+    in flight, not the run. Clocks that disagree only make the in-flight share larger; the
+    result does not depend on the interleaving."""
+    readers = [_LedgerReader(path) for path in _ledger_files(directory)]
+    matcher = _Matcher()
+    seen = 0
+    for event in events:
+        if event.type not in ACK_OPS:
             continue
-        result.lost[ack.op] += 1
-        jobs.add(ack.job_id)
-        if len(result.examples) < EXAMPLES:
-            example: dict[str, Any] = {"op": ack.op, "job": ack.job_id, "client": ack.source}
-            example.update({name: value for name, value in (
-                ("attempt", ack.attempt), ("worker", ack.worker), ("deadline", ack.deadline))
-                if value is not None})
-            result.examples.append(example)
-    result.jobs_affected = len(jobs)
-    return result
+        matcher.event(_event_identity(event))
+        seen += 1
+        if seen % _STEP == 0:
+            for reader in readers:
+                reader.feed(matcher, event.ts)
+    for reader in readers:
+        reader.feed(matcher, None)
+    return matcher.comparison(lambda: read_acks(directory))
+
+
+_STEP = 4096  # history events between two reads of the ledger files
+
+
+class _LedgerReader:
+    """One ledger file, read as far as asked."""
+
+    def __init__(self, path: Path) -> None:
+        self.lines = _ack_lines(path)
+        self.next = next(self.lines, None)
+
+    def feed(self, matcher: _Matcher, until_t: int | None) -> None:
+        """Every acknowledgement stamped up to ``until_t`` (None: all the rest)."""
+        line, lines, ack = self.next, self.lines, matcher.ack
+        while line is not None and (until_t is None or line.t <= until_t):
+            ack(line.op, _identity(line.op, line.id, line.attempt, line.worker, line.deadline))
+            line = next(lines, None)
+        self.next = line
 
 
 def events_not_surviving(history: Iterable[Event], surviving: Iterable[Event]) -> list[Event]:
@@ -187,17 +324,18 @@ def check_with_ledger(run_dir: Path, history_path: Path,
     (None without a ledger, ``acks/``)."""
     surviving_path = run_dir / SURVIVING_HISTORY
     directory = run_dir / ACKS_DIR
-    acks = read_acks(directory) if directory.is_dir() else None
     if not surviving_path.exists():  # the store kept everything: stream, memory stays flat
         verdict = replay_history(history_path, judge)
         if verdict.store_faults:
             verdict.store_faults = replay_history(
                 history_path, lambda events: store_fault_recovery(events, verdict.store_faults))
-        if acks is None:
+        if not directory.is_dir():
             return verdict, None
-        comparison = replay_history(history_path, lambda events: compare_acks(acks, events))
+        comparison = replay_history(history_path,
+                                    lambda events: compare_ack_files(directory, events))
         rolled_back: list[Event] = []
     else:
+        acks = read_acks(directory) if directory.is_dir() else None
         history, surviving = read_history(history_path), read_history(surviving_path)
         judged = judged_history(history, surviving, acks or [])
         verdict = judge(judged)

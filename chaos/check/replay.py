@@ -308,7 +308,8 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             window = windows.opened(fault)
             # the jobs its worker holds: live leases are few (those in flight), so a scan at
             # each fault is cheaper than keeping an index up to date at every claim
-            held_now = [held for held, lease in leases.items() if lease.worker == window.worker]
+            struck = window.worker
+            held_now = [held for held, lease in leases.items() if lease.worker == struck]
             if not fault.cuts_off:  # its holder can still renew: slowed, not stranded
                 facts.slowed += len(held_now)
                 continue

@@ -13,6 +13,8 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
+from itertools import compress, count, islice, repeat
+from operator import gt, ne, or_
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -42,6 +44,13 @@ class Event(msgspec.Struct, forbid_unknown_fields=True, gc=False):
     lease_ms: int | None = None
     current_attempt: int | None = None
     extra: dict[str, str] = {}
+    # A few transitions' own fields (an extend's rtt_ms, a poison enqueue's kind, a reap's
+    # stalls): decoded in C with the rest, so a block of the usual lines still decodes in one
+    # call, then moved into ``extra`` (``_settled``), where the schema reads them. None once
+    # an event is handed out.
+    moved_rtt_ms: str | None = msgspec.field(default=None, name="rtt_ms")
+    moved_kind: str | None = msgspec.field(default=None, name="kind")
+    moved_stalls: str | None = msgspec.field(default=None, name="stalls")
 
     @classmethod
     def from_record(cls, record: dict[str, Any]) -> Event:
@@ -84,38 +93,192 @@ class HistoryOrderError(ValueError):
 
 
 def iter_history(path: str | Path) -> Iterator[Event]:
-    """Stream ``history.jsonl`` line by line, in file order, holding no more than one event.
+    """Stream ``history.jsonl`` in file order, a block of lines at a time (memory holds one
+    block, however long the run).
 
     A torn last line (crash mid-write) is skipped, nothing else is. Raises
     ``HistoryOrderError`` on the first line whose stream id is older than the line before:
-    ``replay_history`` then falls back to loading and sorting the whole file."""
-    last_seq, last_length, last_dash = "0-0", 3, 1
-    decode, refused = _decode_line, _REFUSED  # locals: this loop runs once per event
-    with open(path, "rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            try:
-                event = decode(line)
-                if event.worker == "":
-                    event.worker = None  # "" reads as no worker
-            except refused:
-                if not line.strip():
-                    continue
-                slow = _slow_event(line, path, number)
-                if slow is None:  # a torn last line
-                    break
-                event = slow
-            seq = event.seq
-            dash = seq.find("-")
-            # the stream id vetted by two C calls (a regex per event costs five times more)
-            if dash == 0 or not (seq.isascii() and seq.replace("-", "", 1).isdecimal()):
-                raise _bad_seq(path, number, seq)
-            # Same length, dash at the same place: string order is numeric order (the usual
-            # case, far cheaper than parsing); otherwise compare the parsed ids.
-            if not (len(seq) == last_length and dash == last_dash and seq >= last_seq) \
-                    and seq_key(seq) < seq_key(last_seq):
-                raise HistoryOrderError(f"{path}:{number}: stream id {seq} is out of order")
-            last_seq, last_length, last_dash = seq, len(seq), dash
+    ``replay_history`` then falls back to loading and sorting the whole file.
+
+    A block of the exporter's usual lines decodes in one C call and is vetted in a few more
+    (``_Order.vetted``); a block with any other line (a runner event's own fields, a torn
+    tail, bad input) takes the line-by-line path, which also names a bad line exactly."""
+    order = _Order(path)
+    usual = True  # the last block decoded whole: a file of unusual lines is not halved each time
+    for block, number in line_blocks(path):
+        events = _block_events(block, [_UNUSUAL_LINES if usual else 0])
+        usual = events is not None
+        if events is not None and order.vetted(events):
+            yield from _settled(block, events)
+            continue
+        for line_number, event in _line_events(block, path, number):
+            order.check(event.seq, line_number)
             yield event
+
+
+def _block_events(block: bytes, budget: list[int]) -> list[Event] | None:
+    """A block's events: the usual lines decoded in C, a run at a time around any other line
+    (a runner event's own fields), which takes the precise path alone. None when a line is no
+    event (or a torn tail), or when more than a few lines are unusual (a monitor history's
+    own fields on every line): the line-by-line path then takes the block."""
+    try:
+        return _decode_block(block)
+    except _REFUSED as error:
+        if budget[0] <= 0:
+            return None
+        # The decoder names the element it refused (``$[i]``): the i-th line when no line is
+        # blank. Any line boundary splits correctly; a good guess only saves decoding again.
+        found = _REFUSED_AT(str(error))
+        start = _line_start(block, int(found.group(1))) if found else None
+    if start is None:  # no guess: halve the block
+        start = block.find(b"\n", len(block) // 2) + 1
+        if start in (0, len(block)):
+            start = block.rfind(b"\n", 0, len(block) - 1) + 1
+    end = block.find(b"\n", start) + 1 or len(block)
+    if start == 0 and end == len(block):  # one line
+        budget[0] -= 1
+        try:
+            event = _slow_event(block, "", 0)
+        except ValueError:
+            return None
+        return None if event is None else [event]
+    events: list[Event] = []
+    for part in (block[:start], block[start:end], block[end:]):
+        decoded = _block_events(part, budget) if part else []
+        if decoded is None:
+            return None
+        events += decoded
+    return events
+
+
+_REFUSED_AT = re.compile(r"at `\$\[([0-9]+)\]`$").search
+
+
+def _line_start(block: bytes, index: int) -> int | None:
+    """Where the block's line ``index`` (from 0) starts; None past its end."""
+    start = 0
+    for _ in range(index):
+        start = block.find(b"\n", start) + 1
+        if start == 0 or start == len(block):
+            return None
+    return start
+
+
+_UNUSUAL_LINES = 8  # per block, isolated by halving it; more take the line-by-line path
+
+
+def _settled(block: bytes, events: list[Event]) -> list[Event]:
+    """A decoded block's events as handed out: a worker of "" reads as no worker, and the
+    transitions' own fields move into ``extra``."""
+    if b'"worker":""' in block:
+        for event in events:
+            if event.worker == "":
+                event.worker = None
+    if b'"rtt_ms"' in block:
+        for event in events:
+            if event.moved_rtt_ms is not None:
+                event.extra = {**event.extra, "rtt_ms": event.moved_rtt_ms}
+                event.moved_rtt_ms = None
+    if b'"kind"' in block:
+        for event in events:
+            if event.moved_kind is not None:
+                event.extra = {**event.extra, "kind": event.moved_kind}
+                event.moved_kind = None
+    if b'"stalls"' in block:
+        for event in events:
+            if event.moved_stalls is not None:
+                event.extra = {**event.extra, "stalls": event.moved_stalls}
+                event.moved_stalls = None
+    return events
+
+
+_BLOCK_BYTES = 1 << 16  # a block of lines: ~200 events, so a runner event's block is small
+
+
+def line_blocks(path: str | Path) -> Iterator[tuple[bytes, int]]:
+    """A file of JSON lines in blocks of whole lines (the last may lack its newline), each with
+    the number of lines before it."""
+    number = 0
+    carry = b""
+    with open(path, "rb") as handle:
+        while True:
+            data = handle.read(_BLOCK_BYTES)
+            if not data:
+                if carry:
+                    yield carry, number
+                return
+            block = carry + data if carry else data
+            cut = block.rfind(b"\n") + 1
+            if cut == 0:
+                carry = block
+                continue
+            if cut < len(block):
+                block, carry = block[:cut], block[cut:]
+            else:
+                carry = b""
+            yield block, number
+            number += block.count(b"\n")
+
+
+def _line_events(block: bytes, path: str | Path, number: int) -> Iterator[tuple[int, Event]]:
+    """A block's events line by line, each with its line number; stops at a torn last line."""
+    decode, refused = _decode_line, _REFUSED
+    for number, line in enumerate(block.splitlines(keepends=True), start=number + 1):  # noqa: B020
+        try:
+            event = _settled(line, [decode(line)])[0]
+        except refused:
+            if not line.strip():
+                continue
+            slow = _slow_event(line, path, number)
+            if slow is None:  # a torn last line
+                return
+            event = slow
+        yield number, event
+
+
+class _Order:
+    """Vets each stream id and that the file is in stream order."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = path
+        self.last_seq, self.last_length, self.last_dash = "0-0", 3, 1
+
+    def check(self, seq: str, number: int) -> None:
+        """One line's id, after the line before (raises naming the line)."""
+        dash = seq.find("-")
+        # the stream id vetted by two C calls (a regex per event costs five times more)
+        if dash == 0 or not (seq.isascii() and seq.replace("-", "", 1).isdecimal()):
+            raise _bad_seq(self.path, number, seq)
+        # Same length, dash at the same place: string order is numeric order (the usual
+        # case, far cheaper than parsing); otherwise compare the parsed ids.
+        if not (len(seq) == self.last_length and dash == self.last_dash
+                and seq >= self.last_seq) and seq_key(seq) < seq_key(self.last_seq):
+            raise HistoryOrderError(f"{self.path}:{number}: stream id {seq} is out of order")
+        self.last_seq, self.last_length, self.last_dash = seq, len(seq), dash
+
+    def vetted(self, events: list[Event]) -> bool:
+        """A block's ids vetted in a few C calls, for the usual case: each id digits, one dash,
+        at the same place in all of them (so the milliseconds have one length, and string
+        order is numeric order except between counters of different lengths, which are then
+        compared as numbers). False: let ``check`` judge them one by one."""
+        if not events:
+            return True
+        seqs = [event.seq for event in events]
+        dashes = set(map(str.find, seqs, repeat("-")))
+        joined = "".join(seqs)
+        if not (len(dashes) == 1 and min(dashes) > 0 and joined.count("-") == len(seqs)
+                and joined.isascii() and joined.replace("-", "").isdecimal()):
+            return False
+        if seq_key(seqs[0]) < seq_key(self.last_seq):
+            return False
+        lengths = list(map(len, seqs))
+        suspects = map(or_, map(gt, seqs, islice(seqs, 1, None)),
+                       map(ne, lengths, islice(lengths, 1, None)))
+        for index in compress(count(), suspects):
+            if seq_key(seqs[index + 1]) < seq_key(seqs[index]):
+                return False
+        self.last_seq, self.last_length, self.last_dash = seqs[-1], lengths[-1], min(dashes)
+        return True
 
 
 def read_history(path: str | Path) -> list[Event]:
@@ -126,12 +289,10 @@ def read_history(path: str | Path) -> list[Event]:
         lines = handle.readlines()
     for number, line in enumerate(lines, start=1):
         try:
-            event = _decode_line(line)
+            event = _settled(line, [_decode_line(line)])[0]
             seq = event.seq
             if seq.find("-") == 0 or not (seq.isascii() and seq.replace("-", "", 1).isdecimal()):
                 raise _bad_seq(path, number, seq)
-            if event.worker == "":
-                event.worker = None
         except _REFUSED:
             if not line.strip():
                 continue
@@ -148,6 +309,7 @@ def read_history(path: str | Path) -> list[Event]:
 # any other line (extra fields, "" for an absent number, bad input) raises
 # _REFUSED and takes ``_slow_event``, which also words the errors.
 _decode_line = msgspec.json.Decoder(Event, strict=False).decode
+_decode_block = msgspec.json.Decoder(Event, strict=False).decode_lines
 _REFUSED = msgspec.DecodeError  # ValidationError is one too
 
 
