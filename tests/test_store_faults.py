@@ -68,7 +68,8 @@ def test_failover_with_wait_loses_nothing_acknowledged(tmp_path: Path, mode: str
     assert report["invariants"]["attempts_monotonic"]["ok"]
     acks = report["ack_ledger"]
     assert acks["lost"] == 0 and acks["acknowledged"]["complete"] > 20
-    [fault] = report["store_faults"]
+    # the planned one (under load Sentinel may also fail back on its own: an unplanned fault)
+    [fault] = [fault for fault in report["store_faults"] if fault.get("planned", True)]
     assert fault["kind"] == "failover" and fault["node"] == "valkey-1"
     assert fault["new_primary"] == "valkey-2" and fault["promoted_ms"] > 0
     # Every worker made progress on the new primary after the failover.
