@@ -13,7 +13,6 @@ import os
 import sys
 import time
 import traceback
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -45,6 +44,7 @@ from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys
 from chaos.run.preflight import Preflight, preflight
 from chaos.run.progress import Progress, Status
+from chaos.run.result import RunResult, finish
 from chaos.runtime.base import RuntimeBase
 from chaos.runtime.local import LocalRuntime
 from chaos.runtime.pids import (
@@ -57,30 +57,10 @@ from chaos.scenario.model import Load, Scenario
 
 if TYPE_CHECKING:  # the checker, the reports and the recorder are imported when used: a run
     # reaches its first claim without them (docs/running.md, start-up)
-    from chaos.check.checker import Verdict
     from chaos.history.monitor import MonitorRecorder
     from chaos.run.sources import LiveCounts
 
 BACKLOG_SAMPLE_S = 0.25
-
-
-@dataclass
-class RunResult:
-    verdict: str  # pass | fail | unknown | aborted | error
-    exit_code: int
-    run_dir: Path
-    report: dict[str, Any]
-    checked: Verdict | None
-
-    @property
-    def passed(self) -> bool:
-        return self.verdict == "pass"
-
-    def __repr__(self) -> str:  # what pytest prints for `assert result.passed`
-        failed = self.checked.failed_invariants() if self.checked else []
-        return (f"RunResult({self.report.get('scenario')}: {self.verdict}"
-                + (f", failed {', '.join(failed)}" if failed else "")
-                + f", run_dir={str(self.run_dir)!r})")
 
 
 def make_runtime(scenario: Scenario, run_dir: Path) -> RuntimeBase:
@@ -581,35 +561,3 @@ def try_teardown(action: Any) -> None:
         action()
     except Exception as failure:
         print(f"   (teardown step failed: {failure})", file=sys.stderr)
-
-
-def finish(run: Run, outcome: str, error: str | None, wall_ms: int,
-           stream: TextIO) -> RunResult:
-    """Judge the run directory (``chaos.run.evaluate``, as `check` does) and write the reports;
-    ``outcome``: finished | aborted | error."""
-    from chaos.report.summary import summary_text, write_rendered_reports
-    from chaos.run.evaluate import Evaluation, SavedRunError, evaluate
-
-    try:
-        evaluation = evaluate(run.run_dir, outcome, wall_ms)
-    except SavedRunError as failure:
-        error = f"history unreadable: {failure}"
-        evaluation = Evaluation(run.scenario.name, "error", None, None)
-    load = run.load_summary()
-    seen: dict[str, Any] = {"run": run.describe(wall_ms, load)}
-    if load is not None:
-        seen["load"] = load
-    if run.preflight is not None:
-        seen["preflight"] = run.preflight.as_dict()
-    if error:
-        seen["error"] = error
-    report = evaluation.report(**seen)
-    write_json_atomic(run.run_dir / "report.json", report)
-    for problem in write_rendered_reports(run.run_dir, report, evaluation.verdict):
-        print(f"   (report not rendered: {problem})", file=stream, flush=True)
-    for problem in (evaluation.recorder or {}).get("problems", []):  # why never a pass
-        print(f"!! history evidence: {problem}", file=stream, flush=True)
-    print(summary_text(report), file=stream, flush=True)
-    print(f"run directory: {run.run_dir}", file=stream, flush=True)
-    return RunResult(evaluation.word, evaluation.exit_code, run.run_dir, report,
-                     evaluation.verdict)
