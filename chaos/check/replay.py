@@ -11,6 +11,7 @@ for the end-of-run judgements.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -62,7 +63,10 @@ class ReplayFacts:
 
     events: int = 0
     last_ts: int = 0
+    first_ts: int | None = None  # the earliest server time: with last_ts, the span the history
+    # covers (``evaluate`` tells from it whether the clock stepped)
     run: Run | None = None  # the first run event: the checker's default configuration
+    end: Phase | None = None  # the last ``end`` phase event: how the run ended
     ended_normally: bool = False  # the history shows the run's normal end (``run_completed``)
     enqueued: set[str] = field(default_factory=set)
     poison: set[str] = field(default_factory=set)  # enqueued as poison jobs
@@ -121,6 +125,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     first_enqueue_ts: int | None = None
     last_complete_ts: int | None = None
     last_ts = 0
+    first_ts = sys.maxsize  # no event yet
     # Leases granted for the run's own lease_ms are only counted (the hot path); any other
     # length goes through odd_grant.
     run_lease_ms = -1  # no length is -1 (nor None) until the run event says
@@ -170,6 +175,8 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
         ts = event.ts
         if ts > last_ts:
             last_ts = ts
+        if ts < first_ts:
+            first_ts = ts
         if kind == "enqueue":
             enqueue_job(job_id)
             if event.extra and Enqueue.decode(event).poison:  # only a kind makes extra fields
@@ -336,11 +343,14 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             phase = Phase.decode(event)
             if phase.name != "end":
                 facts.last_phase_ts = ts
+            else:
+                facts.end = phase
             if phase.ended_normally:
                 facts.ended_normally = True
                 facts.drained = phase.drained
 
     facts.events, facts.last_ts = event_count, last_ts
+    facts.first_ts = first_ts if event_count else None
     if run_length_grants:
         granted[run_lease_ms] = granted.get(run_lease_ms, 0) + run_length_grants
     facts.first_enqueue_ts, facts.last_complete_ts = first_enqueue_ts, last_complete_ts
