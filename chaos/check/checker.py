@@ -152,4 +152,7 @@ def _judge(facts: ReplayFacts, config: CheckConfig | None, final: bool | None) -
         slowed=facts.slowed,
         undrained=undrained_listed(jobs, final),
         undrained_count=undrained,
+        run_event=facts.run,
+        end_event=facts.end,
+        span_ms=None if facts.first_ts is None else facts.last_ts - facts.first_ts,
     )

@@ -11,6 +11,7 @@ for the end-of-run judgements.
 
 from __future__ import annotations
 
+import sys
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -62,9 +63,14 @@ class ReplayFacts:
 
     events: int = 0
     last_ts: int = 0
+    first_ts: int | None = None  # the earliest server time: with last_ts, the span the history
+    # covers (``evaluate`` tells from it whether the clock stepped)
     run: Run | None = None  # the first run event: the checker's default configuration
+    end: Phase | None = None  # the last ``end`` phase event: how the run ended
     ended_normally: bool = False  # the history shows the run's normal end (``run_completed``)
-    enqueued: set[str] = field(default_factory=set)
+    # Enqueued job -> the highest attempt (fencing token) any claim of it carried, None while
+    # unclaimed: one table for both, since growing a table per job is the replay's main cost.
+    enqueued: dict[str, int | None] = field(default_factory=dict)
     poison: set[str] = field(default_factory=set)  # enqueued as poison jobs
     first_enqueue_ts: int | None = None
     completes: Counter[str] = field(default_factory=Counter)  # accepted completes per job
@@ -111,7 +117,8 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     redeliveries, windows, rejected = facts.redeliveries, facts.windows, facts.rejected
     leases = facts.leases
     lapsed_leases, granted, granted_examples = facts.lapsed, facts.granted, facts.granted_examples
-    highest_claim: dict[str, int] = {}  # job -> the highest attempt any claim of it carried
+    claimed_unenqueued: dict[str, int] = {}  # the same as enqueued's attempts, for jobs
+    # claimed before (or without) their enqueue: a broken queue's, rare
     lapsed: dict[tuple[str, int], tuple[str, int, bool]] = {}  # (job, attempt) -> (worker,
     # claimed_ts, needless): leases reaped from under a holder that may still complete late
     stranded: list[StrandedLease] = []
@@ -121,14 +128,28 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     first_enqueue_ts: int | None = None
     last_complete_ts: int | None = None
     last_ts = 0
+    first_ts = sys.maxsize  # no event yet
     # Leases granted for the run's own lease_ms are only counted (the hot path); any other
     # length goes through odd_grant.
     run_lease_ms = -1  # no length is -1 (nor None) until the run event says
     run_length_grants = 0
     event_count = 0
     # bound methods as locals: the loop below runs once per event
-    enqueue_job, lease_of, highest_of, completes_of = (enqueued.add, leases.get,
-                                                       highest_claim.get, completes.get)
+    enqueue_job, lease_of, highest_of, completes_of = (enqueued.setdefault, leases.get,
+                                                       enqueued.get, completes.get)
+
+    def stale_claim(event: Event, attempt: int, worker: str, earlier: int) -> None:
+        stale_claims.add({"job": event.job_id or "", "attempt": attempt, "worker": worker,
+                          "seq": event.seq, "earlier_attempt": earlier}, event.ts)
+
+    def unenqueued_claim(event: Event, attempt: int, worker: str) -> None:
+        """A claim of a job not enqueued (yet): its fencing tokens are vetted all the same."""
+        job_id = event.job_id or ""
+        highest = claimed_unenqueued.get(job_id)
+        if highest is None or attempt > highest:
+            claimed_unenqueued[job_id] = attempt
+        else:
+            stale_claim(event, attempt, worker, highest)
 
     def ended_late(event: Event) -> None:
         """The complete (rejected, or accepted by a broken protocol) of a lease reaped earlier:
@@ -170,8 +191,12 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
         ts = event.ts
         if ts > last_ts:
             last_ts = ts
+        if ts < first_ts:
+            first_ts = ts
         if kind == "enqueue":
-            enqueue_job(job_id)
+            enqueue_job(job_id, None)  # enqueued again: it keeps its highest attempt
+            if claimed_unenqueued and job_id in claimed_unenqueued:  # claimed before it
+                enqueued[job_id] = claimed_unenqueued.pop(job_id)
             if event.extra and Enqueue.decode(event).poison:  # only a kind makes extra fields
                 poison.add(job_id)
             if first_enqueue_ts is None:
@@ -187,12 +212,16 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 del leases[job_id]
             attempt = event.attempt or 0
             worker = event.worker or UNKNOWN_WORKER
-            highest = highest_of(job_id)  # one lookup: this is the hot path
-            if highest is None or attempt > highest:
-                highest_claim[job_id] = attempt
+            highest = highest_of(job_id)
+            if highest is None:
+                if job_id in enqueued:  # its first claim: the usual case
+                    enqueued[job_id] = attempt
+                else:
+                    unenqueued_claim(event, attempt, worker)
+            elif attempt > highest:
+                enqueued[job_id] = attempt
             else:
-                stale_claims.add({"job": job_id, "attempt": attempt, "worker": worker,
-                                  "seq": event.seq, "earlier_attempt": highest}, ts)
+                stale_claim(event, attempt, worker, highest)
             length = event.lease_ms  # lease_deadline(event), inlined: the hot path
             deadline = ts + length if length is not None else lease_deadline(event)
             leases[job_id] = Lease(attempt, worker, deadline, event.seq, ts, ts)
@@ -336,11 +365,14 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             phase = Phase.decode(event)
             if phase.name != "end":
                 facts.last_phase_ts = ts
+            else:
+                facts.end = phase
             if phase.ended_normally:
                 facts.ended_normally = True
                 facts.drained = phase.drained
 
     facts.events, facts.last_ts = event_count, last_ts
+    facts.first_ts = first_ts if event_count else None
     if run_length_grants:
         granted[run_lease_ms] = granted.get(run_lease_ms, 0) + run_length_grants
     facts.first_enqueue_ts, facts.last_complete_ts = first_enqueue_ts, last_complete_ts

@@ -248,6 +248,12 @@ class Verdict:
     # UNDRAINED_LISTED): the run could not tell whether the queue would have finished them.
     undrained: list[dict[str, Any]] = field(default_factory=list)
     undrained_count: int = 0
+    # What the history says of the run itself, noted in the checker's own pass so a caller
+    # (``chaos.run.evaluate``) need not wrap every event: the first run event, the last end
+    # event, and the server time the history spans (None: no events).
+    run_event: Run | None = None
+    end_event: Phase | None = None
+    span_ms: int | None = None
 
     @property
     def unknown(self) -> bool:

@@ -19,7 +19,7 @@ event, so a re-check says exactly what the run said.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -69,37 +69,6 @@ class Evaluation:
         if self.clock_step is not None:
             extra["clock_step"] = self.clock_step
         return build_report(self.scenario, self.word, self.verdict, **extra)
-
-
-class _Watched:
-    """The events, passed through to the checker; keeps the run, the last end event and the
-    server time the history spans."""
-
-    def __init__(self, events: Iterable[Event]) -> None:
-        self.events = events
-        self.run: Run | None = None
-        self.end: Phase | None = None
-        self.first_ts: int | None = None
-        self.last_ts: int | None = None
-
-    @property
-    def span_ms(self) -> int | None:
-        if self.first_ts is None or self.last_ts is None:
-            return None
-        return self.last_ts - self.first_ts
-
-    def __iter__(self) -> Iterator[Event]:
-        for event in self.events:
-            ts = event.ts
-            if self.first_ts is None or ts < self.first_ts:
-                self.first_ts = ts
-            if self.last_ts is None or ts > self.last_ts:
-                self.last_ts = ts
-            if event.type == Run.TYPE and self.run is None:
-                self.run = Run.decode(event)
-            elif event.type == Phase.TYPE and (phase := Phase.decode(event)).name == "end":
-                self.end = phase
-            yield event
 
 
 def _first_run_event(events: Iterable[Event]) -> Event | None:
@@ -227,11 +196,11 @@ def evaluate(run_dir: Path, outcome: str | None = None,
     final = None if outcome is None else outcome == "finished"
     try:
         config = check_config(history)
-        watched: list[_Watched] = []
 
         def judge(events: Iterable[Event]) -> Verdict:
-            watched.append(_Watched(events))  # a fresh watch if the file is re-read sorted
-            return check(watched[-1], config, final=final)
+            # the verdict notes the run event, the end event and the span itself: no wrapper
+            # on the per-event path
+            return check(events, config, final=final)
 
         verdict, acks = check_with_ledger(run_dir, history, judge)
         recorder = evidence(run_dir, config, final)
@@ -240,23 +209,23 @@ def evaluate(run_dir: Path, outcome: str | None = None,
         raise SavedRunError(message if message.startswith(str(history))
                             else f"{history}: {message}") from None
     if outcome is None:
-        outcome = run_outcome(watched[-1].end)
+        outcome = run_outcome(verdict.end_event)
     word = _word(outcome, verdict, saved)
     if word == "pass" and recorder is not None and recorder["problems"] or (
             word == "fail" and recorder is not None and recorder.get("incomplete")):
         word = "unknown"  # the monitor evidence is incomplete or disagrees: cannot decide
     if wall_ms is None:
         wall_ms = _saved_wall_ms(saved)
-    step_ms = clock_step_ms(watched[-1].span_ms, wall_ms)
+    step_ms = clock_step_ms(verdict.span_ms, wall_ms)
     clock_step = None
     if step_ms is not None:
         clock_step = {
-            "stepped_ms": step_ms, "history_span_ms": watched[-1].span_ms, "wall_ms": wall_ms,
+            "stepped_ms": step_ms, "history_span_ms": verdict.span_ms, "wall_ms": wall_ms,
             "reason": f"the system clock stepped about {step_ms} ms forward during the run (the "
                       f"history spans more Valkey-clock time than the run took): every lease "
                       f"deadline moved with it, so the verdict ({word}) is no evidence either "
                       f"way"}
         if word in ("pass", "fail"):
             word = "unknown"
-    return Evaluation(scenario_name(run_dir, watched[-1].run, saved), word, verdict, acks,
+    return Evaluation(scenario_name(run_dir, verdict.run_event, saved), word, verdict, acks,
                       saved, recorder, clock_step)
