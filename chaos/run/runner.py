@@ -61,6 +61,18 @@ if TYPE_CHECKING:  # the checker, the reports and the recorder are imported when
     from chaos.run.sources import LiveCounts
 
 BACKLOG_SAMPLE_S = 0.25
+# report.json's backlog keeps at most this many samples: past it every other one is dropped and
+# the period doubles, so an hour's soak holds as many as a minute's run (its RSS stays flat).
+BACKLOG_SAMPLES_KEPT = 2000
+
+
+def thin_samples(samples: list[Any], kept: int) -> bool:
+    """Past ``kept`` samples drop every other one, in place (the first stays); True when it did:
+    the caller then samples half as often, so the samples stay evenly spread over the run."""
+    if len(samples) <= kept:
+        return False
+    del samples[1::2]
+    return True
 
 
 def make_runtime(scenario: Scenario, run_dir: Path) -> RuntimeBase:
@@ -99,6 +111,7 @@ class Run:
         self.drain_ms: int | None = None
         self.backlog: list[dict[str, Any]] = []  # pending/active over time, for the report
         self.last_sample = 0.0
+        self.backlog_period_s = BACKLOG_SAMPLE_S
         # The store stayed out of reach past the runner's retries: from then on each store call
         # is tried once, so the wind-down stops every process and keeps the evidence at once.
         self.store_gone = False
@@ -269,13 +282,15 @@ class Run:
         self.watch_children()
         self.record_unplanned_store_faults()
         now = time.monotonic()
-        if not force and now - self.last_sample < BACKLOG_SAMPLE_S:
+        if not force and now - self.last_sample < self.backlog_period_s:
             return
         self.last_sample = now
         pending, active = self._backlog()
         elapsed_ms = int((now - self.progress.started) * 1000)
         self.backlog.append({"t_ms": elapsed_ms, "phase": self.progress.phase,
                              "pending": pending, "active": active})
+        if thin_samples(self.backlog, BACKLOG_SAMPLES_KEPT):
+            self.backlog_period_s *= 2
         counts = self.exporter.counts if self.exporter else {}
         if self.live_counts is not None:  # judged on the monitor history: count that
             counts = self.live_counts.update()
