@@ -174,6 +174,17 @@ class AckComparison:
                 "examples": self.examples}
 
 
+def _cancel_or_hold(key: tuple[Any, ...], waiting: dict[tuple[Any, ...], int],
+                    held: dict[tuple[Any, ...], int]) -> None:
+    """One ``key`` arrives: it cancels one waiting on the other side, else it waits in ``held``."""
+    count = waiting.get(key)
+    if count is None:
+        held[key] = held.get(key, 0) + 1
+    elif count == 1:
+        del waiting[key]
+    else:
+        waiting[key] = count - 1
+
 class _Matcher:
     """Acknowledgements against events, as multisets of identities, met in any order: each
     ack cancels an unmatched event of its identity or waits for one, and the other way round.
@@ -186,23 +197,11 @@ class _Matcher:
         self.acknowledged = dict.fromkeys(ACK_OPS, 0)
 
     def event(self, key: tuple[Any, ...]) -> None:
-        waiting = self.acks.get(key)
-        if waiting is None:
-            self.events[key] = self.events.get(key, 0) + 1
-        elif waiting == 1:
-            del self.acks[key]
-        else:
-            self.acks[key] = waiting - 1
+        _cancel_or_hold(key, self.acks, self.events)
 
     def ack(self, op: str, key: tuple[Any, ...]) -> None:
         self.acknowledged[op] += 1
-        seen = self.events.get(key)
-        if seen is None:
-            self.acks[key] = self.acks.get(key, 0) + 1
-        elif seen == 1:
-            del self.events[key]
-        else:
-            self.events[key] = seen - 1
+        _cancel_or_hold(key, self.events, self.acks)
 
     def comparison(self, ledger: Callable[[], Iterable[Ack]]) -> AckComparison:
         """The result; ``ledger``: the acknowledgements again, in ledger order, read only when

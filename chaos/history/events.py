@@ -167,6 +167,10 @@ def _line_start(block: bytes, index: int) -> int | None:
 _UNUSUAL_LINES = 8  # per block, isolated by halving it; more take the line-by-line path
 
 
+# Fields of a few event types, decoded in C into ``moved_<field>`` and handed out in ``extra``.
+_MOVED_FIELDS = ("rtt_ms", "kind", "stalls")
+
+
 def _settled(block: bytes, events: list[Event]) -> list[Event]:
     """A decoded block's events as handed out: a worker of "" reads as no worker, and the
     transitions' own fields move into ``extra``."""
@@ -174,21 +178,14 @@ def _settled(block: bytes, events: list[Event]) -> list[Event]:
         for event in events:
             if event.worker == "":
                 event.worker = None
-    if b'"rtt_ms"' in block:
-        for event in events:
-            if event.moved_rtt_ms is not None:
-                event.extra = {**event.extra, "rtt_ms": event.moved_rtt_ms}
-                event.moved_rtt_ms = None
-    if b'"kind"' in block:
-        for event in events:
-            if event.moved_kind is not None:
-                event.extra = {**event.extra, "kind": event.moved_kind}
-                event.moved_kind = None
-    if b'"stalls"' in block:
-        for event in events:
-            if event.moved_stalls is not None:
-                event.extra = {**event.extra, "stalls": event.moved_stalls}
-                event.moved_stalls = None
+    for field in _MOVED_FIELDS:
+        if b'"%s"' % field.encode() in block:
+            attribute = "moved_" + field
+            for event in events:
+                value = getattr(event, attribute)
+                if value is not None:
+                    event.extra = {**event.extra, field: value}
+                    setattr(event, attribute, None)
     return events
 
 

@@ -251,7 +251,7 @@ class MonitorRecorder:
     def _connect(self) -> socket.socket:
         sock = socket.create_connection(self.address, timeout=5)
         if self.auth:
-            sock.sendall(_command("AUTH", *self.auth))
+            sock.sendall(resp_command("AUTH", *self.auth))
             if not _read_reply(sock).startswith("+OK"):
                 sock.close()
                 raise OSError("MONITOR connection: AUTH refused")
@@ -267,13 +267,13 @@ class MonitorRecorder:
         gap snapshot and TIME run on it just before MONITOR, nothing in between. Returns the
         socket, the server's TIME (µs) and the snapshot's reply (None without one)."""
         snapshot = getattr(self.dialect, "gap_snapshot", None)
-        pipeline = [_command("AUTH", *self.auth)] if self.auth else []
+        pipeline = [resp_command("AUTH", *self.auth)] if self.auth else []
         with_snapshot = since_ms is not None and snapshot is not None
         if with_snapshot:
             assert snapshot is not None and since_ms is not None
             script, keys, argv = snapshot(since_ms)
-            pipeline.append(_command("EVAL", script, str(len(keys)), *keys, *argv))
-        pipeline += [_command("TIME"), _command("MONITOR")]
+            pipeline.append(resp_command("EVAL", script, str(len(keys)), *keys, *argv))
+        pipeline += [resp_command("TIME"), resp_command("MONITOR")]
         sock = socket.create_connection(self.address, timeout=5)
         try:
             sock.sendall(b"".join(pipeline))
@@ -302,7 +302,7 @@ class MonitorRecorder:
     def _refresh_names(self) -> None:
         assert self._lister is not None
         with self._lister_lock:
-            self._lister.sendall(_command("CLIENT", "LIST"))
+            self._lister.sendall(resp_command("CLIENT", "LIST"))
             listing = _read_reply(self._lister)
         for entry in listing.splitlines():
             fields = dict(part.split("=", 1) for part in entry.split(" ") if "=" in part)
@@ -405,7 +405,7 @@ class MonitorRecorder:
             self._stopping.set()
             try:
                 with self._lister_lock:
-                    self._lister.sendall(_command("ECHO", _END_MARKER))
+                    self._lister.sendall(resp_command("ECHO", _END_MARKER))
                     _read_reply(self._lister)
             except OSError as error:
                 self.health.connection_lost = self.health.connection_lost or str(error)
@@ -417,7 +417,8 @@ class MonitorRecorder:
         return self.health
 
 
-def _command(*args: str) -> bytes:
+def resp_command(*args: str) -> bytes:
+    """A command as a client sends it (RESP array of bulk strings)."""
     parts = [f"*{len(args)}\r\n".encode()]
     for arg in args:
         data = arg.encode()
