@@ -418,10 +418,10 @@ class Run:
         if self.nemesis is not None:
             self.nemesis.heal_all()
         self.runtime.stop_workers()
-        if self.queue is not None:
+        if (queue := self.queue) is not None:
+            end = schema.Phase("end", drained=self.drained, aborted=aborted, cause=cause)
             self._store_step(lambda: self.record_unplanned_store_faults(final=True))
-            self._store_step(lambda: self.queue and self.queue.record(**schema.Phase(
-                "end", drained=self.drained, aborted=aborted, cause=cause).fields()))
+            self._store_step(lambda: queue.record(**end.fields()))
         self.stop_recorder()
         if self.exporter is not None:
             self._store_step(self.exporter.drain)
