@@ -1,7 +1,7 @@
 """echomq-chaos: run, validate and re-check lease-queue chaos scenarios.
 
 Exit codes: 0 pass, 1 an invariant failed, 2 bad input or usage, 3 infrastructure error,
-130 aborted (Ctrl-C or SIGTERM).
+4 unknown (undrained jobs or missing evidence), 5 checker error, 130 aborted (Ctrl-C or SIGTERM).
 """
 
 from __future__ import annotations

@@ -22,6 +22,7 @@ from typing import Any
 
 from chaos.history.events import Event
 from chaos.history.schema import (
+    Blind,
     Claim,
     Complete,
     CompleteRejected,
@@ -184,6 +185,11 @@ class History:
         _, last_worker, last_deadline = self._leases.get(job_id, (attempt, "", ts))
         return self.write(Dead(job_id, attempt, last_worker if worker is None else worker,
                                last_deadline, stalls), ts)
+
+    def blind(self, job_id: str | None, ts: int, lacks: str = "transition",
+              why: str = "undecoded call") -> dict[str, Any]:
+        """The history source could not see ``lacks`` of ``job_id`` (None: any job) from ts."""
+        return self.write(Blind(lacks, why, job_id), ts)
 
     # --- faults ----------------------------------------------------------------------------
     def fault(

@@ -52,8 +52,9 @@ if MISSING and os.environ.get("CI", "").lower() == "true":
 pytestmark = pytest.mark.skipif(bool(MISSING), reason=MISSING)
 
 
-def _payload(handler_ms: int) -> str:
-    return json.dumps({"handler_ms": handler_ms, "crash": False, "pad": "x"})
+def _payload(handler_ms: int, fail_attempts: int = 0) -> str:
+    return json.dumps({"handler_ms": handler_ms, "crash": False, "pad": "x",
+                       **({"fail_attempts": fail_attempts} if fail_attempts else {})})
 
 
 class BullMQRun:
@@ -61,7 +62,7 @@ class BullMQRun:
 
     def __init__(self, server: ValkeyServer, lease_ms: int, stalled_ms: int, workers: int = 3,
                  concurrency: int = 2, broken: str = "", heartbeat_ms: int = 0,
-                 max_stalls: int = 0) -> None:
+                 max_stalls: int = 0, job_options: dict[str, Any] | None = None) -> None:
         self.server = server
         self.lease_ms, self.stalled_ms = lease_ms, stalled_ms
         self.queue_name = f"q{next(_runs)}"
@@ -92,7 +93,8 @@ class BullMQRun:
             start_new_session=True) for name in self.names}
         for name, process in self.workers.items():
             self._wait_ready(name, process)
-        self.producer = BullMQQueue(self.node_url, self.queue_name, PREFIX)
+        self.producer = BullMQQueue(self.node_url, self.queue_name, PREFIX,
+                                    job_options=job_options)
         self.enqueued: list[str] = []
         self.faults = itertools.count(1)
 
@@ -105,10 +107,11 @@ class BullMQRun:
     def key(self, suffix: str) -> str:
         return f"{PREFIX}:{self.queue_name}:{suffix}"
 
-    def enqueue(self, count: int, handler_ms: int, rate: float = 0.0, kind: str = "") -> None:
+    def enqueue(self, count: int, handler_ms: int, rate: float = 0.0, kind: str = "",
+                fail_attempts: int = 0) -> None:
         for _ in range(count):
             job_id = f"job-{len(self.enqueued) + 1:05d}"
-            assert self.producer.enqueue(job_id, _payload(handler_ms), kind=kind)
+            assert self.producer.enqueue(job_id, _payload(handler_ms, fail_attempts), kind=kind)
             self.enqueued.append(job_id)
             if rate:
                 time.sleep(1 / rate)
@@ -394,3 +397,28 @@ def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_se
         assert 20 <= data["handler_ms"] <= 40 and data["crash"] is False
     finally:
         client.close()
+
+
+def test_retried_jobs_the_dialect_cannot_decode_make_the_verdict_unknown_not_fail(
+        valkey_server, bullmq_runs):
+    """BullMQ with attempts and backoff: each job fails its first attempt and is retried. The
+    retry is a call the bullmq dialect does not decode, so the retry's claim and complete read
+    as calls outside the live lease (it was "25 exclusive_lease violations" before): its jobs'
+    evidence is missing, and the verdict is unknown, never fail (and never pass)."""
+    run = BullMQRun(valkey_server, lease_ms=2000, stalled_ms=1000, workers=2,
+                    job_options={"attempts": 3, "backoff": {"type": "fixed", "delay": 50}})
+    bullmq_runs.append(run)
+    run.enqueue(8, handler_ms=20, fail_attempts=1)
+    drained = run.drain(timeout_s=20)
+    verdict, events, health = run.finish(drained)
+    assert drained and health.undecoded_calls >= 8, health
+    blinded = {event.job_id for event in _of(events, "blind")}
+    assert blinded == set(run.enqueued), blinded
+    assert verdict.word == "unknown", {name: (result.status, result.examples[:1]) for
+                                       name, result in verdict.invariants.items()}
+    assert not verdict.failed_invariants()
+    assert verdict.evidence_missing and verdict.evidence_missing[0]["jobs"] == 8
+    # Judged without its blind events (as before they existed), the same history fails on
+    # offences only the missing calls can explain.
+    unaware = check([event for event in events if event.type != "blind"])
+    assert unaware.word == "fail" and unaware.invariants["exclusive_lease"].violations >= 8

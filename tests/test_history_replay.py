@@ -176,6 +176,7 @@ TYPED_EXAMPLES = [
     schema.Fault("unplanned-1", "failover", "valkey-2", target="sentinel", killed_ts=2900,
                  down_ms=1300, promoted_ms=1100, new_primary="valkey-1", planned=False),
     schema.Heal("f1", "latency", "w1"), schema.FaultSkipped("kill", "random 1"),
+    schema.Blind("transition", "undecoded call", "j1"), schema.Blind("holder", "unattributed"),
 ]
 
 

@@ -125,7 +125,11 @@ def test_a_write_inside_the_gap_leaves_it_unverified(server: ValkeyServer, tmp_p
     assert not gap["verified"] and gap["missed_writes"] == 1, gap
     assert "job lost" in gap["differences"][0] and "completed" in gap["differences"][0]
     assert quiet["verified"] and quiet["start_us"] > gap["end_us"], quiet
-    (late,) = read_history(tmp_path / MONITOR_HISTORY)[1:]
+    (blind, late) = read_history(tmp_path / MONITOR_HISTORY)[1:]
+    # the history says which job the gap hid writes of, from when: the checker blinds its
+    # invariants on that job (chaos.check.evidence)
+    assert (blind.type, blind.job_id, blind.extra["lacks"], blind.ts) == (
+        "blind", "lost", "transition", gap["start_us"] // 1000)
     assert (late.type, late.attempt, late.current_attempt) == ("complete_rejected", 1, 1)
     assert not health.trustworthy
     assert any("could not see the server" in problem for problem in health.problems())

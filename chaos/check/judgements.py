@@ -10,6 +10,8 @@ the queue lost them; the run could not wait to see them done).
 from __future__ import annotations
 
 import sys
+import traceback
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -21,7 +23,6 @@ from chaos.check.verdict import (
     CheckConfig,
     InvariantResult,
     LatencySummary,
-    Offences,
 )
 
 
@@ -92,14 +93,16 @@ def undrained_listed(jobs: Standing, final: bool) -> list[dict[str, str]]:
 
 
 def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantResult:
-    offences = Offences()
+    offences = facts.offences("no_loss")
     if final:
         for job_id in jobs.lost:
             lease = facts.leases.get(job_id)
-            # Loss is only certain once the run is over: caught at the end of the history.
+            # Loss is only certain once the run is over: caught at the end of the history, and
+            # only the end proves it (a complete missing from the evidence may come any time).
             state = "active" if lease else "dead" if job_id in facts.dead else "pending"
             offences.add({"job": job_id, "state": state,
-                          "attempt": lease.attempt if lease else None}, facts.last_ts)
+                          "attempt": lease.attempt if lease else None}, facts.last_ts,
+                         proven_ts=sys.maxsize)
     return InvariantResult.judged(
         offences, enqueued=len(facts.enqueued), completed=jobs.completed_enqueued,
         lost=len(jobs.lost) if final else 0,
@@ -107,7 +110,7 @@ def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantR
 
 
 def judge_no_double_completion(facts: ReplayFacts, jobs: Standing) -> InvariantResult:
-    offences = Offences()
+    offences = facts.offences("no_double_completion")
     for job_id, count in sorted(jobs.double.items()):
         offences.add({"job": job_id, "accepted_completes": count},
                      facts.second_complete_ts[job_id])
@@ -123,7 +126,7 @@ def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
                          final: bool) -> InvariantResult:
     """Measured from the holder's last renewal (its lease's start), not from the fault: the time
     between that renewal and the fault is no slack for a late reaper."""
-    offences = Offences()
+    offences = facts.offences("recovery_bound")
     for item in facts.stranded:
         bound_ts = item.renewed_ts + config.bound_ms
         if item.reap_ts is None:
@@ -219,7 +222,7 @@ def judge_reap_prompt(facts: ReplayFacts, config: CheckConfig) -> InvariantResul
     A lease never reaped at all is judged at the last moment the reapers were seen running
     (``watched_until``), unless a fault had cut every reaper off. A store outage exempts the
     leases that lapsed in it (nothing could sweep them)."""
-    offences = Offences()
+    offences = facts.offences("reap_prompt")
     limit = config.reap_limit_ms
     outages = store_outages(facts, config)
     exempt = 0
@@ -255,8 +258,9 @@ def judge_exclusive_lease(facts: ReplayFacts) -> InvariantResult:
 
 
 def judge_lease_length(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
-    """Every lease granted (claim or accepted extend) runs the configured lease_ms (± 1 ms)."""
-    offences = Offences()
+    """Every lease granted (claim or accepted extend) runs the configured lease_ms (± 1 ms).
+    An offence is its own evidence (the grant's length): counted, never blinded."""
+    offences = facts.offences("lease_length")
     for length, count in sorted(facts.granted.items()):
         if abs(length - config.lease_ms) <= 1:
             continue
@@ -271,14 +275,20 @@ def judge_lease_length(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
 
 
 def judge_needless_limit(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
-    """With max_needless set: at most that many needless redeliveries."""
-    offences = Offences()
+    """With max_needless set: at most that many needless redeliveries. Those of jobs whose
+    evidence is missing do not count towards the limit (they may be needed ones, or none)."""
+    offences = facts.offences("needless_limit")
     limit = config.max_needless
     needless = facts.redeliveries.needless
     if limit is not None and needless > limit:
-        offences.count = needless - limit
-        offences.first_ts = facts.needless_ts[limit]  # the first one past the limit
-        offences.examples = list(facts.needless_examples)
+        blind = offences.blind
+        standing = [ts for ts, job_id in facts.needless if not (
+            blind and blind.covers(job_id, ts, offences.needs))]
+        if len(standing) > limit:
+            offences.count = len(standing) - limit
+            offences.first_ts = standing[limit]  # the first one past the limit
+            offences.examples = list(facts.needless_examples)
+        offences.blinded = needless - limit - offences.count
     return InvariantResult.judged(offences, max_needless=limit, needless=needless)
 
 
@@ -287,7 +297,7 @@ def judge_attempts_monotonic(facts: ReplayFacts) -> InvariantResult:
 
 
 def judge_stall_limit(facts: ReplayFacts, max_stalls: int) -> InvariantResult:
-    offences = Offences()
+    offences = facts.offences("stall_limit")
     for job_id, (recoveries, dead_ts) in sorted(facts.dead.items()):
         if not max_stalls:
             offences.add({"job": job_id, "recoveries": recoveries,
@@ -307,16 +317,25 @@ def judge_stall_limit(facts: ReplayFacts, max_stalls: int) -> InvariantResult:
 
 def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
               final: bool) -> dict[str, InvariantResult]:
-    """Every invariant, in ``chaos.names.INVARIANTS`` order."""
-    return {
-        "no_loss": judge_no_loss(facts, jobs, final),
-        "no_double_completion": judge_no_double_completion(facts, jobs),
-        "recovery_bound": judge_recovery_bound(facts, config, final),
-        "reap_prompt": judge_reap_prompt(facts, config),
-        "no_premature_reap": judge_no_premature_reap(facts),
-        "exclusive_lease": judge_exclusive_lease(facts),
-        "lease_length": judge_lease_length(facts, config),
-        "attempts_monotonic": judge_attempts_monotonic(facts),
-        "stall_limit": judge_stall_limit(facts, config.max_stalls),
-        "needless_limit": judge_needless_limit(facts, config),
+    """Every invariant, in ``chaos.names.INVARIANTS`` order. A judge that raises (a bug of the
+    checker's, never the queue's) gives that invariant an ``error`` result, neither passed nor
+    failed, with the traceback; the others are still judged (as Jepsen's check-safe)."""
+    judges: dict[str, Callable[[], InvariantResult]] = {
+        "no_loss": lambda: judge_no_loss(facts, jobs, final),
+        "no_double_completion": lambda: judge_no_double_completion(facts, jobs),
+        "recovery_bound": lambda: judge_recovery_bound(facts, config, final),
+        "reap_prompt": lambda: judge_reap_prompt(facts, config),
+        "no_premature_reap": lambda: judge_no_premature_reap(facts),
+        "exclusive_lease": lambda: judge_exclusive_lease(facts),
+        "lease_length": lambda: judge_lease_length(facts, config),
+        "attempts_monotonic": lambda: judge_attempts_monotonic(facts),
+        "stall_limit": lambda: judge_stall_limit(facts, config.max_stalls),
+        "needless_limit": lambda: judge_needless_limit(facts, config),
     }
+    results = {}
+    for name, judge in judges.items():
+        try:
+            results[name] = judge()
+        except Exception:  # noqa: BLE001 - the checker's own bug: an outcome of its own
+            results[name] = InvariantResult(True, error=traceback.format_exc())
+    return results

@@ -19,9 +19,10 @@ from typing import Any
 
 import msgspec
 
+from chaos.check.evidence import NEEDS, BlindSpots
 from chaos.check.verdict import EXAMPLES, Offences, Redeliveries, StrandedLease
 from chaos.history.events import Event
-from chaos.history.schema import Enqueue, Fault, Heal, Phase, Run
+from chaos.history.schema import Blind, Enqueue, Fault, Heal, Phase, Run
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
 
@@ -87,7 +88,7 @@ class ReplayFacts:
     granted: dict[int, int] = field(default_factory=dict)
     granted_examples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     needless_examples: list[dict[str, Any]] = field(default_factory=list)
-    needless_ts: list[int] = field(default_factory=list)  # each needless reap's server time
+    needless: list[tuple[int, str]] = field(default_factory=list)  # each needless reap: ts, job
     drained: bool | None = None  # the end event's word: the queue emptied before the drain ended
     last_phase_ts: int | None = None  # the latest phase start (not the end): before any stop
     windows: FaultWindows = field(default_factory=FaultWindows)
@@ -100,10 +101,21 @@ class ReplayFacts:
     # attempts: of leases completed live, and of leases needlessly reaped first.
     ran_ms: dict[int, int] = field(default_factory=dict)
     ran_needless_ms: dict[int, int] = field(default_factory=dict)
-    # Offences met on the way:
-    stray_calls: Offences = field(default_factory=Offences)  # claim/extend/complete vs live
-    stale_claims: Offences = field(default_factory=Offences)  # fencing token not above earlier
-    early_reaps: Offences = field(default_factory=Offences)  # reap/dead of a non-live lease
+    # What the history lacks (its blind events): offences that may be its doing are blinded.
+    blind: BlindSpots = field(default_factory=BlindSpots)
+    # Offences met on the way (``__post_init__``: each sees the blind spots):
+    stray_calls: Offences = field(init=False)  # claim/extend/complete vs the live lease
+    stale_claims: Offences = field(init=False)  # fencing token not above an earlier one
+    early_reaps: Offences = field(init=False)  # reap/dead of a non-live lease, or early
+
+    def __post_init__(self) -> None:
+        self.stray_calls = self.offences("exclusive_lease")
+        self.stale_claims = self.offences("attempts_monotonic")
+        self.early_reaps = self.offences("no_premature_reap")
+
+    def offences(self, invariant: str) -> Offences:
+        """An empty tally of ``invariant``'s offences that knows what evidence it needs."""
+        return Offences(blind=self.blind, needs=NEEDS[invariant])
 
 
 def replay(events: Iterable[Event]) -> ReplayFacts:
@@ -311,7 +323,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     needless = True
                     slowed_by = windows.slowed_by(lease.worker, lease.renewed, event.seq)
                     facts.needless_by_fault[slowed_by] += 1
-                    facts.needless_ts.append(ts)
+                    facts.needless.append((ts, job_id))
                     if len(facts.needless_examples) < EXAMPLES:
                         facts.needless_examples.append({
                             "job": job_id, "attempt": lease.attempt, "worker": lease.worker,
@@ -351,6 +363,9 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
 
         elif kind == Heal.TYPE:
             windows.healed(Heal.decode(event))
+
+        elif kind == Blind.TYPE:
+            facts.blind.note(Blind.decode(event))
 
         elif kind.endswith("_rejected"):
             rejected[kind] += 1

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chaos.check.bullmq import bullmq_bound_ms, bullmq_reap_lag_ms
+from chaos.check.evidence import BlindSpots
 from chaos.history.events import Event
 from chaos.history.schema import Phase, Run
 from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
@@ -138,38 +139,80 @@ def percentile(ordered: list[int], pct: float) -> int:
 
 @dataclass
 class Offences:
-    """Offending observations of one invariant: all counted, the first few kept as examples."""
+    """Offending observations of one invariant: all counted, the first few kept as examples.
+
+    With ``blind`` (the history's blind spots) and ``needs`` (the evidence the invariant needs,
+    ``chaos.check.evidence.NEEDS``), an offence on a job that evidence was missing for by the
+    time it was proven is counted apart as ``blinded``: it may be the missing call's doing."""
 
     count: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
     # Server time at which the history first showed one (how fast a bug is caught).
     first_ts: int | None = None
+    blind: BlindSpots | None = None
+    needs: frozenset[str] = frozenset()
+    blinded: int = 0
+    blinded_examples: list[dict[str, Any]] = field(default_factory=list)
 
-    def add(self, example: dict[str, Any], at_ts: int) -> None:
+    def add(self, example: dict[str, Any], at_ts: int, proven_ts: int | None = None) -> None:
+        """``proven_ts``: when the history proved it (default ``at_ts``; ``sys.maxsize`` for
+        what only the run's end proves, a loss)."""
+        blind = self.blind
+        if blind and blind.covers(example.get("job"), at_ts if proven_ts is None
+                                  else proven_ts, self.needs):
+            self.blinded += 1
+            if len(self.blinded_examples) < EXAMPLES:
+                self.blinded_examples.append(example)
+            return
         self.count += 1
         if self.first_ts is None or at_ts < self.first_ts:
             self.first_ts = at_ts
         if len(self.examples) < EXAMPLES:
             self.examples.append(example)
 
+    @property
+    def evidence_missing(self) -> bool:
+        """Is evidence this invariant needs missing anywhere in the history?"""
+        return self.blind is not None and bool(self.blind) and self.blind.lacks_any(self.needs)
+
 
 @dataclass
 class InvariantResult:
-    ok: bool
+    ok: bool  # no offence stands on the evidence
     violations: int = 0
     examples: list[dict[str, Any]] = field(default_factory=list)
     figures: dict[str, Any] = field(default_factory=dict)
     # Server time at which the history first showed a violation (how fast a bug is caught).
     first_violation_ts: int | None = None
+    # ok, but evidence it needs is missing (chaos.check.evidence): neither passed nor failed
+    blind: bool = False
+    blinded: int = 0  # offences on jobs whose evidence is missing: not counted as violations
+    blinded_examples: list[dict[str, Any]] = field(default_factory=list)
+    error: str = ""  # the judge raised (its traceback's last line): neither passed nor failed
 
     @classmethod
     def judged(cls, offences: Offences, **figures: Any) -> InvariantResult:
-        return cls(offences.count == 0, offences.count, offences.examples, figures,
-                   offences.first_ts)
+        ok = offences.count == 0
+        return cls(ok, offences.count, offences.examples, figures, offences.first_ts,
+                   blind=ok and offences.evidence_missing, blinded=offences.blinded,
+                   blinded_examples=offences.blinded_examples)
+
+    @property
+    def status(self) -> str:
+        """ok | fail | blind | error."""
+        return ("error" if self.error else "fail" if not self.ok else
+                "blind" if self.blind else "ok")
 
     def as_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "violations": self.violations, **self.figures,
-                "first_violation_ts": self.first_violation_ts, "examples": self.examples}
+        found = {"ok": self.ok, "status": self.status, "violations": self.violations,
+                 **self.figures, "first_violation_ts": self.first_violation_ts,
+                 "examples": self.examples}
+        if self.blind or self.blinded:
+            found.update(blind=self.blind, blinded=self.blinded,
+                         blinded_examples=self.blinded_examples)
+        if self.error:
+            found["error"] = self.error
+        return found
 
 
 @dataclass
@@ -255,16 +298,42 @@ class Verdict:
     end_event: Phase | None = None
     span_ms: int | None = None
 
+    # What the history lacks (chaos.check.evidence.BlindSpots.summary): why invariants are blind.
+    evidence_missing: list[dict[str, Any]] = field(default_factory=list)
+
+    def _judged(self) -> list[InvariantResult]:
+        """The results that make the verdict (report-only ones are left out)."""
+        return [result for name, result in self.invariants.items()
+                if name not in self.config.report_only]
+
     @property
     def unknown(self) -> bool:
-        """No invariant broken, but jobs were left undrained: the checker cannot decide (Jepsen's
-        ``:unknown``): never a pass, never a loss."""
-        return self.undrained_count > 0 and not any(
-            not result.ok for name, result in self.invariants.items()
-            if name not in self.config.report_only)
+        """No invariant broken, and none raised, but jobs were left undrained or evidence an
+        invariant needs is missing: the checker cannot decide (Jepsen's ``:unknown``): never a
+        pass, never a fail."""
+        judged = self._judged()
+        if any(result.status in ("fail", "error") for result in judged):
+            return False
+        return self.undrained_count > 0 or any(result.blind for result in judged)
+
+    @property
+    def checker_error(self) -> bool:
+        """No invariant broken, but one judge raised: its verdict is neither pass nor fail."""
+        judged = self._judged()
+        return any(result.error for result in judged) and not any(
+            result.status == "fail" for result in judged)
+
+    @property
+    def word(self) -> str:
+        """pass | fail | unknown | checker_error: what the history says of a finished run."""
+        return ("checker_error" if self.checker_error else "unknown" if self.unknown
+                else "pass" if self.passed else "fail")
 
     def failed_invariants(self) -> list[str]:
         return [name for name, result in self.invariants.items() if not result.ok]
+
+    def blind_invariants(self) -> list[str]:
+        return [name for name, result in self.invariants.items() if result.status == "blind"]
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -286,6 +355,12 @@ class Verdict:
             "stranded_leases": [item.as_dict() for item in self.stranded_leases],
             "slowed_lease_count": self.slowed,
             "undrained": {"count": self.undrained_count, "jobs": self.undrained},
+            "evidence": {"missing": self.evidence_missing,
+                         "blind_invariants": self.blind_invariants(),
+                         "blinded_offences": {name: result.blinded for name, result
+                                              in self.invariants.items() if result.blinded}},
+            "checker_errors": {name: result.error for name, result in self.invariants.items()
+                               if result.error},
         }
 
 

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from chaos.history.dialects import Call, Dialect, toolkit_script
+from chaos.history.schema import CLIENT_CALLS, HOLDER_EVIDENCE, TRANSITION_EVIDENCE, Blind
 
 MONITOR_HISTORY = "history-monitor.jsonl"
 HEALTH_FILE = "monitor.json"
@@ -159,11 +160,15 @@ class HistoryWriter:
             health.toolkit_calls += 1
             return
         decoded = self.dialect.decode(call)
+        stamp_ms = call.stamp_us // 1000
         health.calls_not_run += decoded.not_run
         if decoded.undecoded:
             health.undecoded_calls += 1
             if len(health.undecoded_examples) < 5:
                 health.undecoded_examples.append(" ".join(call.args)[:200])
+            named = getattr(self.dialect, "jobs_named", None)
+            self.blind(TRANSITION_EVIDENCE, "undecoded call",
+                       named(call) if named is not None else None, stamp_ms)
         health.empty_claims += decoded.empty_claim
         health.unscripted_writes += decoded.unscripted_write
         if not decoded.events:
@@ -171,8 +176,22 @@ class HistoryWriter:
         conn = self.resolve(call.client) if self.resolve else ""
         if conn is None:
             health.unattributed_calls += 1
+            if getattr(self.dialect, "holder_from_connection", False):
+                # before the events: the checker meets the blind spot first
+                self.blind(HOLDER_EVIDENCE, "unattributed call", [
+                    event["id"] for event in decoded.events
+                    if event.get("type") in CLIENT_CALLS and event.get("id")], stamp_ms)
         for event in decoded.events:
-            self._emit(call.stamp_us // 1000, event, conn)
+            self._emit(stamp_ms, event, conn)
+
+    def blind(self, lacks: str, why: str, jobs: list[str] | None, stamp_ms: int) -> None:
+        """Evidence the history lacks from ``stamp_ms`` on: for each of ``jobs``, or for every
+        job when it names none (``chaos.check.evidence``)."""
+        targets: list[str | None] = list(jobs) if jobs else [None]
+        for job_id in targets:
+            fields = {name: str(value) for name, value
+                      in Blind(lacks, why, job_id).fields().items()}
+            self._emit(stamp_ms, {**fields, "ts": str(stamp_ms)}, "")
 
     def write_recovered(self, events: list[dict[str, str]]) -> None:
         """Runner events of a gap, read back from the stream: in order, at their own ``ts``."""
@@ -210,12 +229,16 @@ class _Grouper:
             if parsed is None:
                 if line not in ("+OK", ""):
                     health.unreadable_lines += 1
+                    self.writer.blind(TRANSITION_EVIDENCE, "unreadable MONITOR line", None,
+                                      self.last_stamp_us // 1000)
                 continue
             stamp, client, args = parsed
             self.last_stamp_us = stamp
             if client == "lua":
                 if open_call is None:
                     health.unreadable_lines += 1  # a script's command with no call line
+                    self.writer.blind(TRANSITION_EVIDENCE, "unreadable MONITOR line", None,
+                                      stamp // 1000)
                 else:
                     open_call.commands.append((stamp, args))
                 continue
@@ -390,8 +413,12 @@ class MonitorRecorder:
         if snapshot is None or differences is None:
             gap.update(verified=False, missed_writes=None, runner_events_recovered=0,
                        differences=[f"the {self.dialect.name} dialect cannot check a gap"])
+            self._writer.blind(TRANSITION_EVIDENCE, "recorder gap", None, since_us // 1000)
         else:
             found, recovered = differences(snapshot, since_us // 1000)
+            if found:  # the jobs whose writes it missed (any job, when it cannot name them)
+                self._writer.blind(TRANSITION_EVIDENCE, "recorder gap", getattr(
+                    self.dialect, "gap_jobs", None), since_us // 1000)
             self._writer.write_recovered(recovered)
             gap.update(verified=not found, missed_writes=len(found),
                        runner_events_recovered=len(recovered), differences=found[:5])
@@ -410,6 +437,11 @@ class MonitorRecorder:
             except OSError as error:
                 self.health.connection_lost = self.health.connection_lost or str(error)
             self._thread.join(timeout=35)
+        if self.health.connection_lost or not self.health.caught_up:
+            # what came after the last line read is unseen, for every job
+            self._writer.blind(TRANSITION_EVIDENCE, "the MONITOR connection broke"
+                               if self.health.connection_lost else "the recorder fell behind",
+                               None, self._grouper.last_stamp_us // 1000)
         for sock in (self._sock, self._lister):
             if sock is not None:
                 sock.close()

@@ -418,13 +418,43 @@ class FaultSkipped:
         return cls(get("kind", ""), get("target", ""), event.ts, event.seq)
 
 
+@dataclass(frozen=True, slots=True)
+class Blind:
+    """Evidence the history lacks, from ``ts`` on (written by a history source that could not
+    see everything: the MONITOR recorder). ``lacks``: ``transition`` (a call on the queue's keys
+    was not decoded, a gap hid writes, the feed broke: what it did is unknown) or ``holder`` (a
+    transition was decoded but whose connection made it is unknown). ``job_id``: the job it
+    concerns; None: it may concern any job. The checker blinds, not fails, an invariant whose
+    offences stand on it (docs/design.md §4)."""
+
+    TYPE: ClassVar[str] = "blind"
+    lacks: str
+    why: str
+    job_id: str | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("lacks", self.lacks),
+                                   ("why", self.why)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Blind:
+        get = event.extra.get
+        return cls(get("lacks", TRANSITION_EVIDENCE), get("why", ""), event.job_id or None,
+                   event.ts, event.seq)
+
+
+TRANSITION_EVIDENCE, HOLDER_EVIDENCE = "transition", "holder"  # what a Blind event lacks
+
+
 TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Reap
-              | Dead | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped)
+              | Dead | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped | Blind)
 TRANSITIONS: tuple[type[TypedEvent], ...] = (
     Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Reap, Dead)
 RUNNER_EVENTS: tuple[type[TypedEvent], ...] = (Run, Phase, Fault, Heal, FaultSkipped)
 EVENT_TYPES: dict[str, type[TypedEvent]] = {
-    kind.TYPE: kind for kind in (*TRANSITIONS, HandlerHog, *RUNNER_EVENTS)}
+    kind.TYPE: kind for kind in (*TRANSITIONS, HandlerHog, *RUNNER_EVENTS, Blind)}
 # A worker's own calls on a lease it was handed (accepted or rejected): each one reached the store.
 CLIENT_CALLS = (Claim.TYPE, Extend.TYPE, Complete.TYPE, ExtendRejected.TYPE,
                 CompleteRejected.TYPE)

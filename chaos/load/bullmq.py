@@ -71,9 +71,12 @@ class BullMQQueue:
 
     def __init__(self, url: str, queue: str, prefix: str, name: str = "producer",
                  default_handler_ms: int = 0, folder: Path | None = None,
-                 start_timeout_s: float = 30.0) -> None:
+                 start_timeout_s: float = 30.0,
+                 job_options: dict[str, Any] | None = None) -> None:
         folder = require_installed(folder)
         self.default_handler_ms = default_handler_ms
+        # BullMQ's own job options for every add (e.g. attempts and backoff: retries)
+        self.job_options = dict(job_options or {})
         env = {**os.environ, "CHAOS_VALKEY_URL": url, "CHAOS_QUEUE": queue,
                "CHAOS_PREFIX": prefix, "CHAOS_NAME": name}
         # Its errors go to a file (a pipe nobody drains would stall it once full). It exits
@@ -118,7 +121,8 @@ class BullMQQueue:
         """Add jobs in one write; the ids the server acknowledged, in order."""
         requests = "".join(
             json.dumps({"id": job_id,
-                        "data": job_data(payload, kind, self.default_handler_ms)}) + "\n"
+                        "data": job_data(payload, kind, self.default_handler_ms),
+                        **({"opts": self.job_options} if self.job_options else {})}) + "\n"
             for job_id, payload in jobs)
         with self._lock:
             assert self.process.stdin is not None

@@ -80,7 +80,16 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
         result = invariants[name]
         tests += 1
         case = ET.SubElement(suite, "testcase", classname=classname, name=name, time="0")
-        if not result.get("ok", False) and name in report_only:
+        if result.get("status") == "error":
+            errors += 1
+            error = ET.SubElement(case, "error", type="CheckerError",
+                                  message=f"{name}: the checker raised (a bug of the toolkit's)")
+            error.text = str(result.get("error"))
+        elif result.get("status") == "blind":
+            skipped += 1
+            ET.SubElement(case, "skipped", message=f"{name}: not judged, evidence it needs is "
+                          f"missing ({result.get('blinded', 0)} offence(s) on those jobs)")
+        elif not result.get("ok", False) and name in report_only:
             skipped += 1  # judged and shown, but left out of the verdict by the scenario
             ET.SubElement(case, "skipped", message="report-only: "
                           + failure_message(name, result))
@@ -103,6 +112,16 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
             message=f"{undrained} job(s) still pending or leased when the drain ended: "
                     "the verdict is unknown (not a pass, not a loss)")
         failure.text = "\n".join(f"{item['job']} ({item['state']})" for item in listed[:50])
+    missing = (report.get("evidence") or {}).get("missing") or []
+    if missing:  # verdict unknown (or a fail that stands on what was seen): say what was missing
+        tests += 1
+        failures += 1
+        case = ET.SubElement(suite, "testcase", classname=classname, name="evidence", time="0")
+        failure = ET.SubElement(
+            case, "failure", type="EvidenceMissing",
+            message="the history lacks evidence: " + "; ".join(
+                f"{row['blind_events']} x {row['why']}" for row in missing))
+        failure.text = json.dumps(report.get("evidence"), sort_keys=True)
     verdict = report.get("verdict")
     if verdict == "not run":  # a suite stopped before this scenario: listed, not an error
         tests += 1

@@ -144,12 +144,21 @@ def summary_text(report: dict[str, Any]) -> str:
         lines.append(
             f"  dead      max_stalls {dead['max_stalls']}: {dead['jobs']} dead-lettered "
             f"({dead['poison']} of {dead['poison_enqueued']} poison); {before}")
+    lines += evidence_lines(report)
     for name, result in invariants.items():
         mark = "ok  " if result["ok"] else ("WARN" if name in report_only else "FAIL")
         detail = "" if result["ok"] else f"  {result['violations']} violation(s), e.g. " + \
             json.dumps(result["examples"][:2])
-        if result["ok"] and result.get("judged") is False:
+        if result.get("status") == "error":
+            mark, detail = "ERR ", "  the checker raised: " + _last_line(result["error"])
+        elif result.get("status") == "blind":
+            mark, detail = "blind", "  evidence it needs is missing" + (
+                f"; {result['blinded']} offence(s) on those jobs not counted, e.g. "
+                + json.dumps(result["blinded_examples"][:1]) if result.get("blinded") else "")
+        elif result["ok"] and result.get("judged") is False:
             mark, detail = "skip", f"  {NOT_JUDGED}"
+        elif result.get("blinded"):
+            detail += f" ({result['blinded']} more on jobs whose evidence is missing)"
         lines.append(f"  [{mark}] {name}{detail}")
     if report_only:
         lines.append(f"  (report only, not in the verdict: {', '.join(sorted(report_only))})")
@@ -182,6 +191,33 @@ def summary_text(report: dict[str, Any]) -> str:
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
     return "\n".join(lines)
+
+
+def evidence_lines(report: dict[str, Any]) -> list[str]:
+    """What the history lacked and what it blinded; the checker's own errors."""
+    lines = []
+    evidence = report.get("evidence") or {}
+    missing = evidence.get("missing") or []
+    if missing:
+        lines.append("  evidence  missing: " + "; ".join(
+            f"{row['blind_events']} x {row['why']} ("
+            + ("any job" if row["every_job"] else f"{row['jobs']} job(s)")
+            + f", {row['lacks']} unknown)" for row in missing))
+        blind = evidence.get("blind_invariants") or []
+        blinded = evidence.get("blinded_offences") or {}
+        lines.append(
+            "            not judged for want of it: " + (", ".join(blind) or "none")
+            + ("; offences not counted: " + ", ".join(f"{name} {count}" for name, count
+                                                      in blinded.items()) if blinded else ""))
+    errors = report.get("checker_errors") or {}
+    if errors:
+        lines.append(f"  checker   {len(errors)} judge(s) raised ({', '.join(errors)}): a bug of "
+                     "the toolkit's, not the queue's; tracebacks in checker-errors.txt")
+    return lines
+
+
+def _last_line(text: str) -> str:
+    return (text.strip().splitlines() or [""])[-1]
 
 
 def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdict | None,

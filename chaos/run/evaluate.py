@@ -18,7 +18,9 @@ event, so a re-check says exactly what the run said.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import traceback
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +36,9 @@ from chaos.report.summary import build_report, read_report
 from chaos.run.sources import evidence, judged_history
 
 HISTORY = "history.jsonl"
+CHECKER_ERRORS = "checker-errors.txt"  # the tracebacks of a checker that raised
+CHECKER_RAISED = (f"the checker raised (a bug of the toolkit's, not the queue's): its traceback "
+                  f"is in {CHECKER_ERRORS}")
 OUTCOMES = ("finished", "aborted", "error")
 CLOCK_STEP_ALLOWANCE_MS = 250  # far above any clock slew over a run of seconds
 
@@ -161,14 +166,25 @@ def _saved_wall_ms(saved: dict[str, Any] | None) -> int | None:
 
 def _word(outcome: str | None, verdict: Verdict | None, saved: dict[str, Any] | None) -> str:
     if outcome == "finished":
-        if verdict is not None and verdict.unknown:
-            return "unknown"  # nothing broken, but jobs left undrained: cannot decide
-        return "pass" if verdict is not None and verdict.passed else "fail"
+        # unknown: nothing broken, but jobs left undrained or evidence missing: cannot decide
+        return verdict.word if verdict is not None else "fail"
+    if verdict is not None and verdict.checker_error:
+        return "checker_error"  # a judge raised: say so whatever else ended the run
     if outcome is not None:
         return outcome
     # Only the run knew how it ended (report.json), or nothing does: it did not finish.
     return str(saved["verdict"]) if saved and saved.get("verdict") in (
         "aborted", "error") else "aborted"
+
+
+def _save_checker_errors(run_dir: Path, errors: dict[str, str]) -> None:
+    """The checker's own tracebacks, for whoever fixes it (``checker-errors.txt``)."""
+    path = run_dir / CHECKER_ERRORS
+    with contextlib.suppress(OSError):  # a read-only run directory: report.json names it
+        if not errors:
+            path.unlink(missing_ok=True)  # a re-check by a mended checker leaves no stale one
+            return
+        path.write_text("".join(f"== {name}\n{text}\n" for name, text in errors.items()))
 
 
 def evaluate(run_dir: Path, outcome: str | None = None,
@@ -204,15 +220,20 @@ def evaluate(run_dir: Path, outcome: str | None = None,
 
         verdict, acks = check_with_ledger(run_dir, history, judge)
         recorder = evidence(run_dir, config, final)
-    except (ValueError, KeyError, OSError) as error:  # read_history names the file and line
+    except (ValueError, OSError) as error:  # read_history names the file and line
         message = str(error)
         raise SavedRunError(message if message.startswith(str(history))
                             else f"{history}: {message}") from None
+    except Exception:  # noqa: BLE001 - the checker itself broke: a verdict of its own
+        _save_checker_errors(run_dir, {"checker": traceback.format_exc()})
+        return Evaluation(scenario_name(run_dir, saved=saved), "checker_error", None, None,
+                          saved)
+    _save_checker_errors(run_dir, {name: result.error for name, result
+                                   in verdict.invariants.items() if result.error})
     if outcome is None:
         outcome = run_outcome(verdict.end_event)
     word = _word(outcome, verdict, saved)
-    if word == "pass" and recorder is not None and recorder["problems"] or (
-            word == "fail" and recorder is not None and recorder.get("incomplete")):
+    if word == "pass" and recorder is not None and recorder["problems"]:
         word = "unknown"  # the monitor evidence is incomplete or disagrees: cannot decide
     if wall_ms is None:
         wall_ms = _saved_wall_ms(saved)

@@ -19,13 +19,21 @@ from chaos.files import write_json_atomic
 from chaos.history.events import Event, replay_history
 from chaos.history.schema import Phase
 from chaos.report.summary import write_rendered_reports
-from chaos.run.evaluate import HISTORY, Evaluation, SavedRunError, evaluate, scenario_name
+from chaos.run.evaluate import (
+    CHECKER_RAISED,
+    HISTORY,
+    Evaluation,
+    SavedRunError,
+    evaluate,
+    scenario_name,
+)
 
 # report.json keys the checker decides; the rest (run, load, error, ...) is what the run saw.
 VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "stranded_leases",
                 "faults", "rejected", "events", "throughput_per_s", "report_only", "store_faults",
                 "outcomes", "dead_letter", "needless_by_fault", "needless_by_duration",
-                "ack_ledger", "stranded_lease_count", "slowed_lease_count", "undrained")
+                "ack_ledger", "stranded_lease_count", "slowed_lease_count", "undrained",
+                "evidence", "checker_errors")
 
 __all__ = ["VERDICT_KEYS", "SavedRun", "SavedRunError", "recheck", "write_missing_report"]
 
@@ -33,7 +41,7 @@ __all__ = ["VERDICT_KEYS", "SavedRun", "SavedRunError", "recheck", "write_missin
 @dataclass
 class SavedRun:
     run_dir: Path
-    verdict: Verdict
+    verdict: Verdict | None  # None: the checker itself raised (``checker-errors.txt``)
     report: dict[str, Any]  # rebuilt: the fresh verdict plus what report.json saw of the run
     saved: dict[str, Any] | None  # report.json as the run wrote it, if any
 
@@ -63,6 +71,8 @@ class SavedRun:
 def recheck(run_dir: Path) -> SavedRun:
     """Judge ``run_dir`` again; the report keeps what the saved report.json saw of the run."""
     evaluation = evaluate(run_dir)
+    if evaluation.verdict is None and evaluation.word == "checker_error":
+        return SavedRun(run_dir, None, evaluation.report(error=CHECKER_RAISED), evaluation.saved)
     if evaluation.verdict is None:
         history = run_dir / HISTORY
         raise SavedRunError(f"{history}: " + ("empty: nothing to check" if history.exists()

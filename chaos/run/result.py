@@ -51,13 +51,15 @@ def finish(run: FinishedRun, outcome: str, error: str | None, wall_ms: int,
     """Judge the run directory (``chaos.run.evaluate``, as `check` does) and write the reports;
     ``outcome``: finished | aborted | error."""
     from chaos.report.summary import summary_text, write_rendered_reports
-    from chaos.run.evaluate import Evaluation, SavedRunError, evaluate
+    from chaos.run.evaluate import CHECKER_RAISED, Evaluation, SavedRunError, evaluate
 
     try:
         evaluation = evaluate(run.run_dir, outcome, wall_ms)
     except SavedRunError as failure:
         error = f"history unreadable: {failure}"
         evaluation = Evaluation(run.scenario.name, "error", None, None)
+    if evaluation.verdict is None and evaluation.word == "checker_error":
+        error = f"{error}; {CHECKER_RAISED}" if error else CHECKER_RAISED
     load = run.load_summary()
     seen: dict[str, Any] = {"run": run.describe(wall_ms, load)}
     if load is not None:

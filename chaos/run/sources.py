@@ -7,9 +7,10 @@ recorder's), ``both`` judges ``history.jsonl`` and also the recorder's, and repo
 agree. A monitor history is only evidence if its recorder kept up and decoded every call
 (``monitor.json``); otherwise, and when the two sources disagree, the run is never a ``pass``.
 A gap in the recorder's feed it could not verify (writes ran that it did not see, e.g. around a
-store restart) makes a ``monitor`` run ``unknown`` whatever the checker found (``incomplete``:
-a job completed unseen would read as lost); a ``both`` run is judged on the scripts' history,
-which has no such gap, so there the gap and the disagreement it causes are only noted.
+store restart) is in the monitor history itself as ``blind`` events on the jobs it hid writes of,
+so the checker fails only what the gap cannot explain (``chaos.check.evidence``); a ``both`` run
+is judged on the scripts' history, which has no such gap, so there the gap and the disagreement
+it causes are only noted.
 
 ``python -m chaos.run.sources RUN_DIR...`` prints the agreement table of runs recorded with
 ``source = "both"``: per-invariant verdicts, event counts per type, and the event-by-event
@@ -146,7 +147,6 @@ def evidence(run_dir: Path, config: CheckConfig, final: bool | None) -> dict[str
     gapped = health.unverified_gaps() if health is not None else []
     problems = (health.problems(gaps=source == "monitor") if health is not None
                 else [f"no {HEALTH_FILE}: the recorder's health is unknown"])
-    found["incomplete"] = bool(gapped) and source == "monitor"
     notes = [f"{len(gapped)} recorder gap(s) hid writes: the monitor history lacks them (the "
              "verdict is the scripts history's)"] if gapped and source == "both" else []
     silent = _enqueued_never_claimed(run_dir / MONITOR_HISTORY)

@@ -7,6 +7,7 @@ from typing import Any
 
 from chaos.errors import (
     EXIT_ABORTED,
+    EXIT_CHECKER,
     EXIT_FAIL,
     EXIT_INFRA,
     EXIT_PASS,
@@ -20,8 +21,10 @@ NOT_RUN = "not run"  # a scenario after the one a Ctrl-C stopped
 
 
 def worst_exit_code(codes: list[int]) -> int:
-    """aborted (130) > infrastructure (3) > usage (2) > fail (1) > unknown (4) > pass (0)."""
-    order = [EXIT_PASS, EXIT_UNKNOWN, EXIT_FAIL, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED]
+    """aborted (130) > infrastructure (3) > usage (2) > checker error (5) > fail (1) > unknown
+    (4) > pass (0)."""
+    order = [EXIT_PASS, EXIT_UNKNOWN, EXIT_FAIL, EXIT_CHECKER, EXIT_USAGE, EXIT_INFRA,
+             EXIT_ABORTED]
     return max(codes, key=order.index, default=EXIT_PASS)
 
 

@@ -39,7 +39,7 @@ from chaos.scenario.model import Scenario
 
 SCHEMA = 1
 # a cell's verdict is its worst run's
-VERDICT_ORDER = ("pass", "unknown", "fail", "aborted", "error")
+VERDICT_ORDER = ("pass", "unknown", "fail", "checker_error", "aborted", "error")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 //
 // Environment: CHAOS_VALKEY_URL, CHAOS_QUEUE, CHAOS_PREFIX, CHAOS_NAME (the connection's client
 // name; default "producer"). Protocol, one JSON object per line:
-//   stdin   {"id": "job-0000001", "data": {"handler_ms": 50, "crash": false, "pad": "..."}}
+//   stdin   {"id": "job-0000001", "data": {"handler_ms": 50, "crash": false, "pad": "..."},
+//            "opts": {"attempts": 3}}     (opts: BullMQ's own job options, optional)
 //   stdout  {"id": "job-0000001", "ok": true}        once the server acknowledged the add
 //           {"id": "job-0000001", "ok": false, "error": "..."}
 // Replies come in request order. The first line on stdout is {"ready": true}.
@@ -50,7 +51,8 @@ async function main() {
       chain = chain.then(() => write({ id: null, ok: false, error: `bad request: ${line}` }));
       return;
     }
-    const added = queue.add('job', request.data || {}, { jobId: String(request.id) }).then(
+    const options = { ...(request.opts || {}), jobId: String(request.id) };
+    const added = queue.add('job', request.data || {}, options).then(
       () => ({ id: request.id, ok: true }),
       error => ({ id: request.id, ok: false, error: error.message }));
     chain = chain.then(() => added.then(write));

@@ -18,7 +18,8 @@
 //                             unfenced-finish     moveToFinished's lock check skipped (the script
 //                                                 is patched in memory at start-up, never on disk)
 // A job's data is {"handler_ms": <int>, "crash": <bool>, "pad": "..."}: the handler sleeps
-// handler_ms, or SIGKILLs its own process when crash is true (a poison pill).
+// handler_ms, or SIGKILLs its own process when crash is true (a poison pill); with
+// "fail_attempts": N it throws on the job's first N attempts (BullMQ retries it, given attempts).
 'use strict';
 
 const { Worker } = require('bullmq');
@@ -73,6 +74,9 @@ async function handle(job) {
     await sleep(60_000); // SIGKILL is not delivered synchronously on every platform
   }
   await sleep(Number(data.handler_ms) || 0);
+  if (job.attemptsMade < (Number(data.fail_attempts) || 0)) {
+    throw new Error(`planned failure of attempt ${job.attemptsMade + 1}`); // BullMQ retries it
+  }
   return 'done';
 }
 

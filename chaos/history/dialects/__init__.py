@@ -11,6 +11,7 @@ keeps by applying every write it sees.
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -59,6 +60,43 @@ class Dialect(Protocol):
 
     def decode(self, call: Call) -> Decoded: ...
 
+    def jobs_named(self, call: Call) -> list[str]:
+        """The jobs a call names (its keys and the members it writes): those an undecoded call
+        leaves without evidence. Empty: it may concern any job."""
+        ...
+
+
+# Writes that put or take a job in a set or list of the queue, and where their members start.
+_MEMBER_WRITES = {"ZADD": None, "ZREM": 2, "SADD": 2, "SREM": 2, "LPUSH": 2, "RPUSH": 2,
+                  "LREM": 3}
+_ZADD_OPTIONS = frozenset(("NX", "XX", "GT", "LT", "CH", "INCR"))
+
+
+def jobs_named(calls: Iterable[list[str]], job_of: Callable[[str], str | None],
+               member_keys: frozenset[str]) -> list[str]:
+    """The jobs named by a call's commands (``calls``: its KEYS as one command's arguments, then
+    each command the script ran): every key that is a job's own (``job_of``), and every member
+    written to one of the queue's sets or lists (``member_keys``), in the order first named."""
+    named: dict[str, None] = {}
+    for args in calls:
+        for key in args[1:] if args and args[0] == "KEYS" else args[1:2]:
+            job_id = job_of(key)
+            if job_id:
+                named[job_id] = None
+        command = args[0].upper() if args else ""
+        if command in _MEMBER_WRITES and len(args) > 2 and args[1] in member_keys:
+            start = _MEMBER_WRITES[command]
+            if start is None:  # ZADD key [options] score member ...: members are every second
+                first = 2
+                while first < len(args) and args[first].upper() in _ZADD_OPTIONS:
+                    first += 1
+                members = args[first + 1::2]
+            else:
+                members = args[start:]
+            for member in members:
+                named[member] = None
+    return list(named)
+
 
 class GapCheck(Protocol):
     """A dialect that can tell whether a recorder's gap hid a transition (``chaos.history
@@ -69,10 +107,13 @@ class GapCheck(Protocol):
         """The script, its KEYS and ARGV (``since_ms``: the gap's start, server clock)."""
         ...
 
+    gap_jobs: list[str] | None  # the jobs the last differences named; None: any job
+
     def gap_differences(self, reply: Any, since_ms: int) -> tuple[list[str],
                                                                   list[dict[str, str]]]:
         """What the store holds that the shadow does not (empty: no write was missed), and the
-        runner events recorded in the gap, oldest first."""
+        runner events recorded in the gap, oldest first; ``gap_jobs`` then names the jobs
+        those differences concern."""
         ...
 
 

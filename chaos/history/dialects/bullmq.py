@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from chaos.history.dialects import Call, Decoded
+from chaos.history.dialects import Call, Decoded, jobs_named
 from chaos.history.dialects.echomq import SCRIPTS, EchoMQ
 
 _TOKEN = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}:\d+")
@@ -44,6 +44,9 @@ _QUEUE_KEYS = frozenset((
     "wait", "paused", "meta", "id", "completed", "failed", "delayed", "active", "events",
     "marker", "prioritized", "pc", "stalled", "stalled-check", "limiter", "repeat", "metrics",
     "waiting-children", "de", "qe"))
+# The queue's sets and lists whose members are job ids.
+_JOB_LISTS = ("wait", "paused", "active", "delayed", "prioritized", "completed", "failed",
+              "stalled", "waiting-children")
 
 
 def bullmq_base(prefix: str, queue: str) -> str:
@@ -82,6 +85,16 @@ class BullMQ:
             return None
         job_id = key[len(self.base):len(key) - len(suffix)]
         return job_id if job_id and ":" not in job_id and job_id not in _QUEUE_KEYS else None
+
+    def jobs_named(self, call: Call) -> list[str]:
+        return jobs_named(EchoMQ._call_commands(call), self._job_of_any,
+                          frozenset(self.base + suffix for suffix in _JOB_LISTS))
+
+    def _job_of_any(self, key: str) -> str | None:
+        """The job of ``<base><id>`` or of one of its own keys (``<base><id>:lock`` ...)."""
+        if not key.startswith(self.base):
+            return None
+        return self._job(self.base + key[len(self.base):].partition(":")[0])
 
     def _owner(self, token: str) -> str:
         return self.owners.get(token.rpartition(":")[0], "")

@@ -44,7 +44,7 @@ from collections import Counter, deque
 from importlib import resources
 from typing import Any
 
-from chaos.history.dialects import Call, Decoded
+from chaos.history.dialects import Call, Decoded, jobs_named
 from chaos.history.schema import TRANSITIONS
 from chaos.protocol.client import QueueKeys
 
@@ -86,6 +86,8 @@ class EchoMQ:
         self.earliest_ms = self.latest_ms = 0
         # The runner events decoded last (their XADD fields): a gap's are told apart by them.
         self.runner_seen: deque[tuple[tuple[str, str], ...]] = deque(maxlen=1000)
+        # The jobs the last gap's differences name (None: any job may be affected).
+        self.gap_jobs: list[str] | None = None
 
     # --- the shadow ---------------------------------------------------------------------
     def _apply(self, args: list[str]) -> None:
@@ -163,6 +165,23 @@ class EchoMQ:
             return self._decode(script, call, argv)
         except (IndexError, ValueError, KeyError):
             return Decoded([], undecoded=True)
+
+    def jobs_named(self, call: Call) -> list[str]:
+        return jobs_named(self._call_commands(call), self._job_of,
+                          frozenset((self.pending, self.active, self.dead)))
+
+    def _job_of(self, key: str) -> str | None:
+        return key[len(self.job_prefix):] if key.startswith(self.job_prefix) else None
+
+    @staticmethod
+    def _call_commands(call: Call) -> list[list[str]]:
+        """A script call's KEYS (as a pseudo-command ``KEYS k1 k2 ...``), then its commands."""
+        try:
+            numkeys = int(call.args[2])
+            keys = call.args[3:3 + numkeys]
+        except (IndexError, ValueError):
+            keys = []
+        return [["KEYS", *keys], *(args for _, args in call.commands)]
 
     def _touches_queue(self, call: Call, keys: list[str] | None = None) -> bool:
         return any(key.startswith(self.base) for key in keys or ()) or any(
@@ -325,15 +344,17 @@ class EchoMQ:
             del self.expires_at[job_id]
             self.jobs.pop(job_id, None)
             shadow.pop(job_id, None)
+        differing = [job_id for job_id in sorted(stored.keys() | shadow.keys())
+                     if stored.get(job_id) != shadow.get(job_id)]
         found = [f"job {job_id}: the store has {stored.get(job_id)}, the history "
-                 f"{shadow.get(job_id)}" for job_id in sorted(stored.keys() | shadow.keys())
-                 if stored.get(job_id) != shadow.get(job_id)]
+                 f"{shadow.get(job_id)}" for job_id in differing]
         active = dict(zip(active_reply[::2], active_reply[1::2], strict=False))
+        moved = [job_id for job_id in sorted(active.keys() | self.leases.keys())
+                 if job_id not in active or job_id not in self.leases
+                 or float(active[job_id]) != float(self.leases[job_id])]
         found += [f"lease {job_id}: the store has {active.get(job_id)}, the history "
-                  f"{self.leases.get(job_id)}"
-                  for job_id in sorted(active.keys() | self.leases.keys())
-                  if job_id not in active or job_id not in self.leases
-                  or float(active[job_id]) != float(self.leases[job_id])]
+                  f"{self.leases.get(job_id)}" for job_id in moved]
+        self.gap_jobs = list(dict.fromkeys(differing + moved))
         # From here on the shadow is the store's: what a later reply would carry (an attempt,
         # a lease) is right again, and a later gap reports only its own differences.
         for job_id in shadow.keys() | stored.keys():
@@ -344,6 +365,7 @@ class EchoMQ:
         if first and int(first[0][0].partition("-")[0]) > since_ms:
             found.append(f"the events stream starts at {first[0][0]}, after the gap began "
                          "(trimmed): runner events of the gap may be gone")
+            self.gap_jobs = None  # a fault of the gap's may be gone: any job may be affected
         seen = Counter(self.runner_seen)
         missed = []
         for _, flat in recent:

@@ -31,7 +31,7 @@ T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
 MAX_FAULT_ROWS = 12  # faults listed before the table folds away
 VERDICT_COLORS = {"pass": "#1a7f37", "fail": "#cf222e", "unknown": "#8250df",
-                  "aborted": "#9a6700", "error": "#6e7781"}
+                  "aborted": "#9a6700", "error": "#6e7781", "checker_error": "#6e7781"}
 # report.json's recovery figures: what each one measures, as the recovery table labels it.
 RECOVERY_LABELS = {"reap": "fault → reap", "deadline_to_reap": "deadline → reap (every lease)",
                    "reclaim": "fault → re-claim", "recomplete": "fault → re-complete"}
@@ -97,7 +97,15 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
         if name not in invariants:
             continue
         result = invariants[name]
-        if result.get("judged") is False:
+        if result.get("status") == "error":
+            status = ('<span class="bad">checker error</span><br><span class="muted">'
+                      + _e("".join(str(result.get("error", "")).strip().splitlines()[-1:]))
+                      + "</span>")
+        elif result.get("status") == "blind":
+            status = ('<span class="warn">not judged</span><br><span class="muted">evidence '
+                      f'missing; {int(result.get("blinded", 0))} offence(s) on those jobs'
+                      '</span>')
+        elif result.get("judged") is False:
             status = f'<span class="muted">{_e(NOT_JUDGED)}</span>'
         elif not result["ok"] and name in report_only:
             status = '<span class="warn">FAIL</span><br><span class="muted">report only</span>'
@@ -287,10 +295,13 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
         if started else "?"
     failed = [n for n, r in (report.get("invariants") or {}).items() if not r.get("ok", True)]
     undrained = (report.get("undrained") or {}).get("count") or 0
+    blind = (report.get("evidence") or {}).get("blind_invariants") or []
     summary = ("every invariant held" if word == "pass"
                else f"failed: {', '.join(failed)}" if failed
+               else f"evidence missing, not judged: {', '.join(blind)}" if blind
                else f"{undrained} job(s) undrained: cannot tell a pass from a loss"
-               if word == "unknown" else word)
+               if word == "unknown" else "a judge of the checker raised (checker-errors.txt)"
+               if word == "checker_error" else word)
     parts = [
         "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
         "<meta name='viewport' content='width=device-width,initial-scale=1'>",
