@@ -159,6 +159,8 @@ class HistoryWriter:
         if toolkit_script(call):
             health.toolkit_calls += 1
             return
+        # the caller, for a dialect that takes a transition's holder from its connection
+        call.conn = self.resolve(call.client) if self.resolve else ""
         decoded = self.dialect.decode(call)
         stamp_ms = call.stamp_us // 1000
         health.calls_not_run += decoded.not_run
@@ -173,10 +175,10 @@ class HistoryWriter:
         health.unscripted_writes += decoded.unscripted_write
         if not decoded.events:
             return
-        conn = self.resolve(call.client) if self.resolve else ""
+        conn = call.conn
         if conn is None:
             health.unattributed_calls += 1
-            if getattr(self.dialect, "holder_from_connection", False):
+            if decoded.holder_from_connection:
                 # before the events: the checker meets the blind spot first
                 self.blind(HOLDER_EVIDENCE, "unattributed call", [
                     event["id"] for event in decoded.events

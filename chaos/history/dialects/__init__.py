@@ -26,6 +26,9 @@ class Call:
     client: str  # the caller's address (host:port), as MONITOR gives it
     args: list[str]  # the call line: command name first
     commands: list[tuple[int, list[str]]] = field(default_factory=list)  # (stamp µs, args)
+    # The member whose connection made it (the recorder resolves it before decoding): "" not
+    # known to the dialect, None when the connection could not be resolved.
+    conn: str | None = ""
 
 
 @dataclass(slots=True)
@@ -38,6 +41,7 @@ class Decoded:
     unscripted_write: bool = False  # a write to the queue's keys outside any script
     not_run: bool = False  # a script call MONITOR listed with no command after it: it ran
     # nothing (NOSCRIPT, a bad key count, an error before its first call), so no event
+    holder_from_connection: bool = False  # its events' holder is the calling connection
 
 
 # The toolkit's own scripts on the queue's keys that are no queue transition, by SHA1 (an

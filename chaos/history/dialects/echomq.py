@@ -68,8 +68,16 @@ SCRIPTS = _script_shas()
 class EchoMQ:
     name = "echomq"
 
-    def __init__(self, prefix: str, queue: str) -> None:
+    def __init__(self, prefix: str, queue: str, lease_ms: int | None = None,
+                 fast_path: bool = True) -> None:
         keys = QueueKeys(prefix, queue)
+        # The scenario's lease: where a deadline minus it lies within TIME's bounds, that is the
+        # script's exact clock (a call decoded by effect names no lease of its own).
+        self.lease_ms = lease_ms
+        # Our own scripts known by SHA1 (their arguments: the worker, the lease, the round
+        # trip); False decodes every call by effect, as a stranger's (tests hold both equal).
+        self.fast_path = fast_path
+        self.holders: dict[str, str] = {}  # job -> the holder of its last claim (by effect)
         self.pending, self.active, self.events = keys.pending, keys.active, keys.events
         self.dead = keys.dead
         self.job_prefix = keys.job_prefix
@@ -95,19 +103,23 @@ class EchoMQ:
         if len(args) < 2:
             return
         key = args[1]
-        if key.startswith(self.job_prefix):
-            job = self.jobs.setdefault(key[len(self.job_prefix):], {})
+        row = self._row(key)
+        if row is not None:
+            job = self.jobs.setdefault(row, {})
             if command in ("HSET", "HMSET"):
                 for index in range(2, len(args) - 1, 2):
                     job[args[index]] = args[index + 1]
+            elif command == "HDEL":
+                for name in args[2:]:
+                    job.pop(name, None)
             elif command == "HINCRBY" and len(args) == 4:
                 job[args[2]] = str(int(job.get(args[2]) or 0) + int(args[3]))
             elif command in ("DEL", "UNLINK"):
                 job.clear()
             elif command == "PEXPIRE" and len(args) >= 3:
                 at = self.now_ms + int(args[2])
-                self.expires_at[key[len(self.job_prefix):]] = at
-                heapq.heappush(self.expiry_order, (at, key[len(self.job_prefix):]))
+                self.expires_at[row] = at
+                heapq.heappush(self.expiry_order, (at, row))
         elif key == self.active:
             if command == "ZADD":
                 options = 2
@@ -122,6 +134,14 @@ class EchoMQ:
             elif command == "ZREM":
                 for member in args[2:]:
                     self.leases.pop(member, None)
+
+    def _row(self, key: str) -> str | None:
+        """The job whose row ``key`` is; None for another key (a job's own sub-keys, such as
+        EchoMQ's ``job:<id>:lock``, are no row)."""
+        if not key.startswith(self.job_prefix):
+            return None
+        job_id = key[len(self.job_prefix):]
+        return None if ":" in job_id else job_id
 
     def _expire(self, now_ms: int) -> None:
         """Drop the hashes the store has expired by ``now_ms`` (gone once past their time)."""
@@ -155,12 +175,8 @@ class EchoMQ:
         keys, argv = call.args[3:3 + numkeys], call.args[3 + numkeys:]
         if not call.commands:  # it ran nothing (NOSCRIPT ...): no write, no event
             return Decoded([], not_run=True)
-        if script is None:
-            if self._touches_queue(call, keys):
-                for _, args in call.commands:
-                    self._apply(args)
-                return Decoded([], undecoded=True)
-            return Decoded([])
+        if script is None or not self.fast_path:
+            return self._by_effect(call) if self._touches_queue(call, keys) else Decoded([])
         try:
             return self._decode(script, call, argv)
         except (IndexError, ValueError, KeyError):
@@ -171,7 +187,10 @@ class EchoMQ:
                           frozenset((self.pending, self.active, self.dead)))
 
     def _job_of(self, key: str) -> str | None:
-        return key[len(self.job_prefix):] if key.startswith(self.job_prefix) else None
+        """The job of a row or of one of its sub-keys (``job:<id>:lock``)."""
+        if not key.startswith(self.job_prefix):
+            return None
+        return key[len(self.job_prefix):].partition(":")[0]
 
     @staticmethod
     def _call_commands(call: Call) -> list[list[str]]:
@@ -211,6 +230,133 @@ class EchoMQ:
             return Decoded([], undecoded=bool(writes))
         decoded: Decoded = decoder(script, argv, writes, ts)
         return decoded
+
+    # --- decoding by effect ---------------------------------------------------------------
+    def _by_effect(self, call: Call) -> Decoded:
+        """A call of a script we do not know (another queue's, or ours changed by one byte),
+        judged by what it did to the queue's keys, whatever its text or arguments. Per job, in
+        the order first written:
+
+            claim      attempts raised (HINCRBY) and a lease written (ZADD active)
+            extend     a lease written (ZADD active), attempts untouched, the job not leaving
+            complete   out of active (ZREM) with its row deleted or its state set completed
+            reap       out of active and back into pending (ZADD pending)
+            dead       out of active and into dead
+            enqueue    a new row with a payload, into pending
+
+        The holder is the calling connection (``Call.conn``; the scripts need not name one).
+        A call that writes nothing is no transition (a refused extend or complete cannot be
+        told from a read by its effect). Any other write to pending, active, dead or a job's
+        attempts or state is undecoded: its jobs' evidence is missing."""
+        ts = self._clock(call)
+        effects: dict[str, _Effect] = {}
+        runner: list[dict[str, str]] = []
+
+        def effect(job_id: str) -> _Effect:
+            found = effects.get(job_id)
+            if found is None:
+                job = self.jobs.get(job_id)
+                found = effects[job_id] = _Effect(job_id in self.leases, bool(job))
+                found.deadline_before = self.leases.get(job_id, "")
+            return found
+
+        popped = False  # a ZPOPMIN of pending: a claim, empty when nothing else follows
+
+        for _, args in call.commands:
+            name = args[0].upper()
+            if name not in _WRITES or len(args) < 2:
+                continue
+            key = args[1]
+            if key == self.events:
+                runner += self._runner_events([args], ts)
+            elif (row := self._row(key)) is not None:
+                job = effect(row)
+                if name in ("HSET", "HMSET"):
+                    fields = dict(zip(args[2::2], args[3::2], strict=False))
+                    job.completed |= fields.get("state") == "completed"
+                    job.payload |= "payload" in fields
+                    job.other_state |= "state" in fields and fields["state"] not in (
+                        "completed", "active", "pending", "dead")
+                elif name == "HINCRBY" and len(args) == 4:
+                    job.attempts_raised |= args[2] == "attempts"
+                elif name in ("DEL", "UNLINK"):
+                    job.deleted = True
+            elif key in (self.active, self.pending, self.dead):
+                popped |= name == "ZPOPMIN" and key == self.pending
+                xx = name == "ZADD" and "XX" in (arg.upper() for arg in args[2:5])
+                for member, score in _members(name, args):
+                    live = member in self.leases
+                    if key == self.active and (xx or score is None) and not live:
+                        continue  # a ZADD XX or ZREM of a lease that is not there: no write
+                    job = effect(member)
+                    if key == self.active:
+                        if score is None:
+                            job.left_active = True
+                        else:
+                            job.deadline = score
+                    elif key == self.pending:
+                        if score is not None:
+                            job.pending, job.pending_score = True, score
+                    else:
+                        job.dead = score
+            self._apply(args)
+        events: list[dict[str, str]] = list(runner)
+        undecoded = False
+        for job_id, job in effects.items():
+            event = self._effect_event(job_id, job, ts, call.conn or "")
+            if event is None:
+                undecoded |= job.changed
+            elif event:
+                events.append(event)
+        return Decoded(events, undecoded=undecoded, holder_from_connection=True,
+                       empty_claim=popped and not effects)
+
+    def _effect_event(self, job_id: str, job: _Effect, ts: str,
+                      holder: str) -> dict[str, str] | None:
+        """The transition ``job``'s effects make; {} for none, None when they make no sense."""
+        attempt = self._attempts(job_id)
+        if job.attempts_raised and job.deadline is not None and not job.left_active:
+            self.holders[job_id] = holder
+            return {"type": "claim", "id": job_id, "attempt": attempt, "worker": holder,
+                    **self._lease(job.deadline, ts)}
+        settled = job.deleted or job.completed  # EchoMQ deletes the row, ours marks it
+        if settled and not job.pending and job.dead is None and job.deadline is None \
+                and not job.attempts_raised:  # out of active (or pending) for good
+            return {"type": "complete", "id": job_id, "attempt": attempt, "worker": holder,
+                    "ts": ts}
+        if job.left_active and job.deadline is None and not job.attempts_raised \
+                and not settled and job.pending != (job.dead is not None):
+            row = self.jobs.get(job_id, {})
+            taken = {"attempt": attempt, "worker": row.get("worker") or self.holders.get(
+                job_id, ""), "deadline": job.deadline_before, "stalls": row.get("stalls", "")}
+            if job.pending:
+                return {"type": "reap", "id": job_id, **taken, "ts": ts}
+            return {"type": "dead", "id": job_id, **taken, "ts": self._exact(ts, job.dead)}
+        if job.deadline is not None and not job.attempts_raised and not job.left_active:
+            return {"type": "extend", "id": job_id, "attempt": attempt, "worker": holder,
+                    **self._lease(job.deadline, ts), "rtt_ms": ""}
+        if job.pending and job.payload and not job.existed and not job.left_active \
+                and job.deadline is None and job.dead is None:
+            return {"type": "enqueue", "id": job_id,
+                    "ts": self._exact(ts, job.pending_score)}
+        return {} if not job.changed else None
+
+    def _lease(self, deadline: str, ts: str) -> dict[str, str]:
+        """A granted lease's fields: ``ts`` exact where deadline - the scenario's lease lies
+        within TIME's bounds; the lease is what the deadline says, whatever was configured."""
+        if self.lease_ms is not None:
+            ts = self._exact(ts, int(float(deadline)) - self.lease_ms)
+        return {"lease_ms": str(int(float(deadline)) - int(ts)), "deadline": deadline, "ts": ts}
+
+    def _clock(self, call: Call) -> str:
+        """The call's ``ts`` (its line's stamp, ms) and the bounds TIME can have read."""
+        self.earliest_ms = call.stamp_us // 1000 - 1  # floored: a start in a ms's last µs
+        self.latest_ms = call.stamp_us // 1000
+        for stamp, args in call.commands:
+            if args[0].upper() == "TIME":
+                self.latest_ms = stamp // 1000
+                break
+        return str(call.stamp_us // 1000)
 
     def _exact(self, ts: str, value: str | int | None) -> str:
         """``value`` (a write's copy of the script's clock) when it lies within TIME's bounds."""
@@ -379,6 +525,43 @@ class EchoMQ:
             self.runner_seen.append(key)
             missed.append(fields)
         return found, missed
+
+
+class _Effect:
+    """What one call did to one job (``EchoMQ._by_effect``)."""
+
+    __slots__ = ("attempts_raised", "completed", "dead", "deadline", "deadline_before",
+                 "deleted", "existed", "left_active", "other_state", "payload", "pending",
+                 "pending_score", "was_live")
+
+    def __init__(self, was_live: bool, existed: bool) -> None:
+        self.was_live, self.existed = was_live, existed
+        self.attempts_raised = self.completed = self.deleted = self.left_active = False
+        self.payload = self.pending = self.other_state = False
+        self.pending_score: str | None = None  # its score in pending (enqueue: TIME, or 0)
+        self.deadline: str | None = None  # the lease written to active
+        self.deadline_before = ""  # the lease it held when the call began (a reap's)
+        self.dead: str | None = None  # its score in dead
+
+    @property
+    def changed(self) -> bool:
+        """Did the call change the job's lease, place or fate (not only bookkeeping)?"""
+        return (self.attempts_raised or self.completed or self.deleted or self.left_active
+                or self.pending or self.other_state or self.deadline is not None
+                or self.dead is not None)
+
+
+def _members(name: str, args: list[str]) -> list[tuple[str, str | None]]:
+    """(member, score) of a write to a sorted set: score None for a removal."""
+    if name == "ZADD":
+        first = 2
+        while first < len(args) and args[first].upper() in ("NX", "XX", "GT", "LT", "CH",
+                                                             "INCR"):
+            first += 1
+        return list(zip(args[first + 1::2], args[first::2], strict=False))
+    if name == "ZREM":
+        return [(member, None) for member in args[2:]]
+    return []
 
 
 # The store as the recorder resumes (run just before MONITOR, on the same connection: nothing

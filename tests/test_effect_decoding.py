@@ -1,0 +1,104 @@
+"""Decode by effect (docs/design.md §5): a call is what it does to the queue's keys, not the
+SHA1 or argument order of a script we know. Our own scripts decoded by effect give the history
+the SHA1 table gives them, and scripts changed by one byte (no SHA1 matches) decode and judge
+exactly as our own; the holder is then the calling connection."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import redis
+from test_evidence import _OneByteOff
+from test_monitor import FIXTURE, live_recorder
+
+from chaos.files import write_json_atomic
+from chaos.history.dialects.echomq import EchoMQ
+from chaos.history.events import Event, read_history
+from chaos.history.monitor import (
+    HEALTH_FILE,
+    MONITOR_HISTORY,
+    HistoryWriter,
+    RecorderHealth,
+    decode_lines,
+)
+from chaos.history.schema import Phase, Run
+from chaos.protocol.client import QueueClient, QueueKeys, redis_client
+from chaos.run.evaluate import evaluate
+from chaos.run.sources import compare_histories
+from chaos.runtime.valkey import ValkeyServer
+
+ACCEPTED = ("enqueue", "claim", "extend", "complete", "reap", "dead")
+
+
+def _decoded(dialect: EchoMQ) -> tuple[list[Event], RecorderHealth]:
+    handle = io.StringIO()
+    health = RecorderHealth("echomq")
+    decode_lines(FIXTURE["monitor"], HistoryWriter(dialect, handle, health))
+    return [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()], health
+
+
+def _transitions(events: list[Event]) -> list[tuple[object, ...]]:
+    return [(e.type, e.job_id, e.attempt, e.deadline, e.lease_ms, e.ts) for e in events
+            if e.type in ACCEPTED]
+
+
+def test_our_scripts_decoded_by_effect_give_what_their_sha1_gives():
+    """The fast path (a known SHA1 gives the arguments' meaning) is held equal to the effect
+    decoder on every accepted transition of a captured run: type, job, attempt, deadline, lease
+    and server time. (A refused extend or complete writes nothing: by effect it is no
+    transition, so only the fast path sees those.)"""
+    lease_ms = next(int(r["lease_ms"]) for r in FIXTURE["stream"] if r["type"] == "claim")
+    fast, fast_health = _decoded(EchoMQ("emq:", "jobs", lease_ms=lease_ms))
+    by_effect, health = _decoded(EchoMQ("emq:", "jobs", lease_ms=lease_ms, fast_path=False))
+    assert _transitions(by_effect) == _transitions(fast)
+    assert {kind for kind, *_ in _transitions(by_effect)} == set(ACCEPTED)
+    assert health.undecoded_calls == 0 and health.empty_claims == fast_health.empty_claims
+    runner = [e.type for e in by_effect if e.type not in ACCEPTED]
+    assert runner == [e.type for e in fast if e.type not in (*ACCEPTED, "extend_rejected",
+                                                              "complete_rejected")]
+
+
+def test_scripts_changed_by_one_byte_decode_and_judge_as_our_own(
+        valkey_server: ValkeyServer, tmp_path: Path):
+    """A worker whose scripts differ from ours by their last newline (it was FAIL "244 lost"
+    when only SHA1s were known): its claims, renewals, completes and the reaper's sweeps
+    decode by effect to the very transitions its scripts wrote to the stream, the holder taken
+    from the connection's name, and the run passes."""
+    keys = QueueKeys("effect:", "q")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    recorder = live_recorder(valkey_server, keys, run_dir)
+    raw_client: redis.Redis = redis_client(valkey_server.url, password=valkey_server.password,
+                                           decode_responses=True, client_name="w1")
+    sound, off = QueueClient(raw_client, keys), _OneByteOff(raw_client, keys)
+    off.record(**Run(scenario="effect", lease_ms=200, reap_interval_ms=100).fields())
+    for number in range(6):
+        off.enqueue(f"j{number}", "x")
+    held = [off.claim(200, "w1") for _ in range(6)]
+    assert all(held)
+    for claimed in held[:3]:
+        assert claimed is not None and off.extend(claimed.job_id, claimed.attempt, 200, "w1")
+        assert off.complete(claimed.job_id, claimed.attempt, "w1")
+    time.sleep(0.25)  # the other three lapse
+    assert off.reap(100) == 3
+    for _ in range(3):
+        claimed = off.claim(200, "w1")
+        assert claimed is not None and off.complete(claimed.job_id, claimed.attempt, "w1")
+    off.record(**Phase("end", drained=True).fields())
+    health = recorder.stop()
+    assert health.undecoded_calls == 0 and health.trustworthy, health
+    decoded = read_history(run_dir / MONITOR_HISTORY)
+    stream = [Event.from_record({"seq": i, **f}) for i, f in raw_client.xrange(keys.events)
+              if f["type"] in ACCEPTED or f["type"] in ("run", "phase")]
+    comparison = compare_histories(stream, decoded)
+    assert comparison["agree"], comparison
+    assert comparison["counts"]["reap"] == [3, 3] and comparison["counts"]["extend"] == [3, 3]
+    assert {e.worker for e in decoded if e.type == "claim"} == {"w1"}
+    assert sound.claim(200, "w1") is None  # everything settled
+    write_json_atomic(run_dir / HEALTH_FILE, health.as_dict())
+    (run_dir / "scenario.json").write_text(json.dumps({"history": {"source": "monitor"}}))
+    evaluation = evaluate(run_dir)
+    assert evaluation.word == "pass", evaluation.report()["invariants"]
