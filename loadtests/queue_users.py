@@ -34,6 +34,7 @@ from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys, connect
+from chaos.protocol.ids import ID_STYLES, BrandedIds
 from chaos.reference.payload import HandlerDistribution, PayloadMaker
 
 T = TypeVar("T")
@@ -90,6 +91,9 @@ def _queue_options(parser: Any) -> None:
            help="consumer's wait after finding the queue empty (ms)")
     option("--wait-replicas", type=int, default=0,
            help="WAIT for this many replicas after each call (a batch: one WAIT)")
+    option("--id-style", default="plain", choices=ID_STYLES,
+           help="the job ids producers mint: plain (L<token>-<n>) or branded (EchoMQ's "
+                "JOB + 11 base62 digits of a snowflake; default plain)")
     option("--ack-ledger-dir", default="",
            help="append every acknowledged enqueue, claim and accepted complete to "
                 "DIR/locust-<pid>.jsonl (chaos.check.ledger; the runner sets it)")
@@ -279,9 +283,13 @@ class ProducerUser(QueueUser):
         self.started = time.monotonic()
         options = self.options
         # docs/sut.md: {"handler_ms", "crash", "pad"}; each user its own seeded draws
+        number = next(_PRODUCER_NUMBERS)
         self.payloads = PayloadMaker(HandlerDistribution(**json.loads(options.handler)),
-                                     options.payload_bytes,
-                                     hash((options.seed, next(_PRODUCER_NUMBERS))))
+                                     options.payload_bytes, hash((options.seed, number)))
+        # branded ids: a node per producer user (the process's pid keeps Locust's worker
+        # processes apart), so no two users mint one id in the same millisecond
+        self.branded = BrandedIds((os.getpid() * 8 + number) % 1024) \
+            if options.id_style == "branded" else None
 
     def wait_time(self) -> float:
         rate = self.options.producer_rate
@@ -291,8 +299,11 @@ class ProducerUser(QueueUser):
 
     @task
     def enqueue(self) -> None:
-        batch = [(f"L{self.token}-{self.sent + i:08d}", self.payloads.make())
-                 for i in range(self.options.batch)]
+        if self.branded is not None:
+            batch = [(self.branded(), self.payloads.make()) for _ in range(self.options.batch)]
+        else:
+            batch = [(f"L{self.token}-{self.sent + i:08d}", self.payloads.make())
+                     for i in range(self.options.batch)]
         self.sent += len(batch)
         self.client.enqueue_batch(batch)
 

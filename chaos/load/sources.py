@@ -24,6 +24,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -32,6 +33,7 @@ from redis.exceptions import TimeoutError as StoreTimeoutError
 
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import POISON, QueueClient, QueueKeys
+from chaos.protocol.ids import plain_id
 from chaos.reference.payload import HandlerDistribution, PayloadMaker
 from chaos.scenario.model import Handler, Load
 
@@ -175,8 +177,10 @@ class LocustLoad:
 
     def __init__(self, runtime: RuntimeBase, load: Load, keys: QueueKeys, lease_ms: int,
                  protocol: str, run_dir: Path, name: str = "locust",
-                 prefix: str = LOCUST_PREFIX, ready: QueueClient | None = None) -> None:
+                 prefix: str = LOCUST_PREFIX, ready: QueueClient | None = None,
+                 id_style: str = "plain") -> None:
         self.runtime = runtime
+        self.id_style = id_style  # the job ids its producer users mint (chaos.protocol.ids)
         self.load = load
         self.keys = keys
         self.lease_ms = lease_ms
@@ -196,7 +200,8 @@ class LocustLoad:
         # The same evidence as the built-in producer's: WAIT if asked, and an ack ledger
         # (acks/locust-<pid>.jsonl, one per Locust process).
         extra = ["--wait-replicas", str(self.runtime.scenario.wait_replicas),
-                 "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent)]
+                 "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent),
+                 "--id-style", self.id_style]
         scenario = self.runtime.scenario
         argv = locust_argv(self.load, self.runtime.url, self.keys, self.lease_ms, self.protocol,
                            self.run_dir / self.prefix, extra, scenario.topology.handler,
@@ -265,9 +270,11 @@ class Producer:
     """
 
     def __init__(self, queue: QueueClient, load: Load, ledger: AckLedger | None = None,
-                 payloads: PayloadMaker | None = None) -> None:
+                 payloads: PayloadMaker | None = None,
+                 job_id: Callable[[int], str] = plain_id) -> None:
         self.queue = queue
         self.load = load
+        self.job_id = job_id  # the id of the n-th job, as the queue under test accepts it
         # docs/sut.md: each job says how long its handler works and whether it crashes
         self.payloads = payloads or payload_maker(Handler(), load, 1)
         self.ledger = ledger or AckLedger(None)  # every acknowledged enqueue (chaos.check.ledger)
@@ -310,7 +317,7 @@ class Producer:
             poison = self.load.is_poison(sent, self.poisoned)
             self.poisoned += poison
             try:
-                job_id = f"job-{sent:07d}"
+                job_id = self.job_id(sent)
                 accepted = self.queue.enqueue(job_id, self.payloads.make(crash=poison),
                                               kind=POISON if poison else "")
                 if accepted:

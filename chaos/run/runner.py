@@ -21,26 +21,12 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from chaos.errors import InfraError
+from chaos.family import family_for
 from chaos.faults.nemesis import Nemesis, plan
 from chaos.files import write_json_atomic, write_text_atomic
 from chaos.history import schema
 from chaos.history.events import MEMORY_SAMPLES, HistoryExporter, save_surviving_history
-from chaos.load.bullmq import (
-    BullMQFaultHistory,
-    BullMQLocustLoad,
-    BullMQProducer,
-    BullMQQueue,
-    admin_url,
-)
-from chaos.load.bullmq import backlog as bullmq_backlog
-from chaos.load.sources import (
-    LOCUST_PREFIX,
-    LoadSource,
-    LocustLoad,
-    Producer,
-    payload_maker,
-)
-from chaos.protocol.acks import AckLedger
+from chaos.load.sources import LOCUST_PREFIX, LoadSource, LocustLoad
 from chaos.protocol.client import QueueClient, QueueKeys
 from chaos.run.preflight import Preflight, preflight
 from chaos.run.progress import Progress, Status
@@ -99,6 +85,7 @@ class Run:
         self.history_path = run_dir / "history.jsonl"
         self.runtime = make_runtime(scenario, run_dir)
         self.keys = QueueKeys(scenario.valkey.prefix, scenario.valkey.queue)
+        self.family = family_for(scenario, self.keys)  # the queue under test: chosen once
         self.queue: QueueClient | None = None
         self.exporter: HistoryExporter | None = None
         self.trim_history = True  # the exporter trims the stream (a tool reading it sets False)
@@ -153,7 +140,7 @@ class Run:
             max_stalls=topo.max_stalls or 0, heartbeat=topo.heartbeat,
             reap_allowance_ms=scenario.check.reap_allowance_ms,
             max_needless=scenario.check.max_needless,
-            dialect="" if scenario.history.source == "scripts" else scenario.history.dialect,
+            dialect=self.family.dialect_name,
         ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path,
                                         trim=self.trim_history,
@@ -166,7 +153,6 @@ class Run:
 
     def start_recorder(self) -> None:
         """The MONITOR recorder (docs/design.md §5), on its own connection to the server."""
-        from chaos.history.dialects import make_dialect
         from chaos.history.monitor import MONITOR_HISTORY, MonitorRecorder
         from chaos.run.sources import LiveCounts
 
@@ -176,9 +162,8 @@ class Run:
             raise InfraError("history.source = monitor needs a direct server connection, not "
                              f"{self.runtime.url.split('@')[-1]}")
         self.recorder = MonitorRecorder(
-            make_dialect(self.scenario.history.dialect, self.keys.prefix, self.keys.queue),
-            self.run_dir / MONITOR_HISTORY, server["host"], int(server["port"]),
-            server.get("password"), server.get("username"))
+            self.family.dialect(), self.run_dir / MONITOR_HISTORY, server["host"],
+            int(server["port"]), server.get("password"), server.get("username"))
         self.recorder.start()
         if self.scenario.history.source == "monitor":
             self.live_counts = LiveCounts(self.run_dir / MONITOR_HISTORY)
@@ -197,11 +182,8 @@ class Run:
         """A fresh nemesis for the scenario's fault schedule (its clock starts at 0); the
         run's teardown heals what it applied."""
         assert self.queue is not None
-        history: Any = self.queue
-        if self.bullmq:  # holding_oldest_lease: BullMQ's oldest active jobs
-            history = BullMQFaultHistory(self.queue, self.queue.client, self.keys.prefix,
-                                         self.keys.queue)
-        self.nemesis = Nemesis(self.scenario, self.runtime, history)
+        self.nemesis = Nemesis(self.scenario, self.runtime,
+                               self.family.lease_holders(self.queue, self.recorder))
         return self.nemesis
 
     def use_load(self, source: LoadSource) -> None:
@@ -213,9 +195,8 @@ class Run:
                     prefix: str = LOCUST_PREFIX) -> LocustLoad:
         """Locust driving ``load`` at this run's queue (``start`` returns once it enqueues)."""
         assert self.queue is not None
-        kind = BullMQLocustLoad if self.bullmq else LocustLoad
-        return kind(self.runtime, load, self.keys, self.scenario.topology.lease_ms,
-                    self.scenario.protocol, self.run_dir, name, prefix, ready=self.queue)
+        return self.family.locust_load(self.runtime, load, self.run_dir, name, prefix,
+                                       ready=self.queue)
 
     def scenario_load(self) -> LoadSource:
         """The scenario's own load source: Locust, or the built-in producer."""
@@ -225,16 +206,7 @@ class Run:
                               f"consumer(s) at {load.rate:g} jobs/s, {load.processes} "
                               "process(es)")
             return self.locust_load(load)
-        if self.bullmq:  # BullMQ's own Queue.add, through sut/bullmq/producer.js
-            return BullMQProducer(
-                BullMQQueue(admin_url(self.runtime.url, self.runtime.password), self.keys.queue,
-                            self.keys.prefix),
-                load, AckLedger(self.runtime.ack_ledger_path("producer")),
-                payload_maker(self.scenario.topology.handler, load, self.scenario.seed))
-        return Producer(QueueClient(self.runtime.client(retrying=False), self.keys,
-                                    wait_replicas=self.scenario.wait_replicas),
-                        load, AckLedger(self.runtime.ack_ledger_path("producer")),
-                        payload_maker(self.scenario.topology.handler, load, self.scenario.seed))
+        return self.family.producer(self.runtime, load)
 
     def restart_stopped_workers(self) -> list[str]:
         """Start again every worker that is not running (a fault killed it); their names."""
@@ -382,17 +354,10 @@ class Run:
         self._phase("drain")
         self.drain()
 
-    @property
-    def bullmq(self) -> bool:
-        """Real BullMQ under test (docs/bullmq.md): its own keys, its own add script."""
-        return self.scenario.sut.foreign and self.scenario.sut.dialect == "bullmq"
-
     def _backlog(self) -> tuple[int, int]:
         """(waiting, active) of the queue under test."""
         assert self.queue is not None
-        if self.bullmq:
-            return bullmq_backlog(self.queue.client, self.keys.prefix, self.keys.queue)
-        return self.queue.backlog()
+        return self.family.backlog(self.queue)
 
     def drain(self) -> None:
         assert self.queue is not None

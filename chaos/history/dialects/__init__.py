@@ -124,11 +124,13 @@ class GapCheck(Protocol):
 DIALECTS = ("echomq", "bullmq")
 
 
-def make_dialect(name: str, prefix: str, queue: str) -> Dialect:
+def make_dialect(name: str, prefix: str, queue: str, lease_ms: int | None = None) -> Dialect:
+    """``lease_ms``: the scenario's lease, where the dialect needs it to read a script's clock
+    (a call decoded by effect names no lease)."""
     if name == "echomq":
         from chaos.history.dialects.echomq import EchoMQ
 
-        return EchoMQ(prefix, queue)
+        return EchoMQ(prefix, queue, lease_ms)
     if name == "bullmq":
         from chaos.history.dialects.bullmq import BullMQ
 

@@ -182,6 +182,18 @@ class EchoMQ:
         except (IndexError, ValueError, KeyError):
             return Decoded([], undecoded=True)
 
+    def lease_holders_oldest_first(self, now_ms: int, limit: int = 100) -> list[str]:
+        """The holders of the ``limit`` earliest-deadline leases still live at ``now_ms`` (server
+        clock), oldest first, as the feed decoded so far shows them: who claimed each (by
+        effect: its connection; our scripts: the row's worker). Called from another thread
+        than the recorder's: it reads a copy."""
+        leases = dict(self.leases)
+        live = sorted((float(deadline), job_id) for job_id, deadline in leases.items()
+                      if float(deadline) > now_ms)[:limit]
+        holders = [self.holders.get(job_id) or self.jobs.get(job_id, {}).get("worker", "")
+                   for _, job_id in live]
+        return [holder for holder in holders if holder]
+
     def jobs_named(self, call: Call) -> list[str]:
         return jobs_named(self._call_commands(call), self._job_of,
                           frozenset((self.pending, self.active, self.dead)))

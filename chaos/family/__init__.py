@@ -1,0 +1,96 @@
+"""Queue families: everything that differs between the queues the toolkit judges, in one object
+chosen once per run (docs/design.md §5). A family brings
+
+    dialect          how the MONITOR recorder decodes its calls (``chaos.history.dialects``)
+    producer         how the built-in producer and Locust add jobs it accepts (ids, scripts)
+    backlog          how many jobs wait and are leased (the drain and the progress panel)
+    lease holders    who holds the oldest live lease (the ``holding_oldest_lease`` target)
+
+and the checker's recovery-bound model is named by the run event's ``dialect``
+(``chaos.check.verdict.CheckConfig``). The runner never asks which queue it runs: a fourth
+family is one more module here and one more name in ``family_for``.
+
+    reference   the toolkit's own queue (docs/design.md §2), or a worker of the user's that
+                speaks its contract through the exported scripts (``[sut]`` with no dialect)
+    echomq      a queue of EchoMQ's key layout decoded by effect (the real EchoMQ, the Node
+                example): branded ids, holders from the recorder's view of the connections
+    bullmq      real BullMQ (docs/bullmq.md)
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from chaos.faults.nemesis import HistoryWriter
+from chaos.history.dialects import Dialect, make_dialect
+from chaos.load.sources import LoadSource, LocustLoad, Producer, payload_maker
+from chaos.protocol.acks import AckLedger
+from chaos.protocol.client import QueueClient, QueueKeys
+from chaos.protocol.ids import id_maker
+from chaos.runtime.base import RuntimeBase
+from chaos.scenario.model import Load, Scenario
+
+FAMILIES = ("reference", "echomq", "bullmq")
+
+
+class QueueFamily:
+    """The reference queue: the toolkit's own scripts and keys. The other families override
+    what differs."""
+
+    name = "reference"
+    id_style = "plain"  # the job ids it accepts (chaos.protocol.ids)
+
+    def __init__(self, scenario: Scenario, keys: QueueKeys) -> None:
+        self.scenario = scenario
+        self.keys = keys
+
+    @property
+    def dialect_name(self) -> str:
+        """How a recorder decodes it, and whose recovery bound the checker applies (the run
+        event's ``dialect``; "" when the scripts record the history themselves)."""
+        history = self.scenario.history
+        return "" if history.source == "scripts" else history.dialect
+
+    def dialect(self) -> Dialect:
+        """A fresh decoder for the MONITOR recorder."""
+        return make_dialect(self.scenario.history.dialect, self.keys.prefix, self.keys.queue,
+                            self.scenario.topology.lease_ms)
+
+    def producer(self, runtime: RuntimeBase, load: Load) -> LoadSource:
+        """The built-in producer, adding jobs this queue accepts."""
+        return Producer(QueueClient(runtime.client(retrying=False), self.keys,
+                                    wait_replicas=self.scenario.wait_replicas),
+                        load, AckLedger(runtime.ack_ledger_path("producer")),
+                        payload_maker(self.scenario.topology.handler, load, self.scenario.seed),
+                        job_id=id_maker(self.id_style))
+
+    def locust_load(self, runtime: RuntimeBase, load: Load, run_dir: Path, name: str,
+                    prefix: str, ready: QueueClient | None) -> LocustLoad:
+        return LocustLoad(runtime, load, self.keys, self.scenario.topology.lease_ms,
+                          self.scenario.protocol, run_dir, name, prefix, ready=ready,
+                          id_style=self.id_style)
+
+    def backlog(self, queue: QueueClient) -> tuple[int, int]:
+        """(waiting, leased)."""
+        return queue.backlog()
+
+    def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
+        """What the nemesis records through and asks for the oldest leases' holders
+        (``recorder``: the run's MONITOR recorder, None without one)."""
+        return queue
+
+
+def family_for(scenario: Scenario, keys: QueueKeys) -> QueueFamily:
+    """The family of the scenario's queue: the reference one unless ``[sut]`` names workers
+    of the user's, then by the dialect they speak."""
+    sut = scenario.sut
+    if not sut.foreign:
+        return QueueFamily(scenario, keys)
+    if sut.dialect == "bullmq":
+        from chaos.family.bullmq import BullMQFamily
+
+        return BullMQFamily(scenario, keys)
+    from chaos.family.echomq import EchoMQFamily
+
+    return EchoMQFamily(scenario, keys)

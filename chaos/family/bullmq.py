@@ -1,0 +1,45 @@
+"""Real BullMQ under test (docs/bullmq.md): its own keys, its own add script (through
+``sut/bullmq/producer.js``), its own backlog and lock holders."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from chaos.family import QueueFamily
+from chaos.faults.nemesis import HistoryWriter
+from chaos.load.bullmq import (
+    BullMQFaultHistory,
+    BullMQLocustLoad,
+    BullMQProducer,
+    BullMQQueue,
+    admin_url,
+    backlog,
+)
+from chaos.load.sources import LoadSource, LocustLoad, payload_maker
+from chaos.protocol.acks import AckLedger
+from chaos.protocol.client import QueueClient
+from chaos.runtime.base import RuntimeBase
+from chaos.scenario.model import Load
+
+
+class BullMQFamily(QueueFamily):
+    name = "bullmq"
+
+    def producer(self, runtime: RuntimeBase, load: Load) -> LoadSource:
+        return BullMQProducer(
+            BullMQQueue(admin_url(runtime.url, runtime.password), self.keys.queue,
+                        self.keys.prefix),
+            load, AckLedger(runtime.ack_ledger_path("producer")),
+            payload_maker(self.scenario.topology.handler, load, self.scenario.seed))
+
+    def locust_load(self, runtime: RuntimeBase, load: Load, run_dir: Path, name: str,
+                    prefix: str, ready: QueueClient | None) -> LocustLoad:
+        return BullMQLocustLoad(runtime, load, self.keys, self.scenario.topology.lease_ms,
+                                self.scenario.protocol, run_dir, name, prefix, ready=ready)
+
+    def backlog(self, queue: QueueClient) -> tuple[int, int]:
+        return backlog(queue.client, self.keys.prefix, self.keys.queue)
+
+    def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
+        return BullMQFaultHistory(queue, queue.client, self.keys.prefix, self.keys.queue)
