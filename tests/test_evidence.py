@@ -259,6 +259,15 @@ def test_a_replay_that_raises_is_a_checker_error_and_a_bad_line_still_bad_input(
 # --- the recorder: undecoded calls become blind spots of their jobs ------------------------
 
 
+# A completion this toolkit cannot read: the job leaves active for a state no protocol it knows
+# has ("done"), its row kept. Decoded by effect it is neither a complete nor anything else.
+FINISH_UNREADABLY = """
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('HSET', KEYS[2], 'state', 'done')
+return 1
+"""
+
+
 class _OneByteOff(QueueClient):
     """Our own scripts minus their final newline: the same effects, SHA1s nobody knows."""
 
@@ -269,12 +278,13 @@ class _OneByteOff(QueueClient):
 
 def test_a_queue_whose_calls_are_not_decoded_is_unknown_and_its_real_double_completion_fails(
         valkey_server: ValkeyServer, raw_client: redis.Redis, tmp_path: Path):
-    """Jobs enqueued with our scripts, claimed and completed by a one-byte-off copy: every
-    claim and complete is undecoded, so the jobs look lost, but their evidence is missing:
-    unknown, not fail (it was FAIL "lost" before). Then the same run with one job completed
-    twice by a decoded broken script: that offence stands on what was seen, and fails."""
+    """Jobs enqueued and claimed with our scripts, finished by a script whose effect no
+    decoder reads: every finish is undecoded, so the jobs look lost, but their evidence is
+    missing: unknown, not fail (it was FAIL "lost" before). Then the same run with one job
+    completed twice by a decoded broken script: that offence stands on what was seen, and
+    fails."""
     keys = QueueKeys("blind:", "q")
-    sound, off = QueueClient(raw_client, keys), _OneByteOff(raw_client, keys)
+    sound = QueueClient(raw_client, keys)
     unfenced = QueueClient(raw_client, keys, protocol="unfenced-complete")
 
     def run(run_dir: Path, double_complete: bool) -> int:
@@ -284,19 +294,20 @@ def test_a_queue_whose_calls_are_not_decoded_is_unknown_and_its_real_double_comp
         for number in range(5):
             sound.enqueue(f"{run_dir.name}-{number}", "x")
         for _ in range(5):
-            claimed = off.claim(60_000, "w1")
+            claimed = sound.claim(L, "w1")
             assert claimed is not None
-            assert off.complete(claimed.job_id, claimed.attempt, "w1")
+            raw_client.eval(FINISH_UNREADABLY, 2, keys.active, keys.job(claimed.job_id),
+                            claimed.job_id)
         if double_complete:
             job = f"{run_dir.name}-twice"
             sound.enqueue(job, "x")
-            claimed = sound.claim(60_000, "w2")
+            claimed = sound.claim(L, "w2")
             assert claimed is not None and claimed.job_id == job
             assert unfenced.complete(job, claimed.attempt, "w2")
             assert unfenced.complete(job, claimed.attempt, "w3")
         sound.record(**Phase("end", drained=True).fields())
         health = recorder.stop()
-        assert health.undecoded_calls == 10, health
+        assert health.undecoded_calls == 5, health
         write_json_atomic(run_dir / HEALTH_FILE, health.as_dict())
         (run_dir / "scenario.json").write_text(json.dumps({"history": {"source": "monitor"}}))
         blind = [e for e in read_history(run_dir / MONITOR_HISTORY) if e.type == "blind"]
@@ -308,3 +319,28 @@ def test_a_queue_whose_calls_are_not_decoded_is_unknown_and_its_real_double_comp
 
     assert run(tmp_path / "undecoded", double_complete=False) == EXIT_UNKNOWN
     assert run(tmp_path / "double", double_complete=True) == EXIT_FAIL
+
+
+def test_a_planned_fault_that_never_found_its_target_makes_no_pass():
+    """The run did not test what its scenario says (a holding_oldest_lease kill that found no
+    holder): every invariant held, yet the verdict is unknown, and it says why."""
+    from chaos.history.schema import FaultSkipped
+    from chaos.report.summary import build_report, summary_text
+
+    def history(skipped: bool) -> History:
+        h = History(L, R)
+        h.enqueue("a", 10)
+        h.claim("a", 1, "w1", 20)
+        if skipped:
+            h.write(FaultSkipped("kill", "holding_oldest_lease"), 25)
+        h.complete("a", 1, "w1", 30)
+        _finished(h, 100)
+        return h
+
+    assert check(history(False).events(), final=True).word == "pass"
+    verdict = check(history(True).events(), final=True)
+    assert verdict.word == "unknown" and not verdict.passed
+    assert verdict.faults_skipped == [{"kind": "kill", "target": "holding_oldest_lease",
+                                       "ts": 25}]
+    text = summary_text(build_report("s", verdict.word, verdict))
+    assert "1 planned fault(s) found no target" in text

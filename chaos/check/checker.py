@@ -127,8 +127,9 @@ def _judge(facts: ReplayFacts, config: CheckConfig | None, final: bool | None) -
                        if i.recomplete_ts is not None],
     }
     return Verdict(
-        passed=not undrained and all(result.status == "ok" for name, result
-                                     in invariants.items() if name not in config.report_only),
+        passed=not undrained and not facts.faults_skipped and all(
+            result.status == "ok" for name, result in invariants.items()
+            if name not in config.report_only),
         config=config,
         invariants=invariants,
         jobs=figures.job_counts(facts, jobs, final),
@@ -156,4 +157,6 @@ def _judge(facts: ReplayFacts, config: CheckConfig | None, final: bool | None) -
         end_event=facts.end,
         span_ms=None if facts.first_ts is None else facts.last_ts - facts.first_ts,
         evidence_missing=facts.blind.summary(),
+        faults_skipped=[{"kind": skipped.kind, "target": skipped.target, "ts": skipped.ts}
+                        for skipped in facts.faults_skipped],
     )

@@ -22,7 +22,7 @@ import msgspec
 from chaos.check.evidence import NEEDS, BlindSpots
 from chaos.check.verdict import EXAMPLES, Offences, Redeliveries, StrandedLease
 from chaos.history.events import Event
-from chaos.history.schema import Blind, Enqueue, Fault, Heal, Phase, Run
+from chaos.history.schema import Blind, Enqueue, Fault, FaultSkipped, Heal, Phase, Run
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
 
@@ -93,6 +93,7 @@ class ReplayFacts:
     last_phase_ts: int | None = None  # the latest phase start (not the end): before any stop
     windows: FaultWindows = field(default_factory=FaultWindows)
     faults: int = 0
+    faults_skipped: list[FaultSkipped] = field(default_factory=list)  # planned, never applied
     store_faults: list[Fault] = field(default_factory=list)
     rejected: Counter[str] = field(default_factory=Counter)
     redeliveries: Redeliveries = field(default_factory=Redeliveries)
@@ -366,6 +367,9 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
 
         elif kind == Blind.TYPE:
             facts.blind.note(Blind.decode(event))
+
+        elif kind == FaultSkipped.TYPE:
+            facts.faults_skipped.append(FaultSkipped.decode(event))
 
         elif kind.endswith("_rejected"):
             rejected[kind] += 1

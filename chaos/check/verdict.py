@@ -300,6 +300,9 @@ class Verdict:
 
     # What the history lacks (chaos.check.evidence.BlindSpots.summary): why invariants are blind.
     evidence_missing: list[dict[str, Any]] = field(default_factory=list)
+    # Planned faults that found no target when due ({"kind", "target", "ts"}): the run did not
+    # test what its scenario says, so it is no pass.
+    faults_skipped: list[dict[str, Any]] = field(default_factory=list)
 
     def _judged(self) -> list[InvariantResult]:
         """The results that make the verdict (report-only ones are left out)."""
@@ -308,13 +311,14 @@ class Verdict:
 
     @property
     def unknown(self) -> bool:
-        """No invariant broken, and none raised, but jobs were left undrained or evidence an
-        invariant needs is missing: the checker cannot decide (Jepsen's ``:unknown``): never a
-        pass, never a fail."""
+        """No invariant broken, and none raised, but jobs were left undrained, evidence an
+        invariant needs is missing, or a planned fault never found its target: the checker
+        cannot decide (Jepsen's ``:unknown``): never a pass, never a fail."""
         judged = self._judged()
         if any(result.status in ("fail", "error") for result in judged):
             return False
-        return self.undrained_count > 0 or any(result.blind for result in judged)
+        return (self.undrained_count > 0 or any(result.blind for result in judged)
+                or bool(self.faults_skipped))
 
     @property
     def checker_error(self) -> bool:
@@ -361,6 +365,7 @@ class Verdict:
                                               in self.invariants.items() if result.blinded}},
             "checker_errors": {name: result.error for name, result in self.invariants.items()
                                if result.error},
+            "faults_skipped": self.faults_skipped,
         }
 
 

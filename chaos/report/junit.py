@@ -112,6 +112,15 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
             message=f"{undrained} job(s) still pending or leased when the drain ended: "
                     "the verdict is unknown (not a pass, not a loss)")
         failure.text = "\n".join(f"{item['job']} ({item['state']})" for item in listed[:50])
+    skipped_faults = report.get("faults_skipped") or []
+    if skipped_faults:  # verdict unknown: the planned faults did not all happen
+        tests += 1
+        failures += 1
+        case = ET.SubElement(suite, "testcase", classname=classname, name="faults", time="0")
+        ET.SubElement(case, "failure", type="FaultSkipped",
+                      message=f"{len(skipped_faults)} planned fault(s) found no target: "
+                      + ", ".join(f"{item['kind']} {item['target']}"
+                                  for item in skipped_faults[:5]))
     missing = (report.get("evidence") or {}).get("missing") or []
     if missing:  # verdict unknown (or a fail that stands on what was seen): say what was missing
         tests += 1

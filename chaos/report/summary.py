@@ -194,8 +194,14 @@ def summary_text(report: dict[str, Any]) -> str:
 
 
 def evidence_lines(report: dict[str, Any]) -> list[str]:
-    """What the history lacked and what it blinded; the checker's own errors."""
+    """What the history lacked and what it blinded; planned faults never applied; the
+    checker's own errors."""
     lines = []
+    skipped = report.get("faults_skipped") or []
+    if skipped:
+        lines.append(f"  skipped   {len(skipped)} planned fault(s) found no target when due ("
+                     + ", ".join(f"{item['kind']} {item['target']}" for item in skipped[:3])
+                     + "): the run did not test what its scenario says")
     evidence = report.get("evidence") or {}
     missing = evidence.get("missing") or []
     if missing:

@@ -33,7 +33,7 @@ VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "st
                 "faults", "rejected", "events", "throughput_per_s", "report_only", "store_faults",
                 "outcomes", "dead_letter", "needless_by_fault", "needless_by_duration",
                 "ack_ledger", "stranded_lease_count", "slowed_lease_count", "undrained",
-                "evidence", "checker_errors")
+                "evidence", "checker_errors", "faults_skipped")
 
 __all__ = ["VERDICT_KEYS", "SavedRun", "SavedRunError", "recheck", "write_missing_report"]
 

@@ -299,6 +299,8 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
     summary = ("every invariant held" if word == "pass"
                else f"failed: {', '.join(failed)}" if failed
                else f"evidence missing, not judged: {', '.join(blind)}" if blind
+               else "a planned fault found no target: the run did not test what its "
+                    "scenario says" if report.get("faults_skipped")
                else f"{undrained} job(s) undrained: cannot tell a pass from a loss"
                if word == "unknown" else "a judge of the checker raised (checker-errors.txt)"
                if word == "checker_error" else word)
