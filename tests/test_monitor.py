@@ -99,12 +99,20 @@ def test_a_dropped_line_or_an_unknown_script_is_visible():
                       if '"ZADD" "emq:{jobs}:active"' in line)
     _, health = _decode(lines[:claim_zadd] + lines[claim_zadd + 1:])
     assert health.undecoded_calls == 1
-    # A script the dialect does not know, writing the queue's keys.
+    # A script the dialect does not know, writing the queue's keys: decoded by its effect (a
+    # runner event, XADD to the stream), unless the effect makes no transition it knows (a
+    # job's state set to one no protocol of its has).
     call = next(line for line in lines if '"EVALSHA"' in line)
     sha = parse_line(call)[2][1]  # type: ignore[index]
     assert sha in SCRIPTS
-    _, health = _decode([call.replace(sha, "0" * 40), *lines[lines.index(call) + 1:][:2]])
+    unknown = call.replace(sha, "0" * 40)
+    events, health = _decode([unknown, *lines[lines.index(call) + 1:][:2]])
+    assert health.undecoded_calls == 0 and [e.type for e in events] == ["phase"]
+    stamp = call.split(" ", 1)[0]
+    odd = f'{stamp} [0 lua] "HSET" "emq:{{jobs}}:job:j1" "state" "finished"'
+    events, health = _decode([unknown, odd])
     assert health.undecoded_calls == 1 and not health.trustworthy
+    assert [(e.type, e.job_id) for e in events] == [("blind", "j1")]
 
 
 def live_recorder(server: ValkeyServer, keys: QueueKeys, directory: Path) -> MonitorRecorder:

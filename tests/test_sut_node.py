@@ -95,3 +95,18 @@ def test_both_sources_judge_alike_when_the_node_worker_records(tmp_path: Path,
     assert events["counts"]["claim"][0] > 0  # the scripts did record
     # Timestamps: the dialect's own precision (its tests); a complete's ts is its TIME line's
     # stamp, which a stalled server can make late, so a loaded machine may show a few ms here.
+
+
+def test_a_worker_that_names_another_worker_is_judged_by_its_connection(tmp_path: Path):
+    """--break misnamed: every call names the worker "impostor". Trusting the argument, the
+    killed worker held nothing (0 leases stranded, its jobs' reaps needless: it was PASS).
+    The holder is the connection: the kill strands its leases, none is needless, and the
+    disagreement keeps the run from passing."""
+    result = run("kill-worker", tmp_path, ['sut.workers=["node", "worker.js", "--break", '
+                                           '"misnamed"]'])
+    assert result.verdict == "unknown", result
+    assert result.checked is not None
+    assert result.checked.stranded > 0 and result.checked.redeliveries.needless == 0
+    health = result.report["history_recorder"]["health"]
+    assert health["misnamed_calls"] > 0 and "impostor" in health["misnamed_examples"][0]
+    assert any("named another worker" in p for p in result.report["history_recorder"]["problems"])

@@ -196,7 +196,14 @@ class Nemesis:
                 applied.healed_ts = ts
 
     def heal_all(self) -> None:
-        """End of chaos: drop faults not yet fired, undo every fault that can be undone."""
+        """End of chaos: faults not yet fired are recorded as skipped (a holding_oldest_lease
+        fault still waiting for a holder, one planned too late), and every fault that can be
+        undone is undone."""
+        for planned in self.pending:
+            planned_at = planned.at_ms if planned.planned_at_ms is None else planned.planned_at_ms
+            self.skipped.append(f"{planned.kind} {planned.target} at {planned_at} ms: the chaos "
+                                "phase ended before it found a target")
+            self.history.record(**schema.FaultSkipped(planned.kind, planned.target).fields())
         self.pending.clear()
         while self.heals:
             self._heal(heapq.heappop(self.heals))

@@ -91,6 +91,9 @@ class RecorderHealth:
     empty_claims: int = 0
     unscripted_writes: int = 0  # writes to the queue's keys outside any script
     unattributed_calls: int = 0  # callers CLIENT LIST no longer knew
+    # calls whose worker argument names another member than the connection that made them
+    misnamed_calls: int = 0
+    misnamed_examples: list[str] = field(default_factory=list)
     calls_not_run: int = 0  # script calls that ran nothing (NOSCRIPT ...): no event
     toolkit_calls: int = 0  # the toolkit's own scripts (the exporter's trim): no transition
     connection_lost: str = ""  # why the feed broke for good, if it did
@@ -121,6 +124,10 @@ class RecorderHealth:
             found.append(f"{self.unreadable_lines} unreadable MONITOR lines")
         if self.undecoded_calls:
             found.append(f"{self.undecoded_calls} calls on the queue's keys not decoded")
+        if self.misnamed_calls:
+            found.append(f"{self.misnamed_calls} calls named another worker than the "
+                         "connection that made them (the holder is taken from the "
+                         "connection), e.g. " + "; ".join(self.misnamed_examples[:2]))
         for gap in self.unverified_gaps() if gaps else ():
             found.append(
                 f"the recorder could not see the server from {gap['start_us']} to "
@@ -145,11 +152,14 @@ class HistoryWriter:
     """Turns calls into history lines: seq in feed order, the caller's connection as ``conn``."""
 
     def __init__(self, dialect: Dialect, handle: IO[str], health: RecorderHealth,
-                 resolve: Any = None) -> None:
+                 resolve: Any = None, members: frozenset[str] = frozenset(),
+                 renamed: Any = None) -> None:
         self.dialect = dialect
         self.handle = handle
         self.health = health
         self.resolve = resolve  # address -> connection name, or None
+        self.renamed = renamed or (lambda address: None)  # a connection named itself anew
+        self.members = members  # the run's workers and reapers: whom a connection can be
         self.last_ms = 0
         self.counter = 0
 
@@ -159,8 +169,12 @@ class HistoryWriter:
         if toolkit_script(call):
             health.toolkit_calls += 1
             return
-        # the caller, for a dialect that takes a transition's holder from its connection
-        call.conn = self.resolve(call.client) if self.resolve else ""
+        command = call.args[0].upper()
+        if command == "CLIENT" and len(call.args) > 1 and call.args[1].upper() == "SETNAME":
+            self.renamed(call.client)  # resolved anew at its next call
+        elif command.startswith("EVAL") or command.startswith("FCALL"):
+            # the caller, for a dialect that takes a transition's holder from its connection
+            call.conn = self.resolve(call.client) if self.resolve else ""
         decoded = self.dialect.decode(call)
         stamp_ms = call.stamp_us // 1000
         health.calls_not_run += decoded.not_run
@@ -175,7 +189,7 @@ class HistoryWriter:
         health.unscripted_writes += decoded.unscripted_write
         if not decoded.events:
             return
-        conn = call.conn
+        conn = call.conn if call.conn or not self.resolve else self.resolve(call.client)
         if conn is None:
             health.unattributed_calls += 1
             if decoded.holder_from_connection:
@@ -183,8 +197,22 @@ class HistoryWriter:
                 self.blind(HOLDER_EVIDENCE, "unattributed call", [
                     event["id"] for event in decoded.events
                     if event.get("type") in CLIENT_CALLS and event.get("id")], stamp_ms)
+        if conn in self.members:
+            self._vet_names(decoded.events, conn)
         for event in decoded.events:
             self._emit(stamp_ms, event, conn)
+
+    def _vet_names(self, events: list[dict[str, str]], member: str) -> None:
+        """A worker argument that names another member than the connection's is not trusted:
+        the holder is the connection (the argument is kept as ``named``), and it is counted."""
+        for event in events:
+            named = event.get("worker")
+            if event.get("type") in CLIENT_CALLS and named and named != member:
+                self.health.misnamed_calls += 1
+                if len(self.health.misnamed_examples) < 5:
+                    self.health.misnamed_examples.append(
+                        f"{event['type']} {event.get('id')} named {named!r} by {member!r}")
+                event["named"], event["worker"] = named, member
 
     def blind(self, lacks: str, why: str, jobs: list[str] | None, stamp_ms: int) -> None:
         """Evidence the history lacks from ``stamp_ms`` on: for each of ``jobs``, or for every
@@ -209,6 +237,15 @@ class HistoryWriter:
             record["conn"] = conn
         self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
         self.health.events += 1
+
+
+def member_of(name: str, members: frozenset[str]) -> str | None:
+    """The member a connection's name (ACL user or client name) says it is: the name itself,
+    or the longest member it starts with followed by "-" (``worker-1-heartbeat``)."""
+    if name in members:
+        return name
+    prefixes = [member for member in members if name.startswith(member + "-")]
+    return max(prefixes, key=len) if prefixes else None
 
 
 def decode_lines(lines: list[str], writer: HistoryWriter) -> None:
@@ -256,15 +293,20 @@ class MonitorRecorder:
     client has them."""
 
     def __init__(self, dialect: Dialect, path: Path, host: str, port: int,
-                 password: str | None, username: str | None = None) -> None:
+                 password: str | None, username: str | None = None,
+                 members: list[str] | None = None) -> None:
         self.dialect = dialect
         self.path = path
         self.address = (host, port)
         self.auth = [a for a in (username, password) if a]
         self.health = RecorderHealth(dialect.name)
-        self.names: dict[str, str] = {}  # caller address -> connection name
+        self.names: dict[str, str] = {}  # caller address -> member (or connection name)
+        # The run's processes: a connection is the member its ACL user or client name is, or
+        # starts with followed by "-" (the reference worker's ``worker-1-heartbeat``).
+        self.members = frozenset(members or ())
         self._handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
-        self._writer = HistoryWriter(dialect, self._handle, self.health, self._resolve)
+        self._writer = HistoryWriter(dialect, self._handle, self.health, self._resolve,
+                                     self.members, lambda address: self.names.pop(address, None))
         self._grouper = _Grouper(self._writer)
         self._sock: socket.socket | None = None
         self._lister: socket.socket | None = None
@@ -333,7 +375,8 @@ class MonitorRecorder:
             fields = dict(part.split("=", 1) for part in entry.split(" ") if "=" in part)
             user = fields.get("user", "default")
             name = user if user != "default" else fields.get("name", "")
-            self.names[fields.get("addr", "")] = name or f"id:{fields.get('id', '?')}"
+            self.names[fields.get("addr", "")] = (member_of(name, self.members) or name
+                                                  or f"id:{fields.get('id', '?')}")
 
     def _loop(self) -> None:
         grouper = self._grouper

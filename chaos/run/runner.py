@@ -163,7 +163,8 @@ class Run:
                              f"{self.runtime.url.split('@')[-1]}")
         self.recorder = MonitorRecorder(
             self.family.dialect(), self.run_dir / MONITOR_HISTORY, server["host"],
-            int(server["port"]), server.get("password"), server.get("username"))
+            int(server["port"]), server.get("password"), server.get("username"),
+            members=[*self.scenario.topology.worker_names, *self.scenario.reaper_names])
         self.recorder.start()
         if self.scenario.history.source == "monitor":
             self.live_counts = LiveCounts(self.run_dir / MONITOR_HISTORY)

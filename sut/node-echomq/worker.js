@@ -12,11 +12,13 @@
 // ECHOMQ_NODE_BREAK=unfenced-complete (or --break unfenced-complete) breaks it on purpose: the
 // complete ignores the attempt and whether the lease is still live (complete_unfenced.lua), so
 // a worker that wakes up after its jobs were re-run elsewhere completes them a second time.
+// --break misnamed: every call names the worker "impostor" instead of CHAOS_NAME (the holder
+// a script records is then not the process that holds the lease).
 'use strict';
 
 const { settings, keys, connect, defineScripts, sleep } = require('./echomq');
 
-const BREAKS = ['unfenced-complete'];
+const BREAKS = ['unfenced-complete', 'misnamed'];
 // '0': the scripts append no event (the history is the recorder's); '1': they record it.
 const RECORD_FLAG = process.env.ECHOMQ_NODE_RECORD === '1' ? '1' : '0';
 
@@ -34,6 +36,7 @@ const config = settings();
 const k = keys(config);
 const broken = breakSwitch(process.argv.slice(2));
 const completeScript = broken === 'unfenced-complete' ? 'complete_unfenced.lua' : 'complete.lua';
+const callerName = broken === 'misnamed' ? 'impostor' : config.name; // the worker the calls name
 const SCRIPTS = [
   ['claimJob', 'claim.lua', 3],
   ['extendLease', 'extend.lua', 2],
@@ -54,7 +57,7 @@ function log(message) {
 
 async function claim() {
   const reply = await client.claimJob(k.pending, k.active, k.events, k.jobPrefix,
-    String(config.leaseMs), config.name, RECORD_FLAG);
+    String(config.leaseMs), callerName, RECORD_FLAG);
   if (!reply) return null;
   const [id, payload, attempt] = reply;
   return { id, payload: payload || '', attempt: Number(attempt) };
@@ -84,7 +87,7 @@ async function work(job) {
   try {
     // Fenced by the attempt: the server, not this worker, decides whether it counts.
     const accepted = await client.completeJob(k.active, k.events, k.jobPrefix, job.id,
-      String(job.attempt), config.name, RECORD_FLAG, String(config.completedRetentionMs));
+      String(job.attempt), callerName, RECORD_FLAG, String(config.completedRetentionMs));
     if (Number(accepted) !== 1) log(`complete of ${job.id} attempt ${job.attempt} rejected`);
   } catch (error) {
     log(`complete of ${job.id} failed: ${error.message}`);
@@ -112,7 +115,7 @@ async function renew() {
     let deadline;
     try {
       deadline = await heartbeatClient.extendLease(k.active, k.events, k.jobPrefix, id,
-        String(lease.attempt), String(config.leaseMs), config.name, '', RECORD_FLAG);
+        String(lease.attempt), String(config.leaseMs), callerName, '', RECORD_FLAG);
     } catch (error) {
       log(`extend of ${id} failed: ${error.message}`);
       continue;

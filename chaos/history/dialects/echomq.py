@@ -77,7 +77,7 @@ class EchoMQ:
         # Our own scripts known by SHA1 (their arguments: the worker, the lease, the round
         # trip); False decodes every call by effect, as a stranger's (tests hold both equal).
         self.fast_path = fast_path
-        self.holders: dict[str, str] = {}  # job -> the holder of its last claim (by effect)
+        self.holders: dict[str, str] = {}  # job -> the holder of its live claim
         self.pending, self.active, self.events = keys.pending, keys.active, keys.events
         self.dead = keys.dead
         self.job_prefix = keys.job_prefix
@@ -190,8 +190,7 @@ class EchoMQ:
         leases = dict(self.leases)
         live = sorted((float(deadline), job_id) for job_id, deadline in leases.items()
                       if float(deadline) > now_ms)[:limit]
-        holders = [self.holders.get(job_id) or self.jobs.get(job_id, {}).get("worker", "")
-                   for _, job_id in live]
+        holders = [self.holders.get(job_id, "") for _, job_id in live]
         return [holder for holder in holders if holder]
 
     def jobs_named(self, call: Call) -> list[str]:
@@ -241,7 +240,18 @@ class EchoMQ:
         if decoder is None:  # a read-only helper (reap_scan): writes nothing, records nothing
             return Decoded([], undecoded=bool(writes))
         decoded: Decoded = decoder(script, argv, writes, ts)
+        self._note_holders(decoded.events, call.conn)
         return decoded
+
+    def _note_holders(self, events: list[dict[str, str]], conn: str | None) -> None:
+        """Who holds each job: whoever made its claim (the connection, whatever the call
+        named), until it is done (what ``lease_holders_oldest_first`` tells the nemesis)."""
+        for event in events:
+            kind = event["type"]
+            if kind == "claim":
+                self.holders[event["id"]] = conn or event["worker"]
+            elif kind == "complete" or kind == "dead":
+                self.holders.pop(event["id"], None)
 
     # --- decoding by effect ---------------------------------------------------------------
     def _by_effect(self, call: Call) -> Decoded:
@@ -320,6 +330,7 @@ class EchoMQ:
                 undecoded |= job.changed
             elif event:
                 events.append(event)
+        self._note_holders(events, call.conn)
         return Decoded(events, undecoded=undecoded, holder_from_connection=True,
                        empty_claim=popped and not effects)
 
@@ -328,7 +339,6 @@ class EchoMQ:
         """The transition ``job``'s effects make; {} for none, None when they make no sense."""
         attempt = self._attempts(job_id)
         if job.attempts_raised and job.deadline is not None and not job.left_active:
-            self.holders[job_id] = holder
             return {"type": "claim", "id": job_id, "attempt": attempt, "worker": holder,
                     **self._lease(job.deadline, ts)}
         settled = job.deleted or job.completed  # EchoMQ deletes the row, ours marks it
@@ -339,8 +349,8 @@ class EchoMQ:
         if job.left_active and job.deadline is None and not job.attempts_raised \
                 and not settled and job.pending != (job.dead is not None):
             row = self.jobs.get(job_id, {})
-            taken = {"attempt": attempt, "worker": row.get("worker") or self.holders.get(
-                job_id, ""), "deadline": job.deadline_before, "stalls": row.get("stalls", "")}
+            taken = {"attempt": attempt, "worker": self.holders.get(job_id) or row.get(
+                "worker", ""), "deadline": job.deadline_before, "stalls": row.get("stalls", "")}
             if job.pending:
                 return {"type": "reap", "id": job_id, **taken, "ts": ts}
             return {"type": "dead", "id": job_id, **taken, "ts": self._exact(ts, job.dead)}
