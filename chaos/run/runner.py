@@ -230,10 +230,13 @@ class Run:
             # a 2-core machine starting 128 of them needs more than a fixed half minute.
             timeout = 30.0 + 0.5 * len(names)
         deadline = time.monotonic() + timeout
+        from chaos.history.monitor import member_of
+
+        members = frozenset(names)
         while time.monotonic() < deadline:
             clients = self.queue.client.client_list()
             by_user = {c.get("user") for c in clients}
-            by_name = {c.get("name") for c in clients}
+            by_name = {member_of(c.get("name") or "", members) for c in clients}
             missing = [name for name in names
                        if name not in (by_user if name in users else by_name)]
             if not missing:
@@ -245,7 +248,8 @@ class Run:
                                      f"its log ends:\n{self.runtime.log_tail(name)}")
             time.sleep(0.01)  # CLIENT LIST is cheap; the run starts as soon as they are in
         how = [f"{name} (no client with its ACL user {name!r} in CLIENT LIST)" if name in users
-               else name for name in missing]
+               else f"{name} (no client named {name!r} or {name + '-...'!r} in CLIENT LIST)"
+               for name in missing]
         raise InfraError(f"not connected after {timeout:g}s: {', '.join(how)}; see "
                          f"logs/{missing[0]}.log")
 

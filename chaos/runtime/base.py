@@ -321,11 +321,15 @@ class RuntimeBase(ABC):
 
     def sut_url(self, name: str) -> str:
         """``CHAOS_VALKEY_URL`` of process ``name``: its own proxy when it has one, with the
-        credentials of its own ACL user."""
-        password = self.sut_user(name)
+        credentials of its own ACL user (``[sut] login = "default"``: the default user's, the
+        run's password)."""
+        if self.scenario.sut.login == "default":
+            user, password = "default", self.password or ""
+        else:
+            user, password = name, self.sut_user(name)
         parts = urlsplit(self._valkey_url_for(name))
         address = parts.netloc.rsplit("@", 1)[-1]
-        netloc = f"{quote(name, safe='')}:{quote(password, safe='')}@{address}"
+        netloc = f"{quote(user, safe='')}:{quote(password, safe='')}@{address}"
         return urlunsplit(parts._replace(scheme="redis", netloc=netloc))
 
     def sut_env(self, name: str) -> dict[str, str]:

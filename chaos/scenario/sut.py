@@ -46,6 +46,12 @@ class Sut(Strict):
     image: str | None = None
     reaper: Literal["builtin", "none"] | Argv = "builtin"
     dialect: SutDialect = "echomq"
+    # How its processes log in: ``own-user``, each with an ACL user of its own named after it
+    # (the recorder knows each call's process by it); ``default``, as the ``default`` user with
+    # the run's password, for a client that can log in no other way (EchoMQ's connector): the
+    # processes must then name their connections (CLIENT SETNAME) after themselves
+    # (CHAOS_NAME, or CHAOS_NAME-<anything>), or their calls cannot be attributed.
+    login: Literal["own-user", "default"] = "own-user"
     # Where the commands run; relative to the scenario file when loaded from one.
     cwd: str = "."
     # How long a SUT process has to connect (a client with its ACL user in CLIENT LIST).

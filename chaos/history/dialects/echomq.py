@@ -280,6 +280,7 @@ class EchoMQ:
                 job = self.jobs.get(job_id)
                 found = effects[job_id] = _Effect(job_id in self.leases, bool(job))
                 found.deadline_before = self.leases.get(job_id, "")
+                found.attempt_before = self._attempts(job_id)  # a row deleted keeps it here
             return found
 
         popped = False  # a ZPOPMIN of pending: a claim, empty when nothing else follows
@@ -336,8 +337,10 @@ class EchoMQ:
 
     def _effect_event(self, job_id: str, job: _Effect, ts: str,
                       holder: str) -> dict[str, str] | None:
-        """The transition ``job``'s effects make; {} for none, None when they make no sense."""
-        attempt = self._attempts(job_id)
+        """The transition ``job``'s effects make; {} for none, None when they make no sense.
+        The attempt a call acts on is the row's before it (a complete may delete the row); a
+        claim's is the one it raised."""
+        attempt = self._attempts(job_id) if job.attempts_raised else job.attempt_before
         if job.attempts_raised and job.deadline is not None and not job.left_active:
             return {"type": "claim", "id": job_id, "attempt": attempt, "worker": holder,
                     **self._lease(job.deadline, ts)}
@@ -552,7 +555,8 @@ class EchoMQ:
 class _Effect:
     """What one call did to one job (``EchoMQ._by_effect``)."""
 
-    __slots__ = ("attempts_raised", "completed", "dead", "deadline", "deadline_before",
+    __slots__ = ("attempt_before", "attempts_raised", "completed", "dead", "deadline",
+                 "deadline_before",
                  "deleted", "existed", "left_active", "other_state", "payload", "pending",
                  "pending_score", "was_live")
 
@@ -563,6 +567,7 @@ class _Effect:
         self.pending_score: str | None = None  # its score in pending (enqueue: TIME, or 0)
         self.deadline: str | None = None  # the lease written to active
         self.deadline_before = ""  # the lease it held when the call began (a reap's)
+        self.attempt_before = "0"  # its attempts (fencing token) when the call began
         self.dead: str | None = None  # its score in dead
 
     @property
