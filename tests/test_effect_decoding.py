@@ -102,3 +102,62 @@ def test_scripts_changed_by_one_byte_decode_and_judge_as_our_own(
     (run_dir / "scenario.json").write_text(json.dumps({"history": {"source": "monitor"}}))
     evaluation = evaluate(run_dir)
     assert evaluation.word == "pass", evaluation.report()["invariants"]
+
+
+def _monitor_lines(calls: list[tuple[int, list[str], list[list[str]]]]) -> list[str]:
+    """MONITOR lines for script calls: (server ms, the call line, the commands it ran)."""
+    def quoted(args: list[str]) -> str:
+        return " ".join('"' + arg.replace("\\", "\\\\").replace('"', '\\"') + '"'
+                        for arg in args)
+
+    lines = []
+    for ms, call, commands in calls:
+        lines.append(f"+{ms // 1000}.{ms % 1000:03d}000 [0 127.0.0.1:5000] {quoted(call)}")
+        lines += [f"+{ms // 1000}.{ms % 1000:03d}001 [0 lua] {quoted(command)}"
+                  for command in commands]
+    return lines
+
+
+def test_calls_shaped_like_echomqs_own_decode_and_its_fencing_gap_is_caught():
+    """EchoMQ's scripts as MONITOR shows them (docs/echomq.md): pending scored 0, no worker
+    argument, a complete that deletes the row and counts a metric, a reap that leaves the
+    attempts alone. The holder's complete landing after its lease was reaped and before anyone
+    re-claimed it is accepted by EchoMQ (the token did not change): a call from a lease no
+    longer live, which exclusive_lease fails."""
+    from chaos.check.checker import CheckConfig, check
+
+    q = "emq:{jobs}:"
+    job, row = "JOB0SaA6SUubU8", "emq:{jobs}:job:JOB0SaA6SUubU8"
+    sha = ["EVALSHA", "f" * 40]
+    t0 = 1_796_319_520_000
+    calls = [
+        (t0, [*sha, "2", row, q + "pending", job, "x"],
+         [["EXISTS", row], ["HSET", row, "state", "pending", "attempts", "0", "payload", "x"],
+          ["ZADD", q + "pending", "0", job]]),
+        (t0 + 10, [*sha, "2", q + "pending", q + "active", q + "job:", "1000"],
+         [["ZPOPMIN", q + "pending"], ["HINCRBY", row, "attempts", "1"],
+          ["HSET", row, "state", "active"], ["TIME"], ["ZADD", q + "active", str(t0 + 1010), job],
+          ["HGET", row, "payload"]]),
+        (t0 + 500, [*sha, "1", q + "active", q, "1000", job, "1"],
+         [["TIME"], ["HGET", row, "attempts"], ["ZADD", q + "active", str(t0 + 1500), job]]),
+        (t0 + 1600, [*sha, "2", q + "active", q + "pending", q],
+         [["TIME"], ["ZRANGEBYSCORE", q + "active", "-inf", str(t0 + 1600), "LIMIT", "0", "100"],
+          ["ZREM", q + "active", job], ["HGET", row, "group"], ["ZADD", q + "pending", "0", job],
+          ["HSET", row, "state", "pending"]]),
+        (t0 + 1700, [*sha, "2", q + "active", row, job, "1", q],
+         [["HGET", row, "attempts"], ["HGET", row, "group"], ["ZREM", q + "active", job],
+          ["ZREM", q + "pending", job], ["DEL", row],
+          ["HINCRBY", q + "metrics:completed", "count", "1"]]),
+    ]
+    handle = io.StringIO()
+    health = RecorderHealth("echomq")
+    decode_lines(_monitor_lines(calls), HistoryWriter(EchoMQ("emq:", "jobs", lease_ms=1000),
+                                                      handle, health))
+    events = [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()]
+    assert health.undecoded_calls == 0
+    assert [(e.type, e.attempt, e.deadline) for e in events] == [
+        ("enqueue", None, None), ("claim", 1, t0 + 1010), ("extend", 1, t0 + 1500),
+        ("reap", 1, t0 + 1500), ("complete", 1, None)]
+    verdict = check(events, CheckConfig(1000, 250), final=True)
+    assert verdict.invariants["exclusive_lease"].violations == 1
+    assert verdict.invariants["no_double_completion"].ok and verdict.invariants["no_loss"].ok
