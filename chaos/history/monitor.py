@@ -32,6 +32,7 @@ import re
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +43,7 @@ from chaos.history.schema import CLIENT_CALLS, HOLDER_EVIDENCE, TRANSITION_EVIDE
 MONITOR_HISTORY = "history-monitor.jsonl"
 HEALTH_FILE = "monitor.json"
 _END_MARKER = "echomq-chaos:monitor-end"
+_UNNAMED = "id:"  # a connection known only by its client id
 _ESCAPE = re.compile(r'\\(x[0-9a-fA-F]{2}|.)')
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b"}
@@ -294,7 +296,8 @@ class MonitorRecorder:
 
     def __init__(self, dialect: Dialect, path: Path, host: str, port: int,
                  password: str | None, username: str | None = None,
-                 members: list[str] | None = None) -> None:
+                 members: list[str] | None = None,
+                 socket_owner: Callable[[str], str | None] | None = None) -> None:
         self.dialect = dialect
         self.path = path
         self.address = (host, port)
@@ -304,6 +307,9 @@ class MonitorRecorder:
         # The run's processes: a connection is the member its ACL user or client name is, or
         # starts with followed by "-" (the reference worker's ``worker-1-heartbeat``).
         self.members = frozenset(members or ())
+        # A connection with neither a user of its own nor a name: the member whose process
+        # holds its socket, when the runtime can tell (chaos.runtime.sockets).
+        self.socket_owner = socket_owner
         self._handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
         self._writer = HistoryWriter(dialect, self._handle, self.health, self._resolve,
                                      self.members, lambda address: self.names.pop(address, None))
@@ -364,6 +370,10 @@ class MonitorRecorder:
             except OSError:
                 return None
             name = self.names.get(address)
+            if name is not None and name.startswith(_UNNAMED) and self.socket_owner:
+                owner = self.socket_owner(address)
+                if owner is not None:
+                    name = self.names[address] = owner
         return name
 
     def _refresh_names(self) -> None:
@@ -376,7 +386,7 @@ class MonitorRecorder:
             user = fields.get("user", "default")
             name = user if user != "default" else fields.get("name", "")
             self.names[fields.get("addr", "")] = (member_of(name, self.members) or name
-                                                  or f"id:{fields.get('id', '?')}")
+                                                  or f"{_UNNAMED}{fields.get('id', '?')}")
 
     def _loop(self) -> None:
         grouper = self._grouper

@@ -164,7 +164,8 @@ class Run:
         self.recorder = MonitorRecorder(
             self.family.dialect(), self.run_dir / MONITOR_HISTORY, server["host"],
             int(server["port"]), server.get("password"), server.get("username"),
-            members=[*self.scenario.topology.worker_names, *self.scenario.reaper_names])
+            members=[*self.scenario.topology.worker_names, *self.scenario.reaper_names],
+            socket_owner=self.runtime.socket_owner)
         self.recorder.start()
         if self.scenario.history.source == "monitor":
             self.live_counts = LiveCounts(self.run_dir / MONITOR_HISTORY)

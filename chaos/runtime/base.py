@@ -436,6 +436,12 @@ class RuntimeBase(ABC):
     def members(self) -> Mapping[str, Member]:
         """Every process started so far (Valkey, Toxiproxy, reapers, workers), by name."""
 
+    def socket_owner(self, address: str) -> str | None:
+        """The member whose process holds the connection of client ``address`` (as the server
+        sees it); None when this runtime cannot tell (the local runtime can, for a direct
+        connection: ``chaos.runtime.sockets``)."""
+        return None
+
     @abstractmethod
     def start_reapers(self) -> Sequence[Member]: ...
 

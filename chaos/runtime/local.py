@@ -22,6 +22,7 @@ from chaos.errors import InfraError
 from chaos.files import write_json_atomic
 from chaos.network.client import ToxiproxyServerInfo, server_command, wait_for_api
 from chaos.protocol.client import SENTINEL_SCHEME
+from chaos.runtime import sockets
 from chaos.runtime.base import Child, RuntimeBase, StoreFault, signal_child, signal_group
 from chaos.runtime.forkserver import ForkServer, ForkServerError, Member, adopt_spare
 from chaos.runtime.pids import forget_process, record_process
@@ -47,6 +48,13 @@ class LocalRuntime(RuntimeBase):
 
     def members(self) -> Mapping[str, Child]:
         return self.children
+
+    def socket_owner(self, address: str) -> str | None:
+        """Each member is a process group of its own (its session): the group that holds the
+        socket's file descriptor is the member (a direct connection; not through a proxy)."""
+        groups = {name: child.process.pid for name, child in list(self.children.items())
+                  if child.alive}
+        return sockets.socket_owner(address, groups)
 
     def start_valkey(self) -> str:
         self.start_fork_server()  # first: it imports while Valkey starts and the runner waits
