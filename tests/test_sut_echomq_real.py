@@ -238,18 +238,6 @@ def _failed(verdict: Verdict) -> dict[str, list[dict[str, object]]]:
             if not result.ok}
 
 
-def _complete_attempt_defect(verdict: Verdict, events: list[Event]) -> bool:
-    """The echomq dialect's known defect (reported, not ours to fix): it decodes an EchoMQ
-    complete, which DELetes the job's row, with attempt 0 (the attempt read after the DEL is
-    applied to its shadow), so every complete is an exclusive_lease offence. True when that is
-    exactly, and only, what failed."""
-    completes = [e for e in events if e.type == "complete"]
-    failed = _failed(verdict)
-    return (set(failed) == {"exclusive_lease"} and bool(completes)
-            and all(e.attempt == 0 for e in completes)
-            and verdict.invariants["exclusive_lease"].violations == len(completes))
-
-
 @pytest.mark.parametrize("fault", ["kill", "pause"])
 def test_the_sound_sut_recovers_every_job_once(valkey_server: ValkeyServer, tmp_path: Path,
                                                 runs: list[RealRun], fault: str):
@@ -275,9 +263,6 @@ def test_the_sound_sut_recovers_every_job_once(valkey_server: ValkeyServer, tmp_
         <= set(WORKERS)
     print(f"{fault}: jobs {verdict.jobs.enqueued}, stranded {verdict.stranded}, recovery "
           + json.dumps({name: vars(summary) for name, summary in verdict.recovery.items()}))
-    if not verdict.passed and _complete_attempt_defect(verdict, events):
-        pytest.xfail("the echomq dialect decodes EchoMQ's completes (row DELeted) with "
-                     "attempt 0: every complete fails exclusive_lease (docs/sut.md)")
     assert verdict.passed, _failed(verdict)
 
 
@@ -308,3 +293,30 @@ def test_each_break_is_caught(valkey_server: ValkeyServer, tmp_path: Path, runs:
         assert verdict.jobs.completed == len(run.enqueued)
     print(f"--break {worker_break or reaper_break}: failed {sorted(failed)}; "
           f"{failed[invariant][:2]}")
+
+
+@pytest.mark.parametrize(("name", "failed"), [
+    ("kill-worker", []),
+    ("broken/unfenced-complete", ["exclusive_lease"]),
+])
+def test_the_runner_judges_it_from_a_scenario_file(tmp_path: Path, name: str,
+                                                   failed: list[str]):
+    """The same SUT through `echomq-chaos run` (scenarios/echomq/): its processes log in as the
+    default user (`[sut] login`), the producer mints branded ids, the kill finds its holder
+    through the recorder, and the broken switch fails what it breaks."""
+    import io
+
+    from chaos.run.runner import run_scenario
+    from chaos.scenario.loading import load_scenario
+
+    scenario = load_scenario(SUT.parent.parent / "scenarios" / "echomq" / f"{name}.toml")
+    assert scenario.sut.login == "default"
+    result = run_scenario(scenario, tmp_path / "run", io.StringIO())
+    assert result.checked is not None
+    assert result.checked.failed_invariants() == failed, result.report["verdict"]
+    assert result.verdict == ("fail" if failed else "pass"), result
+    health = result.report["history_recorder"]["health"]
+    assert health["undecoded_calls"] == 0 and health["unattributed_calls"] == 0, health
+    assert result.report["run"]["faults"] and not result.report["run"]["faults_skipped"]
+    history = (result.run_dir / "history-monitor.jsonl").read_text()
+    assert '"id":"JOB' in history.replace(" ", "")  # EchoMQ's branded ids
