@@ -234,10 +234,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.target_recovery_ms is not None and args.target_recovery_ms <= 0:
         raise ScenarioError(f"--target-recovery-ms {args.target_recovery_ms}: must be > 0")
     if args.target_recovery_ms is None:  # keep at least the recovery the scenario promises
-        base = load_scenario(args.scenario, args.set)
-        target, source = base.recovery_bound_ms, (
-            f"default: the scenario's own lease_ms + reap_interval_ms = "
-            f"{base.topology.lease_ms} + {base.topology.reap_interval_ms}")
+        target, source = sweep.default_target(load_scenario(args.scenario, args.set))
     else:
         target, source = args.target_recovery_ms, "--target-recovery-ms"
     name = plans[0].scenario.name

@@ -1,11 +1,13 @@
 """Locustfile: producer users that add jobs to a real BullMQ queue (docs/bullmq.md).
 
     ECHOMQ_VALKEY_PASSWORD=... locust -f loadtests/bullmq.py --host valkey://127.0.0.1:6379/0 \\
-        --queue-prefix bull --queue-name jobs --producer-rate 50 --work-min-ms 50 --work-max-ms 200
+        --queue-prefix bull --queue-name jobs --producer-rate 50 \\
+        --handler '{"distribution": "uniform", "min_ms": 50, "max_ms": 200}'
 
 Each job goes in through BullMQ's own ``Queue.add`` (``chaos.load.bullmq``: one ``producer.js``
 per Locust process, shared by its users) and carries the SUT contract's payload, its handler time
-drawn from ``--work-min-ms``..``--work-max-ms``. The queue options are ``loadtests/queue.py``'s
+drawn from ``--handler`` (the scenario's ``topology.handler``, seeded by ``--seed``), as the echomq
+producer users' are. The queue options are ``loadtests/queue.py``'s
 (``python -m loadtests.queue --help``); consumers are the BullMQ workers under test, not users.
 Each acknowledged add fires Locust's ``events.request`` (type ``BULLMQ``, name ``enqueue``) and,
 with ``--ack-ledger-dir``, is written to the acknowledgement ledger.
@@ -13,9 +15,9 @@ with ``--ack-ledger-dir``, is written to the acknowledgement ledger.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
-import random
 import secrets
 import threading
 import time
@@ -25,10 +27,12 @@ from locust import User, task
 
 import loadtests.queue_users as queue_users  # registers the queue options; its users stay out
 from chaos.load.bullmq import BullMQQueue
+from chaos.reference.payload import HandlerDistribution, PayloadMaker
 
 REQUEST_TYPE = "BULLMQ"
 _shared: BullMQQueue | None = None
 _shared_lock = threading.Lock()
+_USER_NUMBERS = itertools.count(1)  # each producer user of this process its own seed
 
 
 def node_url(host: str) -> str:
@@ -62,8 +66,10 @@ class BullMQProducerUser(User):
         self.options = options
         self.queue = shared_queue(str(self.host), options.queue_name, options.queue_prefix)
         self.token = f"{os.getpid():x}{secrets.token_hex(4)}"
-        self.rng = random.Random(self.token)
-        self.pad = "x" * options.payload_bytes
+        # docs/sut.md: {"handler_ms", "crash", "pad"}; each user its own seeded draws
+        self.payloads = PayloadMaker(HandlerDistribution(**json.loads(options.handler)),
+                                     options.payload_bytes,
+                                     hash((options.seed, next(_USER_NUMBERS))))
         self.sent = 0
         self.started = time.monotonic()
 
@@ -73,13 +79,9 @@ class BullMQProducerUser(User):
             return 0.0
         return max(0.0, self.started + self.sent / rate - time.monotonic())
 
-    def _payload(self) -> str:
-        handler_ms = round(self.rng.uniform(self.options.work_min_ms, self.options.work_max_ms))
-        return json.dumps({"handler_ms": handler_ms, "crash": False, "pad": self.pad})
-
     @task
     def enqueue(self) -> None:
-        jobs = [(f"B{self.token}-{self.sent + i:08d}", self._payload())
+        jobs = [(f"B{self.token}-{self.sent + i:08d}", self.payloads.make())
                 for i in range(self.options.batch)]
         self.sent += len(jobs)
         started = time.perf_counter()

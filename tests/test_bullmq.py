@@ -381,7 +381,8 @@ def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_se
                                                    "bullmq.py"),
          "--headless", "--host", valkey_server.url, "-u", "2", "-r", "2", "-t", "2s",
          "--queue-prefix", PREFIX, "--queue-name", queue, "--producer-rate", "10",
-         "--work-min-ms", "20", "--work-max-ms", "40", "--ack-ledger-dir", str(tmp_path),
+         "--handler", '{"distribution": "uniform", "min_ms": 20, "max_ms": 40}',
+         "--ack-ledger-dir", str(tmp_path),
          "--only-summary", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     (stats,) = [entry for entry in json.loads(done.stdout) if entry["name"] == "enqueue"]

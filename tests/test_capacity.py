@@ -3,25 +3,51 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from chaos.history.events import decode_entries
+from chaos.load.bullmq import BullMQUnavailable, require_installed
 from chaos.tools.capacity import (
     CapacityResult,
     CapacitySearch,
+    HistoryTail,
     Step,
     backlog_slope,
     claim_waits,
     fresh_pending,
     judge,
+    step_events,
     table,
 )
+from tests.test_sut_node import NODE_SUT, processes_in
+from tests.test_sut_node import _missing as node_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_WORKER = str(ROOT / "scenarios" / "kill-worker.toml")
+NODE_KILL_WORKER = str(ROOT / "scenarios" / "node" / "kill-worker.toml")
+BULLMQ_KILL_WORKER = str(ROOT / "scenarios" / "bullmq" / "kill-worker.toml")
+
+
+def needs(problem: str | None) -> None:
+    """Skip without the SUT's runtime (node, its modules), except under CI: a failure there."""
+    if problem is None:
+        return
+    if os.environ.get("CI", "").lower() == "true":
+        pytest.fail(f"CI=true but {problem}")
+    pytest.skip(problem)
+
+
+def bullmq_missing() -> str | None:
+    try:
+        require_installed()
+    except BullMQUnavailable as problem:
+        return str(problem)
+    return None
 
 
 def run_cli(*args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
@@ -45,8 +71,38 @@ def test_claim_waits_count_unclaimed_jobs_with_the_wait_so_far():
         ("5-0", {"type": "claim", "id": "old", "ts": "1200"}),  # enqueued before the step
         ("6-0", {"type": "phase", "phase": "x", "ts": "1300"}),
     ]
-    waits, unclaimed = claim_waits(entries, end_ts=1600)
+    waits, unclaimed = claim_waits(decode_entries(entries), end_ts=1600)
     assert sorted(waits) == [30.0, 500.0] and unclaimed == 1
+
+
+def test_a_steps_events_lie_between_its_phase_and_its_settle_phase(tmp_path: Path):
+    """As the MONITOR recorder writes them: read while written (a torn last line waits for
+    the rest), the step cut out by its phases, what follows kept for the next step."""
+    lines = [
+        {"seq": "1-0", "type": "claim", "id": "old", "ts": "1"},  # the last settle's
+        {"seq": "2-0", "type": "phase", "phase": "capacity-step-1", "rate": "4.0", "ts": "2"},
+        {"seq": "3-0", "type": "enqueue", "id": "a", "ts": "3"},
+        {"seq": "4-0", "type": "claim", "id": "a", "ts": "4", "conn": "worker-1"},
+        {"seq": "5-0", "type": "phase", "phase": "capacity-settle-1", "ts": "5"},
+        {"seq": "6-0", "type": "complete", "id": "a", "ts": "6"},
+    ]
+    text = "".join(json.dumps(line) + "\n" for line in lines)
+    path = tmp_path / "history-monitor.jsonl"
+    tail = HistoryTail(path)
+    assert tail.read() == []  # not written yet
+    cut = text.index('"capacity-settle-1"')
+    path.write_text(text[:cut])
+    events = tail.read()
+    assert [e.seq for e in events] == ["1-0", "2-0", "3-0", "4-0"]
+    assert step_events(events, 1) is None  # its settle phase is not written yet
+    with open(path, "a") as handle:
+        handle.write(text[cut:])
+    events += tail.read()
+    found = step_events(events, 1)
+    assert found is not None
+    inside, after = found
+    assert [e.type for e in inside] == ["enqueue", "claim"] and [e.seq for e in after] == ["6-0"]
+    assert claim_waits(inside, end_ts=5) == ([1.0], 0)
 
 
 @pytest.mark.integration
@@ -161,3 +217,47 @@ def test_capacity_with_faults_judges_the_step_not_the_recovery(tmp_path: Path):
     header = result.stderr.index("step    target")
     assert header < result.stderr.index("   1        30 ")
     assert "knee: not reached; every step fit, up to 30 jobs/s" in result.stdout
+
+
+@pytest.mark.integration
+def test_capacity_of_the_node_example_reads_the_claims_its_recorder_saw(tmp_path: Path):
+    """`[history] source = "monitor"`: the Node workers' claims are only in the MONITOR
+    recorder's history, never in the events stream. 20 jobs/s is about 40% of its pool (3 x 4
+    slots, 100-400 ms of work): the claim wait is the pool's, and the step fits. (Read from the
+    stream it was every job unclaimed: "claim wait p99 5015 ms", no knee.)"""
+    needs(node_missing())
+    out = tmp_path / "cap"
+    result = run_cli("capacity", NODE_KILL_WORKER, "--steps", "1", "--step-ms", "2500",
+                     "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "knee: not reached; every step fit, up to 20 jobs/s" in result.stdout
+    (step,) = json.loads((out / "capacity.json").read_text())["steps"]
+    assert step["within"] and step["enqueued"] >= 30 and step["delivered_rate"] >= 18, step
+    assert step["unclaimed_at_end"] == 0 and step["claim_wait_p99_ms"] <= 500
+    history = [json.loads(line) for line in
+               (out / "history-monitor.jsonl").read_text().splitlines()]
+    claims = [event for event in history if event["type"] == "claim"]
+    assert len(claims) >= step["enqueued"]
+    assert {event["worker"] for event in claims} <= {"worker-1", "worker-2", "worker-3"}
+    assert [event["phase"] for event in history if event["type"] == "phase"][:2] == [
+        "capacity-step-1", "capacity-settle-1"]
+    assert processes_in(NODE_SUT.resolve()) == []  # nothing it started outlives it
+
+
+@pytest.mark.integration
+def test_capacity_finds_the_knee_of_a_small_bullmq_pool(tmp_path: Path):
+    """Real BullMQ workers (one, two slots, the scenario's 100-400 ms handler: about 8 jobs/s):
+    its claims from the bullmq dialect's history, its backlog from BullMQ's own wait list."""
+    needs(bullmq_missing())
+    out = tmp_path / "cap"
+    result = run_cli("capacity", BULLMQ_KILL_WORKER, "--set", "topology.workers=1",
+                     "--set", "topology.concurrency=2", "--set", "faults=[]",
+                     "--start-rate", "4", "--step-rate", "8", "--steps", "2",
+                     "--step-ms", "2500", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    assert "knee: 4 jobs/s, the highest rate that fit; 12 jobs/s did not" in result.stdout
+    first, second = json.loads((out / "capacity.json").read_text())["steps"]
+    assert first["within"] and first["enqueued"] > 0 and first["claim_wait_p99_ms"] <= 500
+    assert not second["within"] and second["delivered_rate"] >= 0.9 * 12, second
+    # the jobs waiting on BullMQ's wait list (not the echomq pending set, which stays empty)
+    assert second["backlog_tail_max"] >= 1

@@ -4,6 +4,7 @@ SIGKILLed), its outputs, the recommendation, Ctrl-C, and bad grids refused befor
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -133,6 +134,58 @@ def test_repetitions_run_with_successive_seeds_and_pool_into_one_cell(tmp_path: 
     assert cell["needless"] == 0 and cell["recovery"]["count"] == 0  # no faults, no lapses
     # Heartbeats ran every 300 ms: their round trips are on the extend events.
     assert json.loads((out / "sweep.json").read_text())["evidence"]["extend_rtt_ms"]["count"] > 0
+
+
+@pytest.mark.integration
+def test_a_bullmq_sweep_models_its_bound_and_recommends_from_renewal_gaps(tmp_path: Path):
+    """Real BullMQ workers (killed in each cell): the cells are modelled on BullMQ's own bound,
+    2R + max(L, R), and the lease headroom is judged from the renewal gaps of the judged
+    (MONITOR) history, whose extends carry no round trip. Read from history.jsonl it was no
+    evidence at all: "None ms", and the lease named as binding although every cell passed."""
+    from chaos.load.bullmq import BullMQUnavailable, require_installed
+
+    try:
+        require_installed()
+    except BullMQUnavailable as problem:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but {problem}")
+        pytest.skip(str(problem))
+    out = tmp_path / "sweep"
+    result = sweep_cli(str(ROOT / "scenarios" / "bullmq" / "kill-worker.toml"),
+                       "--lease-ms", "600,1000", "--reap-ms", "250", "--out", str(out),
+                       "--set", "phases.warmup_ms=500", "--set", "phases.chaos_ms=1200",
+                       "--set", "phases.heal_ms=200", "--set", "phases.drain_margin_ms=2500")
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    summary = json.loads((out / "sweep.json").read_text())
+    # the default target: BullMQ's bound for the scenario's own settings (L 1000, R 500)
+    assert summary["target_recovery_ms"] == 2000 and "BullMQ" in summary["target_source"]
+    for cell in summary["cells"]:
+        lease, reap = cell["lease_ms"], cell["reap_interval_ms"]
+        assert cell["dialect"] == "bullmq" and cell["bound_formula"] == "2R+max(L,R)"
+        assert cell["bound_ms"] == cell["model"]["high_ms"] == 2 * reap + max(lease, reap)
+        assert cell["verdict"] == "pass" and cell["renewal_gap"]["count"] > 0, cell
+    assert "/ 2R+max(L,R) 1100 ms" in result.stderr  # the progress line of lease 600
+    evidence = summary["evidence"]
+    assert evidence["extend_rtt_ms"]["count"] == 0 and evidence["renewal_gap_ms"]["count"] > 0
+    recommendation = summary["recommendation"]
+    text = recommendation["text"]
+    assert "None" not in text and "renewal gaps" in text, text
+    if recommendation["cell"] is not None:
+        assert "2R+max(L,R) = " in text
+    else:  # only when a cell redelivered needlessly: the binding named, from measured gaps
+        assert recommendation["binding"] in ("lease", "conflict"), text
+    assert "2R + max(L, R), BullMQ's" in result.stdout
+
+
+def test_a_bullmq_sweep_refuses_heartbeat_off(tmp_path: Path, capsys):
+    """BullMQ always renews its locks (lockRenewTime 0 is its default, lockDuration / 2)."""
+    code = main(["sweep", str(ROOT / "scenarios" / "bullmq" / "kill-worker.toml"),
+                 "--lease-ms", "1000", "--reap-ms", "500", "--heartbeat-ms", "off,300",
+                 "--out", str(tmp_path / "sweep")])
+    error = capsys.readouterr().err
+    assert code == 2 and "BullMQ always renews its locks" in error
+    assert "heartbeat_ms=300" not in error
+    assert not (tmp_path / "sweep").exists()
 
 
 def test_invalid_cells_are_refused_before_anything_runs(tmp_path: Path, capsys):

@@ -11,16 +11,18 @@ from chaos.check.tuning import (
     Evidence,
     HistoryMeasurements,
     assess,
+    family_bound_ms,
     measure_history,
     predicted_recovery,
     recommend,
 )
+from chaos.history.schema import Run
 
 
 def cell(lease: int, reap: int, heartbeat: int | None = None, *, verdict: str = "pass",
          failed: list[str] | None = None, recovery: list[int] | None = None, needless: int = 0,
-         gaps: list[int] | None = None, jobs: int = 200, throughput: float = 40.0
-         ) -> CellResult:
+         gaps: list[int] | None = None, jobs: int = 200, throughput: float = 40.0,
+         dialect: str = "") -> CellResult:
     heartbeat = lease // 3 if heartbeat is None else heartbeat
     if recovery is None:  # a kill strands leases renewed up to one heartbeat before it
         recovery = [lease - heartbeat // 2 + reap // 2, lease + reap - 10]
@@ -30,13 +32,20 @@ def cell(lease: int, reap: int, heartbeat: int | None = None, *, verdict: str = 
                       verdict=verdict, failed_invariants=failed or [],
                       recovery=LatencySummary.of(recovery), needless=needless, jobs=jobs,
                       throughput_per_s=throughput, renewal_gap=LatencySummary.of(gaps),
-                      tolerance_ms=100)
+                      tolerance_ms=100, dialect=dialect)
 
 
 def evidence_for(cells: list[CellResult], handler: list[int] | None = None,
                  rtts: list[int] | None = None) -> Evidence:
     measured = HistoryMeasurements(handler_ms=handler or [150, 250, 420],
                                    extend_rtt_ms=rtts or [1, 2, 9])
+    return Evidence.of(measured, cells)
+
+
+def monitor_evidence(cells: list[CellResult], gaps: list[int], extends: int = 17) -> Evidence:
+    """As a history read from MONITOR gives it: extends with no round trip, renewal gaps."""
+    measured = HistoryMeasurements(handler_ms=[103, 245, 401], renewal_gap_ms=gaps,
+                                   extends=extends, dialect="bullmq")
     return Evidence.of(measured, cells)
 
 
@@ -257,3 +266,77 @@ def test_a_heartbeat_arriving_after_its_own_complete_is_not_a_renewal_gap():
     h.extend_rejected("a", attempt=1, worker="w1", ts=3150)  # sent before, delayed by latency
     measured = measure_history(h.events())
     assert measured.handler_ms == [780] and measured.renewal_gap_ms == [780]
+
+
+# --- the family: BullMQ's bound, renewal evidence without round trips -----------------------
+
+
+def test_bullmqs_cells_are_modelled_on_its_own_bound():
+    """2R + max(L, R) (chaos.check.bullmq), as the checker judges a bullmq history."""
+    assert family_bound_ms(1000, 250) == 1250
+    assert family_bound_ms(1000, 250, "bullmq") == 1500
+    assert family_bound_ms(300, 1000, "bullmq") == 3000
+    short = cell(600, 250, heartbeat=500, recovery=[300, 1050], dialect="bullmq")
+    assert short.bound_ms == 1100 and short.bound_formula == "2R+max(L,R)"
+    model = predicted_recovery(short)
+    # 1050 ms lies past L + R (850) but inside BullMQ's bound: it agrees with the model
+    assert (model.low_ms, model.high_ms, model.agrees) == (100, 1100, True)
+    late = predicted_recovery(cell(600, 250, heartbeat=500, recovery=[300, 1400],
+                                   dialect="bullmq"))
+    assert late.agrees is False and "2R+max(L,R) 1100: the stalled checks ran late" in late.note
+    assert short.as_dict()["bound_formula"] == "2R+max(L,R)"
+
+
+def test_a_bullmq_sweep_recommends_from_renewal_gaps_when_extends_carry_no_round_trip():
+    """The four cells of `sweep scenarios/bullmq/kill-worker.toml` (all passed, 0 needless):
+    no rtt_ms on any extend, so the lease need comes from the renewal gaps, never "None ms"."""
+    cells = [cell(lease, reap, heartbeat=500, gaps=[245, 401], dialect="bullmq",
+                  recovery=[lease - 400, lease + reap])
+             for lease in (600, 1000) for reap in (250, 500)]
+    evidence = monitor_evidence(cells, gaps=[103, 245, 401])
+    assert evidence.extend_rtt.count == 0 and evidence.renewal_overhead_ms == 401 - 500
+    assert evidence.lease_need_ms(500) == 500  # the heartbeat: no gap ran past it
+    rec = recommend(cells, 2000, evidence)
+    assert rec.binding is None and rec.settings is not None
+    # lease 1000 / reap 250: bound 2 x 250 + 1000 = 1500, 500 inside the target; lease
+    # headroom 1000 - 500 = 500
+    assert rec.settings == {"lease_ms": 1000, "reap_interval_ms": 250, "heartbeat_ms": 500}
+    assert rec.margin_ms == 500
+    assert "2R+max(L,R) = 1500" in rec.text
+    assert "17 extends recorded carry no round trip" in rec.text
+    assert "renewal gaps" in rec.text and "max 401 ms (n=3)" in rec.text
+    assert "None" not in rec.text and "no heartbeat ran" not in rec.text
+
+
+def test_without_any_renewal_evidence_the_recommendation_says_so():
+    cells = [cell(1000, 250, heartbeat=500, gaps=[], dialect="bullmq")]
+    evidence = monitor_evidence(cells, gaps=[], extends=0)
+    rec = recommend(cells, 2000, Evidence(evidence.handler, evidence.extend_rtt, None))
+    assert rec.cell is None and rec.binding == "evidence"
+    assert "no renewal evidence" in rec.text and "None" not in rec.text
+
+
+def test_the_interpolated_bullmq_lease_balances_on_its_bound():
+    cells = [cell(600, 250, heartbeat=300, gaps=[320], dialect="bullmq"),
+             cell(2000, 250, heartbeat=1000, gaps=[1020], dialect="bullmq")]
+    rec = recommend(cells, 2500, monitor_evidence(cells, gaps=[320, 1020]))
+    assert rec.interpolated is not None
+    lease, heartbeat = rec.interpolated["lease_ms"], rec.interpolated["heartbeat_ms"]
+    # T - (L + 2R) = L - H - overhead, H = L/2, overhead 20: L = (2500 - 500 + 20) / 1.5
+    assert lease == 1350 and heartbeat == 700
+    assert rec.interpolated["margin_ms"] == min(2500 - (lease + 500), lease - heartbeat - 20)
+
+
+def test_measurements_name_the_family_and_count_extends_without_round_trips():
+    h = History(lease_ms=1000, run=False)
+    h.write(Run(scenario="s", seed=1, lease_ms=1000, reap_interval_ms=500, dialect="bullmq"), 0)
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    h.add("extend", ts=510, id="a", attempt=1, worker="w1", lease_ms=1000)
+    h.complete("a", attempt=1, worker="w1", ts=700)
+    measured = measure_history(h.events())
+    assert measured.dialect == "bullmq" and measured.extends == 1
+    assert measured.extend_rtt_ms == [] and measured.renewal_gap_ms == [500]
+    pooled = HistoryMeasurements()
+    pooled.extend(measured)
+    assert pooled.dialect == "bullmq" and pooled.extends == 1

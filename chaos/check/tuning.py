@@ -2,16 +2,20 @@
 
 Three things, all without Valkey, so every rule is unit-testable on hand-written data:
 
-* **Measurements from a history**: how long a handler holds a lease (claim → its complete, per
-  attempt, on the server clock: the span a lease must cover when nothing renews it), the extend
-  round trips (``rtt_ms`` on extend events, measured by the client), and the *renewal gap*: the
-  longest time a live, unfaulted holder went without reaching the server (claim → extend → …
-  → complete). A lease shorter than a renewal gap lapses under a live worker: a needless
-  redelivery.
+* **Measurements from a history** (the run's judged one: the scripts' events, or the MONITOR
+  recorder's for a queue whose scripts record nothing): how long a handler holds a lease (claim →
+  its complete, per attempt, on the server clock: the span a lease must cover when nothing renews
+  it), the extend round trips (``rtt_ms`` on extend events, measured by the client; a history read
+  from MONITOR has none), and the *renewal gap*: the longest time a live, unfaulted holder went
+  without reaching the server (claim → extend → … → complete). A lease shorter than a renewal gap
+  lapses under a live worker: a needless redelivery. The run event names the family (its
+  ``dialect``), which fixes the bound below.
 * **The analytic model** (docs/design.md §4): a fault strands a lease last renewed at most one
-  heartbeat before it, so the deadline falls in ``[fault + L − H, fault + L]`` and the reap at
-  most R after that: recovery ∈ ``[max(0, L − H), L + R]`` (without a heartbeat, H is the
-  handler duration).
+  heartbeat before it, so the deadline falls in ``[fault + L − H, fault + L]`` and the recovery
+  at most the family's bound: recovery ∈ ``[max(0, L − H), bound]`` (without a heartbeat, H is
+  the handler duration), where the bound is ``L + R`` for the echomq protocol (the reaper sweeps
+  at most R after the deadline) and ``2R + max(L, R)`` for BullMQ, whose stalled checks run on
+  the workers (``chaos.check.bullmq``).
 * **The recommendation**: among the cells that passed every invariant, the one that meets the
   recovery target with zero needless redeliveries and the widest safety margin, where
   margin = min(recovery headroom, lease headroom); or which constraint binds when none does.
@@ -22,13 +26,27 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check.verdict import LatencySummary
+from chaos.check.verdict import CheckConfig, LatencySummary
 from chaos.history.events import Event
-from chaos.history.schema import CLIENT_CALLS, Claim, Extend, ExtendRejected, rtt_ms
+from chaos.history.schema import CLIENT_CALLS, Claim, Extend, ExtendRejected, Run, rtt_ms
 from chaos.history.windows import UNKNOWN_WORKER, fault_windows
 
 RENEWALS = CLIENT_CALLS  # a holder's calls on its lease: each one reached the server
 ROUND_TO_MS = 50  # interpolated settings are rounded to this (a setting, not a measurement)
+
+
+# --- the family's bound ---------------------------------------------------------------------
+
+
+def family_bound_ms(lease_ms: int, reap_interval_ms: int, dialect: str = "") -> int:
+    """Renewal to recovery at worst, as the checker judges the family (its ``recovery_bound``
+    less the tolerance): L + R, or BullMQ's 2R + max(L, R)."""
+    return CheckConfig(lease_ms, reap_interval_ms, tolerance_ms=0, dialect=dialect).bound_ms
+
+
+def bound_formula(dialect: str = "") -> str:
+    """The bound's formula in the sweep's letters (L lease, R reap interval)."""
+    return "2R+max(L,R)" if dialect == "bullmq" else "L+R"
 
 
 # --- measurements from one history ----------------------------------------------------------
@@ -41,15 +59,20 @@ class HistoryMeasurements:
     handler_ms: list[int] = field(default_factory=list)  # claim -> complete, per attempt
     extend_rtt_ms: list[int] = field(default_factory=list)  # client-measured extend round trips
     renewal_gap_ms: list[int] = field(default_factory=list)  # per attempt, its longest gap
+    extends: int = 0  # extend calls seen (accepted or rejected), with a round trip or not
+    dialect: str = ""  # the family that made the history (its run event's); "" is echomq
 
     def extend(self, other: HistoryMeasurements) -> None:
         self.handler_ms += other.handler_ms
         self.extend_rtt_ms += other.extend_rtt_ms
         self.renewal_gap_ms += other.renewal_gap_ms
+        self.extends += other.extends
+        self.dialect = self.dialect or other.dialect
 
 
 def measure_history(events: list[Event]) -> HistoryMeasurements:
-    """Handler durations, extend round trips and renewal gaps of one run's history."""
+    """Handler durations, extend round trips and renewal gaps of one run's history, and the
+    family it names (``measured.dialect``)."""
     # A holder cut off (killed, frozen, partitioned) meanwhile: its renewal gaps measure the
     # fault, not the lease it needs.
     windows = fault_windows(events)
@@ -58,7 +81,11 @@ def measure_history(events: list[Event]) -> HistoryMeasurements:
     finished: dict[tuple[str, int], int] = {}  # claim -> complete (accepted or rejected)
     measured = HistoryMeasurements()
     for event in events:
+        if event.type == Run.TYPE:
+            measured.dialect = Run.decode(event).dialect
+            continue
         if event.type in (Extend.TYPE, ExtendRejected.TYPE):
+            measured.extends += 1
             rtt = rtt_ms(event)
             if rtt is not None:
                 measured.extend_rtt_ms.append(rtt)
@@ -114,6 +141,7 @@ class CellResult:
     wall_ms: int = 0
     # What the sweep set: None = the scenario's own heartbeat (default lease/3); groups heatmaps.
     heartbeat_set: int | None = None
+    dialect: str = ""  # the family its runs' histories name ("" echomq, "bullmq"): its bound
 
     @property
     def key(self) -> str:
@@ -122,7 +150,12 @@ class CellResult:
 
     @property
     def bound_ms(self) -> int:
-        return self.lease_ms + self.reap_interval_ms
+        """The family's bound on renewal to recovery: L + R, or BullMQ's 2R + max(L, R)."""
+        return family_bound_ms(self.lease_ms, self.reap_interval_ms, self.dialect)
+
+    @property
+    def bound_formula(self) -> str:
+        return bound_formula(self.dialect)
 
     @property
     def needless_rate(self) -> float:
@@ -131,7 +164,7 @@ class CellResult:
 
     def as_dict(self) -> dict[str, Any]:
         data = asdict(self)
-        data.update(key=self.key, bound_ms=self.bound_ms,
+        data.update(key=self.key, bound_ms=self.bound_ms, bound_formula=self.bound_formula,
                     needless_rate=round(self.needless_rate, 6))
         return data
 
@@ -147,9 +180,11 @@ class ModelRange:
 
 
 def predicted_recovery(cell: CellResult, handler_max_ms: int | None = None) -> ModelRange:
-    """[max(0, L − H), L + R]: the stranded lease was renewed at most H before the fault
+    """[max(0, L − H), bound]: the stranded lease was renewed at most H before the fault
     (without a heartbeat: claimed at most one handler duration before it), so its deadline is
-    within (fault + L − H, fault + L], and the reaper sweeps at most R after the deadline."""
+    within (fault + L − H, fault + L], and it is recovered within the family's bound of that
+    renewal (L + R: the reaper sweeps at most R after the deadline; BullMQ: 2R + max(L, R),
+    its stalled checks). Nothing comes back before its lease lapsed, in either family."""
     renewal = cell.heartbeat_ms or handler_max_ms or cell.lease_ms
     low = max(0, cell.lease_ms - renewal)
     high = cell.bound_ms
@@ -159,7 +194,8 @@ def predicted_recovery(cell: CellResult, handler_max_ms: int | None = None) -> M
     slack = cell.tolerance_ms
     notes = []
     if measured.max_ms > high + slack:
-        notes.append(f"max {measured.max_ms} > L+R {high}: the reaper ran late")
+        late = "the stalled checks ran late" if cell.dialect == "bullmq" else "the reaper ran late"
+        notes.append(f"max {measured.max_ms} > {cell.bound_formula} {high}: {late}")
     if measured.min_ms < low - slack:
         notes.append(f"min {measured.min_ms} < L-H {low}: a lease was older than one heartbeat")
     return ModelRange(low, high, not notes, "; ".join(notes) or "within the model")
@@ -175,6 +211,8 @@ class Evidence:
     handler: LatencySummary
     extend_rtt: LatencySummary
     renewal_overhead_ms: int | None  # longest renewal gap beyond the heartbeat, any passing cell
+    renewal_gap: LatencySummary = field(default_factory=LatencySummary)  # every run's, pooled
+    extends: int = 0  # extend calls in the histories, with a round trip or not
 
     @classmethod
     def of(cls, measured: HistoryMeasurements, cells: list[CellResult]) -> Evidence:
@@ -183,10 +221,13 @@ class Evidence:
                      and cell.renewal_gap.max_ms is not None]
         return cls(LatencySummary.of(measured.handler_ms),
                    LatencySummary.of(measured.extend_rtt_ms),
-                   max(overheads) if overheads else None)
+                   max(overheads) if overheads else None,
+                   LatencySummary.of(measured.renewal_gap_ms), measured.extends)
 
     def lease_need_ms(self, heartbeat_ms: int) -> int | None:
-        """The modelled longest time a live holder goes without renewing."""
+        """The modelled longest time a live holder goes without renewing: with a heartbeat, the
+        heartbeat + the longest delay beyond it in any passing cell's renewal gaps, else (no
+        gap measured) + the longest extend round trip; None without either."""
         if not heartbeat_ms:
             return self.handler.max_ms
         if self.renewal_overhead_ms is not None:
@@ -199,7 +240,7 @@ class Evidence:
 @dataclass
 class Assessment:
     cell: CellResult
-    recovery_worst_ms: int  # max(L + R, the measured max): a few faults cannot show the worst
+    recovery_worst_ms: int  # max(the bound, the measured max): a few faults cannot show the worst
     recovery_margin_ms: int  # target - recovery_worst_ms
     lease_need_ms: int | None  # the renewal gap a lease must outlast (measured and modelled)
     lease_margin_ms: int | None  # lease_ms - lease_need_ms
@@ -249,21 +290,29 @@ def _round(value: float) -> int:
 def _interpolate(best: Assessment, target_ms: int, evidence: Evidence,
                  leases: list[int]) -> dict[str, int] | None:
     """Where recovery headroom and lease headroom are equal (the widest min of the two), keeping
-    the chosen reap interval and heartbeat-to-lease ratio; only inside the swept lease range."""
+    the chosen reap interval and heartbeat-to-lease ratio; only inside the swept lease range.
+
+    With L >= R the family's bound is L + its excess over the lease (R for echomq, 2R for
+    BullMQ), so T - L - excess = L(1 - f) - overhead. Below R BullMQ's bound stays 3R whatever
+    the lease, so a balance point under R is no better than L = R there."""
     cell = best.cell
     reap = cell.reap_interval_ms
+    excess = family_bound_ms(reap, reap, cell.dialect) - reap
     if cell.heartbeat_ms:
         ratio = cell.heartbeat_ms / cell.lease_ms
         overhead = (best.lease_need_ms or 0) - cell.heartbeat_ms
-        lease = (target_ms - reap + overhead) / (2 - ratio)  # T-L-R = L(1-f) - overhead
+        lease = (target_ms - excess + overhead) / (2 - ratio)
     else:
         ratio, overhead = 0.0, best.lease_need_ms or 0
-        lease = (target_ms - reap + overhead) / 2  # T-L-R = L - handler
+        lease = (target_ms - excess + overhead) / 2  # T-L-excess = L - handler
+    if cell.dialect == "bullmq":
+        lease = max(lease, reap)
     lease_ms = _round(lease)
     if not min(leases) <= lease_ms <= max(leases) or lease_ms == cell.lease_ms:
         return None
     heartbeat = _round(ratio * lease_ms) if ratio else 0
-    margin = min(target_ms - lease_ms - reap, lease_ms - heartbeat - overhead)
+    margin = min(target_ms - family_bound_ms(lease_ms, reap, cell.dialect),
+                 lease_ms - heartbeat - overhead)
     if margin <= best.margin_ms or heartbeat >= lease_ms:
         return None
     return {"lease_ms": lease_ms, "reap_interval_ms": reap, "heartbeat_ms": heartbeat,
@@ -271,7 +320,8 @@ def _interpolate(best: Assessment, target_ms: int, evidence: Evidence,
 
 
 def _distributions(evidence: Evidence) -> str:
-    handler, rtt = evidence.handler, evidence.extend_rtt
+    """What the lease headroom was judged from, in words: never a figure that was not measured."""
+    handler, rtt, gaps = evidence.handler, evidence.extend_rtt, evidence.renewal_gap
     parts = []
     if handler.count:
         parts.append(f"handlers held a lease (claim to complete) p50 {handler.p50_ms}, "
@@ -279,8 +329,26 @@ def _distributions(evidence: Evidence) -> str:
     if rtt.count:
         parts.append(f"extend round trips p50 {rtt.p50_ms}, p99 {rtt.p99_ms}, max {rtt.max_ms} "
                      f"ms (n={rtt.count})")
+    elif evidence.extends:
+        parts.append(f"the {evidence.extends} extends recorded carry no round trip (a history "
+                     "read from the server's MONITOR feed sees when a renewal reached the "
+                     "server, not how long its client waited), so the renewal evidence is the "
+                     "gaps between a live holder's calls on its lease")
     else:
-        parts.append("no extend round trips were recorded (no heartbeat ran)")
+        parts.append("no extend was recorded (no heartbeat ran, or every handler finished "
+                     "before its first renewal), so the renewal evidence is the gaps between a "
+                     "live holder's calls on its lease")
+    if gaps.count:
+        overhead = evidence.renewal_overhead_ms
+        parts.append(f"renewal gaps (per attempt, the longest a live, unfaulted holder went "
+                     f"without reaching the server) p50 {gaps.p50_ms}, p99 {gaps.p99_ms}, max "
+                     f"{gaps.max_ms} ms (n={gaps.count})"
+                     + ("" if overhead is None else
+                        f", at most {overhead} ms beyond the heartbeat in a passing cell"
+                        if overhead > 0 else ", none beyond the heartbeat in a passing cell"))
+    else:
+        parts.append("no renewal gap was measured (no attempt of a live, unfaulted holder "
+                     "finished)")
     return "; ".join(parts)
 
 
@@ -319,8 +387,8 @@ def _chosen(best: Assessment, meeting: list[Assessment], target_ms: int, evidenc
              "the longest renewal delay seen in any cell, whichever is longer)")
     text = (
         f"Use lease_ms = {cell.lease_ms}, reap_interval_ms = {cell.reap_interval_ms}, "
-        f"{heartbeat}. Its worst-case recovery is {best.recovery_worst_ms} ms (L+R = "
-        f"{cell.bound_ms}, measured max "
+        f"{heartbeat}. Its worst-case recovery is {best.recovery_worst_ms} ms "
+        f"({cell.bound_formula} = {cell.bound_ms}, measured max "
         f"{'-' if measured_max is None else measured_max} ms over {cell.recovery.count} "
         f"stranded lease(s)), {best.recovery_margin_ms} ms inside the {target_ms} ms target; "
         f"{renew} is {best.lease_need_ms} ms, so the lease has {best.lease_margin_ms} ms of "
@@ -340,9 +408,10 @@ def _chosen(best: Assessment, meeting: list[Assessment], target_ms: int, evidenc
         )
     warning = None
     if best.margin_ms <= 0:
+        sweeper = "stalled check" if cell.dialect == "bullmq" else "reaper tick"
         warning = (f"the chosen cell's safety margin is {best.margin_ms} ms: it meets the target "
-                   "with nothing to spare, so any slower handler, late renewal or late reaper "
-                   "tick breaks it; sweep a wider grid before relying on it")
+                   f"with nothing to spare, so any slower handler, late renewal or late {sweeper} "
+                   "breaks it; sweep a wider grid before relying on it")
     return Recommendation(target_ms, cell.key, {"lease_ms": cell.lease_ms,
                                                 "reap_interval_ms": cell.reap_interval_ms,
                                                 "heartbeat_ms": cell.heartbeat_ms},
@@ -357,21 +426,35 @@ def _binding(assessed: list[Assessment], target_ms: int, evidence: Evidence,
     quickest = min(assessed, key=lambda a: a.recovery_worst_ms)
     longest_need = max((a.lease_need_ms for a in assessed if a.lease_need_ms is not None),
                        default=None)
+    dialect = assessed[0].cell.dialect
+    formula = bound_formula(dialect)
     if not fast:
         binding = "recovery"
         text = (f"No cell meets the {target_ms} ms recovery target: the quickest passing cell, "
-                f"{quickest.cell.key}, can take {quickest.recovery_worst_ms} ms (L+R = "
+                f"{quickest.cell.key}, can take {quickest.recovery_worst_ms} ms ({formula} = "
                 f"{quickest.cell.bound_ms}, measured max {quickest.cell.recovery.max_ms} ms). "
                 f"The recovery target binds: sweep shorter leases or reap intervals, or accept "
                 f"a target of at least {quickest.recovery_worst_ms} ms.")
+    elif longest_need is None:
+        binding = "evidence"
+        text = (f"No cell can be judged against needless redeliveries: the histories hold no "
+                f"renewal evidence (no extend round trip, and no finished attempt of a live, "
+                f"unfaulted holder to measure a renewal gap on), so how long a lease must be "
+                f"is unknown. {len(fast)} passing cell(s) meet the {target_ms} ms recovery "
+                f"target (e.g. {fast[0].cell.key}); run them with load that completes jobs "
+                f"outside the faults.")
     elif not safe:
         binding = "lease"
         redelivering = [a for a in assessed if a.cell.needless]
         lucky = [a for a in assessed if not a.cell.needless]
         silent = max(assessed, key=lambda a: a.cell.renewal_gap.max_ms or 0)
-        text = (f"No cell is safe from needless redeliveries: the longest a live, unfaulted "
-                f"worker went without reaching the server on a lease it held was "
-                f"{silent.cell.renewal_gap.max_ms} ms (in {silent.cell.key})")
+        if silent.cell.renewal_gap.max_ms is not None:
+            text = (f"No cell is safe from needless redeliveries: the longest a live, unfaulted "
+                    f"worker went without reaching the server on a lease it held was "
+                    f"{silent.cell.renewal_gap.max_ms} ms (in {silent.cell.key})")
+        else:
+            text = (f"No cell is safe from needless redeliveries: no cell's own renewal gap was "
+                    f"measured, and the model puts the renewal gap at up to {longest_need} ms")
         if redelivering:
             most = max(redelivering, key=lambda a: a.cell.needless)
             text += (f", and {len(redelivering)} of {len(assessed)} passing cells redelivered "
@@ -388,12 +471,13 @@ def _binding(assessed: list[Assessment], target_ms: int, evidence: Evidence,
         reap = min(a.cell.reap_interval_ms for a in assessed)
         text += ". The lease binds: the handler or the network outlasts every swept lease_ms."
         if need is not None:
+            worst = family_bound_ms(need, reap, dialect)
             text += (f" Zero needless redeliveries needs lease_ms above about {need} ms; with "
                      f"the shortest swept reap interval ({reap} ms) recovery could then take "
-                     f"{need + reap} ms, so "
+                     f"{worst} ms ({formula}), so "
                      + (f"the {target_ms} ms target cannot also be met: raise it, or remove "
                         f"what silences live workers (a shorter heartbeat helps only when the "
-                        f"silence is the heartbeat's own period)." if need + reap > target_ms
+                        f"silence is the heartbeat's own period)." if worst > target_ms
                         else "sweep leases up to that."))
     else:
         binding = "conflict"
@@ -403,8 +487,8 @@ def _binding(assessed: list[Assessment], target_ms: int, evidence: Evidence,
                 f"lease shorter than the renewal gap (up to {longest_need} ms), while the "
                 f"quickest cell with zero needless redeliveries, {safe_fastest.cell.key}, can "
                 f"take {safe_fastest.recovery_worst_ms} ms. Zero needless redeliveries needs "
-                f"lease_ms above the renewal gap, and the target needs lease_ms + "
-                f"reap_interval_ms <= {target_ms}: raise the target to "
+                f"lease_ms above the renewal gap, and the target needs {formula} <= "
+                f"{target_ms}: raise the target to "
                 f"{safe_fastest.recovery_worst_ms} ms, shorten the heartbeat, or speed up the "
                 f"handler.")
     text += f" Evidence: {_distributions(evidence)}." + dropped_text

@@ -255,11 +255,18 @@ class BullMQLocustLoad(LocustLoad):
         argv = locust_argv(echomq_locust_argv(
             self.load, self.runtime.url, self.keys, self.lease_ms, self.protocol,
             self.run_dir / self.prefix, extra, scenario.topology.handler, scenario.seed))
+        # the adds so far: a queue that already had adds (capacity's earlier steps) must see
+        # this Locust's own first one
+        before = (jobs_added(self.ready.client, self.keys.prefix, self.keys.queue)
+                  if self.ready is not None else 0)
         self.child = self.runtime.spawn(self.name, argv)
         if self.ready is not None:
-            self.wait_until_enqueuing(self.ready)
+            self.wait_until_enqueuing(self.ready, before=before)
 
-    def wait_until_enqueuing(self, queue: QueueClient, timeout: float = 60.0) -> None:
+    def wait_until_enqueuing(self, queue: QueueClient, timeout: float = 60.0,
+                             before: int = 0) -> None:
+        """Block until BullMQ counts an add beyond ``before`` (Locust's start-up takes a second
+        or more), so a phase timed after ``start()`` has load all along."""
         import time
 
         from chaos.errors import InfraError
@@ -270,7 +277,7 @@ class BullMQLocustLoad(LocustLoad):
             if not self.child.alive:
                 log = (self.run_dir / "logs" / f"{self.name}.log").read_text(errors="replace")
                 raise InfraError(f"locust exited during start-up; its log ends:\n{log[-2000:]}")
-            if jobs_added(queue.client, self.keys.prefix, self.keys.queue):
+            if jobs_added(queue.client, self.keys.prefix, self.keys.queue) > before:
                 return
             time.sleep(0.05)
         raise InfraError(f"locust added nothing within {timeout:.0f}s (logs/{self.name}.log)")

@@ -16,6 +16,13 @@ steps, each a fresh headless Locust run (producers only, the scenario's ``load``
 - the claim wait p99 (enqueue -> first claim, both on the Valkey clock from the history; a job
   still unclaimed when the step ends counts with the wait so far) is at most ``p99_ms``.
 
+The history is the one a run of the scenario is judged on (``chaos.run.sources``): the events
+stream the protocol's scripts write, or, with ``[history] source = "monitor"`` (a foreign SUT: the
+Node example, BullMQ), the MONITOR recorder's ``history-monitor.jsonl``, read as it is written; a
+step's events lie between its ``capacity-step-N`` phase and the ``capacity-settle-N`` phase
+recorded once it ends. The backlog is the family's own: pending jobs of the echomq protocol, or
+BullMQ's waiting jobs (wait, paused, prioritized, delayed).
+
 The knee is the highest rate within capacity before the first step that is not. Between steps
 the backlog drains (so each step starts empty) and, with ``fault``, the scenario's fault schedule
 runs inside every step (``at_ms`` from the step's start) and killed workers are restarted.
@@ -25,18 +32,23 @@ raw Locust files (``step01_stats.csv`` ...).
 
 from __future__ import annotations
 
+import io
+import json
 import math
 import sys
 import time
 import traceback
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, InfraError
 from chaos.files import write_json_atomic
-from chaos.history.events import decode_entries
+from chaos.history.events import Event, decode_entries
+from chaos.history.monitor import MONITOR_HISTORY
 from chaos.history.schema import Claim, Enqueue, Phase
+from chaos.load.bullmq import backlog as bullmq_backlog
 from chaos.protocol.client import QueueClient
 from chaos.run.progress import Progress
 from chaos.run.runner import Run, try_teardown
@@ -47,6 +59,7 @@ SCHEMA = 1
 MIN_DELIVERED = 0.9  # below this share of the target rate the generator is the bottleneck
 SAMPLE_S = 0.25
 SETTLE_TIMEOUT_S = 30.0
+RECORDER_WAIT_S = 10.0  # for the MONITOR recorder to write a step's closing phase
 
 
 @dataclass(frozen=True)
@@ -203,12 +216,12 @@ def backlog_slope(samples: list[tuple[float, int]]) -> float:
     return sum((t - mean_t) * (p - mean_p) for t, p in tail) / spread
 
 
-def claim_waits(entries: list[tuple[str, dict[str, str]]], end_ts: int) -> tuple[list[float], int]:
-    """Enqueue -> first claim waits (ms) of the jobs enqueued in ``entries`` (stream records);
+def claim_waits(events: Iterable[Event], end_ts: int) -> tuple[list[float], int]:
+    """Enqueue -> first claim waits (ms) of the jobs enqueued in ``events`` (a step's history);
     a job not yet claimed by ``end_ts`` counts with ``end_ts - enqueue``. Also: how many."""
     enqueued: dict[str, int] = {}
     claimed: dict[str, int] = {}
-    for event in decode_entries(entries):
+    for event in events:
         kind, job_id = event.type, event.job_id
         if job_id is None:
             continue
@@ -218,6 +231,72 @@ def claim_waits(entries: list[tuple[str, dict[str, str]]], end_ts: int) -> tuple
             claimed[job_id] = event.ts
     waits = [float(claimed.get(job_id, end_ts) - ts) for job_id, ts in enqueued.items()]
     return waits, sum(1 for job_id in enqueued if job_id not in claimed)
+
+
+def step_name(index: int) -> str:
+    return f"capacity-step-{index}"
+
+
+def settle_name(index: int) -> str:
+    """The phase recorded once step ``index`` ends: its events end here."""
+    return f"capacity-settle-{index}"
+
+
+def _phase_at(events: list[Event], name: str) -> int | None:
+    return next((i for i, event in enumerate(events)
+                 if event.type == Phase.TYPE and event.extra.get("phase") == name), None)
+
+
+def step_events(events: list[Event], index: int) -> tuple[list[Event], list[Event]] | None:
+    """Step ``index``'s events (after its phase, before its settle phase) and what follows
+    them; None while its settle phase is not among ``events``."""
+    end = _phase_at(events, settle_name(index))
+    if end is None:
+        return None
+    start = _phase_at(events[:end], step_name(index))
+    return events[(start + 1 if start is not None else 0):end], events[end + 1:]
+
+
+class HistoryTail:
+    """A history file read while its writer appends to it: whole lines only, each once."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = 0
+        self.partial = b""  # a line not yet written whole
+
+    def read(self) -> list[Event]:
+        try:
+            with open(self.path, "rb") as handle:
+                handle.seek(self.offset)
+                chunk = handle.read()
+        except FileNotFoundError:
+            return []
+        self.offset += len(chunk)
+        *lines, self.partial = (self.partial + chunk).split(b"\n")
+        return [Event.from_record(json.loads(line)) for line in lines if line.strip()]
+
+
+def flush_each_line(recorder: Any) -> None:
+    """Make the MONITOR recorder put each history line on disk as it writes it. It writes
+    ``history-monitor.jsonl`` through a block-buffered file, read back once a run is over;
+    capacity reads a step's events while the pool keeps running. ``chaos.history.monitor``
+    has no public switch for this yet, so its file handle is reconfigured here, before the
+    recorder has written anything; if that handle is not where it was, say so rather than
+    wait for lines that sit in a buffer."""
+    handle = getattr(recorder, "_handle", None)
+    if not isinstance(handle, io.TextIOWrapper):
+        raise InfraError("capacity cannot read the MONITOR recorder's history as it is "
+                         "written: the recorder has no text file handle to flush per line")
+    handle.reconfigure(line_buffering=True)
+
+
+class _Machinery(Run):
+    """The scenario's machinery, with a recorder whose history capacity can read live."""
+
+    def start_recorder(self) -> None:
+        super().start_recorder()
+        flush_each_line(self.recorder)
 
 
 def judge(step: Step, search: CapacitySearch) -> None:
@@ -249,8 +328,12 @@ class CapacityRun:
         self.progress = Progress(stream, self.scenario)
         self.progress.planned_s = search.max_steps * search.step_ms / 1000  # the panel's bar
         self.progress.status.planned_faults = len(scenario.faults) if search.fault else 0
-        self.run = Run(self.scenario, out, self.progress)
-        self.run.trim_history = False  # each step reads its events back from the stream
+        self.run = _Machinery(self.scenario, out, self.progress)
+        self.run.trim_history = False  # a step reads its events back from the stream (scripts)
+        # The history a run is judged on: the recorder's, when the scripts record no claims.
+        self.tail = (HistoryTail(out / MONITOR_HISTORY)
+                     if self.scenario.history.source == "monitor" else None)
+        self.unread: list[Event] = []  # read from the tail, after the last step's events
         self.result = CapacityResult(scenario.name, search)
 
     def execute(self) -> CapacityResult:
@@ -305,8 +388,47 @@ class CapacityRun:
         for name in self.run.restart_stopped_workers():
             self.progress.say(f"restarted {name}")
         deadline = time.monotonic() + SETTLE_TIMEOUT_S
-        while queue.backlog()[0] > 0 and time.monotonic() < deadline:
+        while self._backlog()[0] > 0 and time.monotonic() < deadline:
             time.sleep(0.05)
+
+    def _backlog(self) -> tuple[int, int]:
+        """(waiting, active) of the queue under test."""
+        queue = self.run.queue
+        assert queue is not None
+        if self.run.bullmq:
+            return bullmq_backlog(queue.client, self.run.keys.prefix, self.run.keys.queue)
+        return queue.backlog()
+
+    def _fresh_pending(self) -> int:
+        """What grows when the pool falls behind. BullMQ puts a stalled job back on its wait
+        list like a new one, so there every waiting job counts (recovered ones too)."""
+        queue = self.run.queue
+        assert queue is not None
+        return self._backlog()[0] if self.run.bullmq else fresh_pending(queue)
+
+    def _step_events(self, index: int, start_ts: int) -> list[Event]:
+        """The step's events from the judged history, once its settle phase is recorded."""
+        run, queue = self.run, self.run.queue
+        assert queue is not None
+        queue.record(**Phase(settle_name(index)).fields())
+        if self.tail is None:  # the scripts' events stream: complete as soon as it is read
+            entries = queue.client.xrange(run.keys.events, min=f"{start_ts}-0")
+            found = step_events(list(decode_entries(entries)), index)
+            if found is None:
+                raise InfraError(f"the events stream lacks the phase {settle_name(index)} "
+                                 "just recorded")
+            return found[0]
+        deadline = time.monotonic() + RECORDER_WAIT_S
+        while True:
+            self.unread += self.tail.read()
+            if (found := step_events(self.unread, index)) is not None:
+                events, self.unread = found
+                return events
+            if time.monotonic() > deadline:
+                raise InfraError(f"the MONITOR recorder did not write the phase "
+                                 f"{settle_name(index)} within {RECORDER_WAIT_S:g} s "
+                                 f"({MONITOR_HISTORY})")
+            time.sleep(0.02)
 
     def _step(self, index: int, rate: float) -> Step:
         run, queue = self.run, self.run.queue
@@ -315,10 +437,10 @@ class CapacityRun:
         load = self.scenario.load.model_copy(update={"rate": rate})
         locust = run.locust_load(load, name=f"locust-step{index:02d}", prefix=f"step{index:02d}")
         # Stream ids carry the server's ms, so this record's time starts the step's range.
-        start_ts = queue.record(**Phase(f"capacity-step-{index}", rate=rate).fields())
+        start_ts = queue.record(**Phase(step_name(index), rate=rate).fields())
         self.progress.enter(f"step {index} at {rate:g} jobs/s",
                             f"for {self.search.step_ms} ms")
-        step.backlog_start = queue.backlog()[0]
+        step.backlog_start = self._backlog()[0]
         run.use_load(locust)
         locust.start()
         began = time.monotonic()
@@ -328,7 +450,7 @@ class CapacityRun:
         while (now := time.monotonic()) < end:
             if nemesis is not None:
                 nemesis.tick(int((now - began) * 1000))
-            samples.append((now - began, fresh_pending(queue)))
+            samples.append((now - began, self._fresh_pending()))
             run.status()  # watches the children; feeds the live panel (jobs, backlog, faults)
             time.sleep(min(SAMPLE_S, max(0.0, end - time.monotonic())))
         end_ts = queue.server_time_ms()
@@ -337,14 +459,13 @@ class CapacityRun:
             nemesis.heal_all()
             step.faults = len(nemesis.applied)
         locust.stop()
-        step.backlog_end = queue.backlog()[0]
+        step.backlog_end = self._backlog()[0]
         step.backlog_growth_per_s = round(backlog_slope(samples), 2)
         step.backlog_tail_max = max((count for _, count in samples[len(samples) // 2:]),
                                     default=0)
-        entries = queue.client.xrange(run.keys.events, min=f"{start_ts}-0")
-        waits, step.unclaimed_at_end = claim_waits(entries, end_ts)
-        enqueue_ts = [event.ts for event in decode_entries(entries)
-                      if event.type == Enqueue.TYPE]
+        events = self._step_events(index, start_ts)
+        waits, step.unclaimed_at_end = claim_waits(events, end_ts)
+        enqueue_ts = [event.ts for event in events if event.type == Enqueue.TYPE]
         step.enqueued = len(enqueue_ts)
         in_window = [ts for ts in enqueue_ts if ts <= end_ts]
         if in_window:

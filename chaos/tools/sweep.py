@@ -24,6 +24,7 @@ from chaos.check.tuning import (
     Evidence,
     HistoryMeasurements,
     Recommendation,
+    bound_formula,
     measure_history,
     predicted_recovery,
     recommend,
@@ -34,6 +35,7 @@ from chaos.history.events import read_history
 from chaos.report.html import figure_svg
 from chaos.run.rundir import prepare_run_dir
 from chaos.run.runner import RunResult, run_scenario
+from chaos.run.sources import judged_history
 from chaos.scenario.loading import ScenarioError, load_scenario
 from chaos.scenario.model import Scenario
 
@@ -99,10 +101,32 @@ def plan_cells(path: str | Path, leases: list[int], reaps: list[int],
         except ScenarioError as error:
             errors.append(f"cell {cell}: {error}")
             continue
+        if heartbeat == 0 and is_bullmq(scenario):
+            errors.append(f"cell {cell}: BullMQ always renews its locks: heartbeat_ms = 0 "
+                          "gives lockRenewTime = lockDuration / 2 (its default), not 'off'; "
+                          "sweep values in ms instead")
+            continue
         plans.append(CellPlan(lease, reap, heartbeat, scenario))
     if errors:
         raise ScenarioError("invalid sweep cells (nothing was run):\n" + "\n".join(errors))
     return plans
+
+
+def is_bullmq(scenario: Scenario) -> bool:
+    """Real BullMQ under test (docs/bullmq.md): its recovery bound, its lock renewal."""
+    return scenario.sut.foreign and scenario.sut.dialect == "bullmq"
+
+
+def default_target(scenario: Scenario) -> tuple[int, str]:
+    """The recovery target without ``--target-recovery-ms``: the recovery the scenario's own
+    settings promise, by its family's bound (and where that number comes from)."""
+    lease, reap = scenario.topology.lease_ms, scenario.topology.reap_interval_ms
+    if scenario.history.dialect == "bullmq":
+        return scenario.recovery_bound_ms, (
+            f"default: BullMQ's bound for the scenario's own settings, 2 x stalledInterval + "
+            f"max(lockDuration, stalledInterval) = 2 x {reap} + max({lease}, {reap})")
+    return scenario.recovery_bound_ms, (
+        f"default: the scenario's own lease_ms + reap_interval_ms = {lease} + {reap}")
 
 
 @dataclass
@@ -121,6 +145,11 @@ class SweepResult:
     @property
     def evidence(self) -> Evidence:
         return Evidence.of(self.measured, self.cells)
+
+    @property
+    def dialect(self) -> str:
+        """The family the cells' histories name ("" echomq, "bullmq")."""
+        return next((cell.dialect for cell in self.cells if cell.dialect), "")
 
     @property
     def exit_code(self) -> int:
@@ -148,6 +177,8 @@ class SweepResult:
             "evidence": {
                 "handler_ms": vars(evidence.handler),
                 "extend_rtt_ms": vars(evidence.extend_rtt),
+                "renewal_gap_ms": vars(evidence.renewal_gap),
+                "extends": evidence.extends,
                 "renewal_overhead_ms": evidence.renewal_overhead_ms,
             },
             "cells": [{**cell.as_dict(),
@@ -192,6 +223,9 @@ def cell_result(plan: CellPlan, results: list[RunResult],
         run_dirs=[str(r.run_dir) for r in results],
         wall_ms=sum(int(r.report.get("run", {}).get("wall_ms", 0)) for r in results),
         heartbeat_set=plan.heartbeat_ms,
+        # the family its histories name (the run event's dialect), else the scenario's
+        dialect=next((m.dialect for m in measured if m.dialect),
+                     "bullmq" if is_bullmq(plan.scenario) else ""),
     )
 
 
@@ -219,7 +253,9 @@ def run_sweep(plans: list[CellPlan], out: Path, repeat: int, target_ms: int,
                 if run.verdict == "aborted":
                     raise KeyboardInterrupt
                 runs.append(run)
-                history = run_dir / "history.jsonl"
+                # the history the verdict was judged on: the MONITOR recorder's for a queue
+                # whose own scripts record no claims (a foreign SUT, BullMQ)
+                history = judged_history(run_dir)
                 measured.append(measure_history(read_history(history)) if history.exists()
                                 and history.stat().st_size else HistoryMeasurements())
                 done += 1
@@ -230,7 +266,8 @@ def run_sweep(plans: list[CellPlan], out: Path, repeat: int, target_ms: int,
             elapsed = time.monotonic() - started
             eta = elapsed / done * (total - done)
             print(f"[cell {index}/{len(plans)}] {cell.key}: {cell.verdict.upper()}  recovery "
-                  f"p99 {_ms(cell.recovery.p99_ms)} / L+R {cell.bound_ms} ms  needless "
+                  f"p99 {_ms(cell.recovery.p99_ms)} / {cell.bound_formula} {cell.bound_ms} ms  "
+                  f"needless "
                   f"{cell.needless}/{cell.jobs}  {cell.throughput_per_s} completes/s  "
                   f"(elapsed {elapsed:.0f}s, ETA {eta:.0f}s)", file=stream, flush=True)
     except KeyboardInterrupt:
@@ -259,7 +296,7 @@ def write_outputs(result: SweepResult, out: Path) -> None:
 
 # --- the terminal table -------------------------------------------------------------------
 
-COLUMNS = ("lease", "reap", "hb", "verdict", "recovery p50/p99/max", "L+R", "model range",
+COLUMNS = ("lease", "reap", "hb", "verdict", "recovery p50/p99/max", "bound", "model range",
            "model", "needless", "renew gap max", "completes/s", "load rps")
 
 
@@ -299,12 +336,11 @@ def table(result: SweepResult) -> str:
     lines.append(f"sweep {result.scenario}: {len(result.cells)}/{result.planned_cells} cells x "
                  f"{result.repeat} run(s) in {result.wall_ms / 1000:.0f} s"
                  + ("  (INTERRUPTED)" if result.aborted else ""))
-    lines.append(f"handler claim->complete ms p50 {_ms(evidence.handler.p50_ms)} p99 "
-                 f"{_ms(evidence.handler.p99_ms)} max {_ms(evidence.handler.max_ms)}; extend "
-                 f"round trip ms p50 {_ms(evidence.extend_rtt.p50_ms)} p99 "
-                 f"{_ms(evidence.extend_rtt.p99_ms)} max {_ms(evidence.extend_rtt.max_ms)}")
-    lines.append("model range: recovery the analytic model allows, [max(0, L - heartbeat), "
-                 "L + R] (no heartbeat: L - longest handler)")
+    lines.append(f"handler claim->complete ms {_summary(evidence.handler)}; "
+                 f"{_renewal_evidence(evidence)}")
+    lines.append(f"bound: {_bound_text(result.dialect)}")
+    lines.append(f"model range: recovery the analytic model allows, [max(0, L - heartbeat), "
+                 f"{bound_formula(result.dialect)}] (no heartbeat: L - longest handler)")
     if result.recommendation:
         lines.append(f"recommendation (target {result.target_ms} ms, {result.target_source}):")
         lines.append(_wrap(result.recommendation.text, 100, "  "))
@@ -313,6 +349,30 @@ def table(result: SweepResult) -> str:
     else:
         lines.append(f"!! {no_recommendation(result)}")
     return "\n".join(lines)
+
+
+def _summary(summary: LatencySummary) -> str:
+    return f"p50 {_ms(summary.p50_ms)} p99 {_ms(summary.p99_ms)} max {_ms(summary.max_ms)}"
+
+
+def _renewal_evidence(evidence: Evidence) -> str:
+    """The renewal figures measured: the extend round trips, or where the family's history
+    carries none (read from MONITOR), the renewal gaps the lease headroom is judged from."""
+    gaps = f"renewal gap ms {_summary(evidence.renewal_gap)} (n={evidence.renewal_gap.count})"
+    if evidence.extend_rtt.count:
+        return (f"extend round trip ms {_summary(evidence.extend_rtt)}; {gaps}")
+    if evidence.extends:
+        return (f"extend round trips: none recorded (the {evidence.extends} extends carry no "
+                f"rtt_ms: read from MONITOR); renewal evidence: {gaps}")
+    return f"extend round trips: no extend recorded; renewal evidence: {gaps}"
+
+
+def _bound_text(dialect: str) -> str:
+    if dialect == "bullmq":
+        return ("2R + max(L, R), BullMQ's (its stalled checks run on the workers, "
+                "docs/bullmq.md); the verdict allows the tolerance beyond it")
+    return ("L + R, a lease renewed last at t is reaped by t + L + R; the verdict allows the "
+            "tolerance beyond it")
 
 
 def _wrap(text: str, width: int, indent: str) -> str:
@@ -374,7 +434,8 @@ def render_html(result: SweepResult) -> str:
                  else f"heartbeat {heartbeat} ms" if heartbeat else "no heartbeat")
         maps.append(f"<h3>{escape(label)}</h3><div class='maps'>"
                     + _heatmap_svg(result, "recovery",
-                                   f"recovery p99 ms / L+R, {label}", heartbeat)
+                                   f"recovery p99 ms / {bound_formula(result.dialect)}, "
+                                   f"{label}", heartbeat)
                     + _heatmap_svg(result, "needless", f"needless redeliveries, {label}",
                                    heartbeat)
                     + "</div>")
@@ -410,15 +471,13 @@ tr.bad td {{ background: #fdd; }}
 <h2>Cells</h2>
 <table><tr>{header}</tr>{body}</table>
 <p>Recovery is reap − fault on the Valkey clock (ms). The model range is what the analytic model
-allows: a stranded lease was renewed at most one heartbeat before the fault and is reaped at most
-one reap interval after its deadline, so recovery ∈ [max(0, L − heartbeat), L + R]
-(without a heartbeat, L − the longest handler). "renew gap max" is the longest a live, unfaulted
-worker went without reaching the server on a lease it held; a lease shorter than that lapses
-under it (a needless redelivery).</p>
-<p>Handler claim→complete ms: p50 {_ms(evidence.handler.p50_ms)}, p99
-{_ms(evidence.handler.p99_ms)}, max {_ms(evidence.handler.max_ms)}.
-Extend round trip ms: p50 {_ms(evidence.extend_rtt.p50_ms)}, p99
-{_ms(evidence.extend_rtt.p99_ms)}, max {_ms(evidence.extend_rtt.max_ms)}.</p>
+allows: a stranded lease was renewed at most one heartbeat before the fault and comes back within
+the bound of that renewal, so recovery ∈ [max(0, L − heartbeat), bound] (without a heartbeat,
+L − the longest handler). The bound: {escape(_bound_text(result.dialect))}.
+"renew gap max" is the longest a live, unfaulted worker went without reaching the server on a
+lease it held; a lease shorter than that lapses under it (a needless redelivery).</p>
+<p>Handler claim→complete ms: {_summary(evidence.handler)}.
+{escape(_renewal_evidence(evidence))}.</p>
 <h2>Heatmaps</h2>
 {''.join(maps)}
 </body></html>
