@@ -19,7 +19,6 @@ from chaos.tools.capacity import (
     Step,
     backlog_slope,
     claim_waits,
-    fresh_pending,
     judge,
     step_events,
     table,
@@ -117,7 +116,11 @@ def test_the_backlog_sampled_leaves_out_the_jobs_the_reaper_returned(queue):
         pass
     assert queue.reap(10) == 1
     assert queue.backlog() == (2, 0)
-    assert fresh_pending(queue) == 1
+    from chaos.family import QueueFamily
+    from chaos.scenario.loading import load_scenario
+
+    family = QueueFamily(load_scenario(ROOT / "scenarios" / "kill-worker.toml"), queue.keys)
+    assert family.fresh_backlog(queue) == 1
 
 
 def test_the_knee_line_reads_as_one_statement():

@@ -75,6 +75,11 @@ class QueueFamily:
         """(waiting, leased)."""
         return queue.backlog()
 
+    def fresh_backlog(self, queue: QueueClient) -> int:
+        """Waiting jobs less those the reaper returned (a recovered job is scored 0, so it
+        goes first): what grows when the pool cannot keep up with new load (capacity)."""
+        return int(queue.client.zcount(queue.keys.pending, "(0", "+inf"))
+
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
         """What the nemesis records through and asks for the oldest leases' holders
         (``recorder``: the run's MONITOR recorder, None without one)."""

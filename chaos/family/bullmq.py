@@ -41,5 +41,9 @@ class BullMQFamily(QueueFamily):
     def backlog(self, queue: QueueClient) -> tuple[int, int]:
         return backlog(queue.client, self.keys.prefix, self.keys.queue)
 
+    def fresh_backlog(self, queue: QueueClient) -> int:
+        """BullMQ puts a stalled job back on its wait list like a new one: every waiting job."""
+        return self.backlog(queue)[0]
+
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
         return BullMQFaultHistory(queue, queue.client, self.keys.prefix, self.keys.queue)

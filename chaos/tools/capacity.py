@@ -48,8 +48,6 @@ from chaos.files import write_json_atomic
 from chaos.history.events import Event, decode_entries
 from chaos.history.monitor import MONITOR_HISTORY
 from chaos.history.schema import Claim, Enqueue, Phase
-from chaos.load.bullmq import backlog as bullmq_backlog
-from chaos.protocol.client import QueueClient
 from chaos.run.progress import Progress
 from chaos.run.runner import Run, try_teardown
 from chaos.scenario.loading import ScenarioError
@@ -188,12 +186,6 @@ def table(result: CapacityResult) -> str:
     if result.error:
         lines.append(f"error: {result.error}")
     return "\n".join(lines)
-
-
-def fresh_pending(queue: QueueClient) -> int:
-    """Pending jobs, less those the reaper returned (a recovered job is scored 0, so it goes
-    first): what grows when the pool cannot keep up with the new load."""
-    return int(queue.client.zcount(queue.keys.pending, "(0", "+inf"))
 
 
 def percentile(values: list[float], fraction: float) -> float:
@@ -395,16 +387,13 @@ class CapacityRun:
         """(waiting, active) of the queue under test."""
         queue = self.run.queue
         assert queue is not None
-        if self.run.bullmq:
-            return bullmq_backlog(queue.client, self.run.keys.prefix, self.run.keys.queue)
-        return queue.backlog()
+        return self.run.family.backlog(queue)
 
     def _fresh_pending(self) -> int:
-        """What grows when the pool falls behind. BullMQ puts a stalled job back on its wait
-        list like a new one, so there every waiting job counts (recovered ones too)."""
+        """What grows when the pool falls behind (the family's fresh backlog)."""
         queue = self.run.queue
         assert queue is not None
-        return self._backlog()[0] if self.run.bullmq else fresh_pending(queue)
+        return self.run.family.fresh_backlog(queue)
 
     def _step_events(self, index: int, start_ts: int) -> list[Event]:
         """The step's events from the judged history, once its settle phase is recorded."""
