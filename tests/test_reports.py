@@ -26,7 +26,7 @@ from chaos.check.checker import CheckConfig, check
 from chaos.cli import main
 from chaos.names import INVARIANTS
 from chaos.report.html import external_urls, render_html
-from chaos.report.html.analysis import build_timeline
+from chaos.report.html.analysis import build_timeline, rate_series
 from chaos.report.html.figures import timeline_svg
 from chaos.report.junit import NOT_JUDGED, junit_document
 from chaos.report.summary import (
@@ -226,6 +226,29 @@ def test_fault_labels_close_in_time_do_not_overlap_on_the_timeline():
     for (x1, y1, text1), (x2, y2, _) in itertools.combinations(sorted(labels), 2):
         # 8 px text: same line if closer than that; DejaVu Sans is under 5 px a character
         assert abs(y1 - y2) >= 8 or x2 - x1 >= 4 * len(text1), labels
+
+
+def test_the_timeline_plots_every_transition_from_the_start_of_the_load():
+    """Counts are kept per 50 ms bucket: the bucket time zero falls in (the warmup starts at
+    1017, a claim at 1030) and an event at the very end are on the plot, and the totals the page
+    states are what the rates add up to."""
+    h = History(lease_ms=1000, reap_interval_ms=250, tolerance_ms=100, ts=900)
+    h.phase("warmup", ts=1017)
+    h.enqueue("a", ts=1020)
+    h.claim("a", 1, "w1", ts=1030)
+    h.enqueue("b", ts=1500)
+    h.claim("b", 1, "w1", ts=1510)
+    h.complete("a", 1, "w1", ts=1600)
+    h.complete("b", 1, "w1", ts=3017)
+    h.phase("end", ts=3017, drained=1, aborted=0)
+    timeline = build_timeline(h.events())
+    assert timeline.totals() == {"claim": 2, "complete": 2, "enqueue": 2, "phase": 2}
+    assert timeline.undrawn() == {"run": 1}  # before the load started
+    assert timeline.final_backlog == (0, 0)
+    for bin_ms in (250, 500, 2000):
+        for kind in ("claim", "complete"):
+            _, rates = rate_series(timeline.counts[kind], timeline.t0, timeline.end_ts, bin_ms)
+            assert round(sum(rate * bin_ms / 1000 for rate in rates)) == 2
 
 
 def judged(h: History) -> dict:
