@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from drawn import assert_draws_what_was_judged
 
 from chaos.run.runner import run_scenario
 from chaos.scenario.loading import load_scenario
@@ -36,6 +37,8 @@ def test_real_bullmq_passes_under_worker_faults(name: str, tmp_path: Path):
     if name == "pause-worker":
         # the woken holder's finish was refused by BullMQ and recorded as such
         assert '"type":"complete_rejected"' in history
+    # report.html draws the history the verdict judged
+    assert_draws_what_was_judged(result.run_dir, result.report, "history-monitor.jsonl")
 
 
 def test_bullmq_without_the_lock_check_on_finish_is_caught(tmp_path: Path):

@@ -20,6 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from drawn import assert_draws_what_was_judged
 from histories import History, to_events
 
 from chaos.check.checker import CheckConfig, check
@@ -249,6 +250,33 @@ def test_the_timeline_plots_every_transition_from_the_start_of_the_load():
         for kind in ("claim", "complete"):
             _, rates = rate_series(timeline.counts[kind], timeline.t0, timeline.end_ts, bin_ms)
             assert round(sum(rate * bin_ms / 1000 for rate in rates)) == 2
+
+
+def monitor_run(tmp_path: Path, h: History) -> Path:
+    """A saved run recorded with ``history.source = "monitor"``: the transitions only in
+    history-monitor.jsonl, history.jsonl holding what the runner's own scripts wrote."""
+    run_dir = tmp_path / "monitor-run"
+    run_dir.mkdir()
+    (run_dir / "scenario.json").write_text(json.dumps({"history": {"source": "monitor"}}))
+    h.write_jsonl(run_dir / "history-monitor.jsonl")
+    runner_events = {"run", "phase", "fault", "heal"}
+    with open(run_dir / "history.jsonl", "w") as handle:
+        for record in h.records():
+            if record["type"] in runner_events:
+                handle.write(json.dumps(record) + "\n")
+    return run_dir
+
+
+def test_a_monitor_runs_report_draws_the_history_its_verdict_judged(tmp_path: Path, capsys):
+    run_dir = monitor_run(tmp_path, paused_worker_history())
+    result = cli_here(capsys, "report", str(run_dir))
+    assert (run_dir / "report.html").exists(), result.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["jobs"]["enqueued"] == 4  # judged on the monitor history
+    assert_draws_what_was_judged(run_dir, report, "history-monitor.jsonl")
+    page = (run_dir / "report.html").read_text()
+    assert "<th>history drawn</th><td>history-monitor.jsonl</td>" in page
+    assert "It held no lease that lapsed" not in page  # the lease chart has w1's leases
 
 
 def judged(h: History) -> dict:

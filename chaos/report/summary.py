@@ -221,10 +221,12 @@ def _last_line(text: str) -> str:
 
 
 def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdict | None,
-                           history: list[Event] | None = None) -> list[str]:
-    """``junit.xml`` and ``report.html`` beside ``report.json``, the page drawn from ``history``
-    (default: the run directory's history.jsonl, streamed). Returns the problems met: a drawing
-    that fails must not cost the verdict, which report.json already holds."""
+                           history: list[Event] | Path) -> list[str]:
+    """``junit.xml`` and ``report.html`` beside ``report.json``, the page drawn from ``history``:
+    the history the verdict judged, handed down by the caller (a file is streamed; one that does
+    not exist draws an empty page). Which file that is, ``chaos.run.sources.judged_history``
+    decides, and only it: the reports import nothing of the runner's. Returns the problems met:
+    a drawing that fails must not cost the verdict, which report.json already holds."""
     # Imported here, not at the top: the page's modules (and matplotlib behind them) load only
     # when a page is drawn, so the CLI's summary and ``check`` stay light. No cycle either way:
     # the html package never imports this module.
@@ -236,11 +238,8 @@ def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdi
         write_junit(run_dir / "junit.xml", [(report, run_dir)])
     except Exception as error:  # noqa: BLE001 - reported, and the run's verdict stands
         problems.append(f"junit.xml: {type(error).__name__}: {error}")
-    saved = run_dir / "history.jsonl"
-    source: list[Event] | Path = history if history is not None else (
-        saved if saved.exists() else [])
     try:
-        write_html(run_dir / "report.html", report, source, verdict)
+        write_html(run_dir / "report.html", report, history, verdict)
     except Exception as error:  # noqa: BLE001
         problems.append(f"report.html: {type(error).__name__}: {error}")
     return problems

@@ -52,6 +52,7 @@ def finish(run: FinishedRun, outcome: str, error: str | None, wall_ms: int,
     ``outcome``: finished | aborted | error."""
     from chaos.report.summary import summary_text, write_rendered_reports
     from chaos.run.evaluate import CHECKER_RAISED, Evaluation, SavedRunError, evaluate
+    from chaos.run.sources import judged_history
 
     try:
         evaluation = evaluate(run.run_dir, outcome, wall_ms)
@@ -70,7 +71,8 @@ def finish(run: FinishedRun, outcome: str, error: str | None, wall_ms: int,
         seen["error"] = error
     report = evaluation.report(**seen)
     write_json_atomic(run.run_dir / "report.json", report)
-    for problem in write_rendered_reports(run.run_dir, report, evaluation.verdict):
+    for problem in write_rendered_reports(run.run_dir, report, evaluation.verdict,
+                                          judged_history(run.run_dir)):
         print(f"   (report not rendered: {problem})", file=stream, flush=True)
     for problem in (evaluation.recorder or {}).get("problems", []):  # why never a pass
         print(f"!! history evidence: {problem}", file=stream, flush=True)

@@ -22,6 +22,7 @@ from typing import Any, TypeVar
 
 from chaos.check.verdict import WHAT_IT_CHECKS, StrandedLease, Verdict
 from chaos.history.events import Event, replay_history
+from chaos.history.schema import TRANSITIONS
 from chaos.names import INVARIANTS
 from chaos.report.html.analysis import Timeline, build_timeline, events_of_jobs, fault_jobs
 from chaos.report.html.figures import lease_chart_svg, recovery_svg, timeline_svg
@@ -249,7 +250,7 @@ def load_table(load: dict[str, Any] | None) -> str:
             + (f"<h3>raw files</h3><ul>{files}</ul>" if files else ""))
 
 
-def _settings(timeline: Timeline, report: dict[str, Any]) -> str:
+def _settings(timeline: Timeline, report: dict[str, Any], drawn_from: str) -> str:
     run_event = timeline.run
     items: list[tuple[str, Any]] = []
     if run_event is not None:
@@ -265,16 +266,42 @@ def _settings(timeline: Timeline, report: dict[str, Any]) -> str:
         items += [("wall time", f"{run.get('wall_ms', 0) / 1000:.1f} s"),
                   ("drained", run.get("drained")), ("drain", _ms(run.get("drain_ms"))),
                   ("target rate", f"{(run.get('load') or {}).get('target_rate')} jobs/s")]
-    items.append(("events in history", timeline.events))
+    items += [("history drawn", drawn_from), ("events in history", timeline.events)]
     return "<table>" + "".join(
         f"<tr><th>{_e(key)}</th><td>{_e(value)}</td></tr>" for key, value in items
         if value is not None) + "</table>"
 
 
+def _drawn(timeline: Timeline, drawn_from: str, report: dict[str, Any]) -> str:
+    """What the timeline plots, in figures: the history the verdict judged, counted."""
+    rolled_back = (report.get("ack_ledger") or {}).get("history_events_lost") or 0
+    totals = timeline.totals()
+    kinds = [kind.TYPE for kind in TRANSITIONS if kind.TYPE in totals]
+    undrawn = sum(timeline.undrawn().get(kind.TYPE, 0) for kind in TRANSITIONS)
+    pending, active = timeline.final_backlog
+    return (f"<p class='drawn'>Drawn from <code>{_e(drawn_from)}</code>, the history the verdict "
+            f"judged: {timeline.events} events; "
+            + (", ".join(f"{_e(kind)} {totals[kind]}" for kind in kinds) or "no transitions")
+            + f"; at its end {pending} pending, {active} active."
+            + (f" ({undrawn} transition(s) before the load started are not drawn.)"
+               if undrawn else "")
+            + (f" The store rolled back {rolled_back} exported event(s): of those the verdict "
+               "judged only the ones a client was acknowledged for; this draws them all."
+               if rolled_back else "") + "</p>")
+
+
 def render_html(report: dict[str, Any], history: list[Event] | Path,
                 verdict: Verdict | None) -> str:
-    """The whole page. ``history``: the events, or the history file (read in two streamed
-    passes); ``verdict`` (the checker's object) supplies each stranded lease."""
+    """The whole page. ``history``: the history the verdict judged, as events or as its file
+    (read in two streamed passes; a file that does not exist draws nothing); ``verdict`` (the
+    checker's object) supplies each stranded lease."""
+    if isinstance(history, Path):
+        drawn_from = history.name
+        if not history.exists():
+            history = []
+    else:
+        drawn_from = "the events given"
+
     def replay(consume: Callable[[Iterable[Event]], T]) -> T:
         if isinstance(history, Path):
             return replay_history(history, consume)
@@ -323,10 +350,12 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
     parts.append("<section id='timeline'><h2>Timeline</h2>")
     if timeline.events:
         parts.append(f"<div class='figure'>{timeline_svg(timeline)}</div>")
+        parts.append(_drawn(timeline, drawn_from, report))
         parts.append("<h3>faults</h3>" + _faults_table(
             timeline, stranded, (report.get("run") or {}).get("faults_skipped") or []))
     else:
-        parts.append("<p class='muted'>The history is empty.</p>")
+        parts.append(f"<p class='muted'>The history is empty (<code>{_e(drawn_from)}</code>)."
+                     "</p>")
     parts.append("</section><section id='recovery'><h2>Recovery latency</h2>")
     if bound and stranded:
         parts.append(f"<div class='figure'>{recovery_svg(stranded, bound)}</div>")
@@ -358,8 +387,8 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
         parts.append("<p class='muted'>No fault was applied.</p>")
     parts.append("</section>")
     parts.append(f"<section id='load'><h2>Load</h2>{load_table(report.get('load'))}</section>")
-    parts.append(f"<section id='settings'><h2>Settings</h2>{_settings(timeline, report)}"
-                 "</section></main></body></html>")
+    parts.append("<section id='settings'><h2>Settings</h2>"
+                 f"{_settings(timeline, report, drawn_from)}</section></main></body></html>")
     return "\n".join(parts)
 
 
