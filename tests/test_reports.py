@@ -25,6 +25,7 @@ from histories import History, to_events
 
 from chaos.check.checker import CheckConfig, check
 from chaos.cli import main
+from chaos.history.schema import Run
 from chaos.names import INVARIANTS
 from chaos.report.html import external_urls, render_html
 from chaos.report.html.analysis import build_timeline, rate_series
@@ -277,6 +278,60 @@ def test_a_monitor_runs_report_draws_the_history_its_verdict_judged(tmp_path: Pa
     page = (run_dir / "report.html").read_text()
     assert "<th>history drawn</th><td>history-monitor.jsonl</td>" in page
     assert "It held no lease that lapsed" not in page  # the lease chart has w1's leases
+
+
+def bullmq_history() -> History:
+    """BullMQ (run event dialect bullmq), lockDuration 300 < stalledInterval 1000: w1 holds a
+    when it is killed; BullMQ's stalled check returns it 2672 ms after its last renewal."""
+    h = History(300, 1000, 100, run=False)
+    h.write(Run(scenario="hand-written", lease_ms=300, reap_interval_ms=1000, tolerance_ms=100,
+                heartbeat_ms=150, dialect="bullmq"), 0)
+    h.phase("warmup", ts=0)
+    h.enqueue("a", ts=0)
+    h.claim("a", 1, "w1", ts=1)
+    h.extend("a", 1, "w1", ts=100)
+    h.fault("kill", "w1", ts=150)
+    h.reap("a", 1, ts=2772)
+    h.claim("a", 2, "w2", ts=2773)
+    h.complete("a", 2, "w2", ts=2822)
+    h.phase("end", ts=2832, drained=1)
+    return h
+
+
+def test_a_bullmq_report_states_bullmqs_bound_in_bullmqs_names():
+    events = bullmq_history().events()
+    verdict = check(events)
+    assert verdict.passed
+    report = build_report("hand-written", "pass", verdict,
+                          run={"protocol": "sound"})
+    page = render_html(report, events, verdict)
+    bound = "3100 ms = BullMQ: 2 x stalledInterval 1000 + max(lockDuration 300, stalledInterval)"
+    assert "2 x stalledInterval + max(lockDuration, stalledInterval) = 3000 ms" in page  # chart
+    assert f"<th>recovery bound</th><td>{bound} + tolerance 100</td>" in page
+    assert "<th>lockDuration (lease_ms)</th><td>300</td>" in page
+    assert "<th>stalledInterval (reap_interval_ms)</th><td>1000</td>" in page
+    assert "returned by BullMQ&#x27;s stalled check within 2 x stalledInterval" in page
+    assert "lease_ms + reap_interval_ms" not in page and "lease + reap" not in page
+    suite = ET.fromstring(junit_document([(report, None)])).find("testsuite")
+    assert suite is not None
+    props = {prop.get("name"): prop.get("value") for prop in suite.iter("property")}
+    assert props["bound"] == f"{bound} + tolerance 100"
+    assert "recovered by BullMQ's stalled check" in summary_text(report)
+
+
+def test_a_reference_report_states_lease_plus_reap():
+    events = paused_worker_history().events()
+    verdict = check(events)
+    report = build_report("hand-written", "pass", verdict,
+                          run={"protocol": "sound"})
+    page = render_html(report, events, verdict)
+    assert "lease_ms + reap_interval_ms = 1250 ms" in page  # the recovery chart's line
+    assert "<th>recovery bound</th><td>1350 ms = lease 1000 + reap 250 + tolerance 100" in page
+    assert "stalledInterval" not in page
+    suite = ET.fromstring(junit_document([(report, None)])).find("testsuite")
+    assert suite is not None
+    props = {prop.get("name"): prop.get("value") for prop in suite.iter("property")}
+    assert props["bound"] == "1350 ms = lease 1000 + reap 250 + tolerance 100"
 
 
 def judged(h: History) -> dict:

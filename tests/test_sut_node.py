@@ -82,6 +82,8 @@ def test_the_report_draws_the_monitor_history_the_verdict_judged(tmp_path: Path)
     result = run("kill-worker", tmp_path, ["phases.warmup_ms=400", "phases.chaos_ms=1000"])
     assert result.passed, result
     assert_draws_what_was_judged(result.run_dir, result.report, "history-monitor.jsonl")
+    page = (result.run_dir / "report.html").read_text()
+    assert "lease_ms + reap_interval_ms = 1250 ms" in page  # the recovery chart: the reaper's bound
 
 
 def test_the_broken_switch_is_caught(tmp_path: Path):

@@ -20,13 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chaos.check.verdict import WHAT_IT_CHECKS, StrandedLease, Verdict
+from chaos.check.verdict import StrandedLease, Verdict
 from chaos.history.events import Event, replay_history
 from chaos.history.schema import TRANSITIONS
 from chaos.names import INVARIANTS
 from chaos.report.html.analysis import Timeline, build_timeline, events_of_jobs, fault_jobs
 from chaos.report.html.figures import lease_chart_svg, recovery_svg, timeline_svg
 from chaos.report.junit import NOT_JUDGED, offending_jobs
+from chaos.report.terms import BULLMQ, BoundFormula, setting_name, what_it_checks
 
 T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
@@ -119,7 +120,7 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
                        + (f", {result['slowed']} under a slowing fault (not stranded)"
                           if result.get("slowed") else "")
                        + f"; {result.get('count', 0)} reaped, fault → reap max "
-                       f"{_ms(result.get('max_ms'))} (bound {_ms(result.get('bound_ms'))} "
+                       f"{_ms(result.get('max_ms'))} (bound {_bound_text(result)} "
                        "from the last renewal)")
         elif name == "reap_prompt":
             figures = (f"{result.get('count', 0)} reaped, deadline → reap max "
@@ -153,7 +154,7 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
         if not jobs and result.get("examples"):
             shown = f"<code>{_e(result['examples'][0])}</code>"
         rows.append(
-            f"<tr><td><b>{_e(name)}</b><br><span class='muted'>{_e(WHAT_IT_CHECKS.get(name, ''))}"
+            f"<tr><td><b>{_e(name)}</b><br><span class='muted'>{_e(what_it_checks(name, report))}"
             f"</span></td><td>{status}</td><td class='num'>{result.get('violations', 0)}</td>"
             f"<td class='num'>{_rel_s(result.get('first_violation_ts'), t0)}</td>"
             f"<td>{_e(figures)}</td><td>{shown or '–'}</td></tr>")
@@ -162,6 +163,13 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
     return ("<table><tr><th>invariant</th><th>result</th><th class='num'>violations</th>"
             "<th class='num'>first seen</th><th>figures</th><th>offending jobs</th></tr>"
             + "".join(rows) + "</table>")
+
+
+def _bound_text(result: dict[str, Any]) -> str:
+    try:
+        return BoundFormula.of(result).text
+    except (KeyError, TypeError, ValueError):  # a report without the figures: as it says
+        return _ms(result.get("bound_ms"))
 
 
 def _cards(report: dict[str, Any]) -> str:
@@ -252,15 +260,22 @@ def load_table(load: dict[str, Any] | None) -> str:
 
 def _settings(timeline: Timeline, report: dict[str, Any], drawn_from: str) -> str:
     run_event = timeline.run
+    bound = (report.get("invariants") or {}).get("recovery_bound") or {}
+    dialect = run_event.dialect if run_event is not None else ""
+    if BULLMQ in bound:  # the checker judged BullMQ's bound: its settings go by BullMQ's names
+        dialect = BULLMQ
     items: list[tuple[str, Any]] = []
     if run_event is not None:
         items += [("protocol", run_event.protocol or "sound"), ("seed", run_event.seed),
                   ("workers", ",".join(run_event.workers) or None),
-                  ("concurrency", run_event.concurrency), ("lease_ms", run_event.lease_ms),
-                  ("reap_interval_ms", run_event.reap_interval_ms),
-                  ("reap_limit", run_event.reap_limit),
-                  ("heartbeat_ms", run_event.heartbeat_ms),
-                  ("tolerance_ms", run_event.tolerance_ms), ("reapers", run_event.reapers)]
+                  ("concurrency", run_event.concurrency)]
+        items += [(setting_name(name, dialect), value) for name, value in (
+            ("lease_ms", run_event.lease_ms), ("reap_interval_ms", run_event.reap_interval_ms),
+            ("reap_limit", None if dialect == BULLMQ else run_event.reap_limit),
+            ("heartbeat_ms", run_event.heartbeat_ms), ("tolerance_ms", run_event.tolerance_ms),
+            ("reapers", None if dialect == BULLMQ else run_event.reapers))]
+    if bound:
+        items.append(("recovery bound", _bound_text(bound)))
     run = report.get("run") or {}
     if run:
         items += [("wall time", f"{run.get('wall_ms', 0) / 1000:.1f} s"),
@@ -358,7 +373,8 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
                      "</p>")
     parts.append("</section><section id='recovery'><h2>Recovery latency</h2>")
     if bound and stranded:
-        parts.append(f"<div class='figure'>{recovery_svg(stranded, bound)}</div>")
+        parts.append(f"<div class='figure'>{recovery_svg(stranded, BoundFormula.of(bound))}"
+                     "</div>")
     else:
         parts.append("<p class='muted'>No lease was stranded by a fault, so there is no recovery "
                      "to measure.</p>")
@@ -375,8 +391,8 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
             if not jobs:
                 parts.append("<p class='muted'>It held no lease that lapsed.</p>")
                 continue
-            parts.append(f"<div class='figure'>{lease_chart_svg(span, jobs, by_job, bound)}"
-                         "</div>")
+            chart = lease_chart_svg(span, jobs, by_job, BoundFormula.of(bound))
+            parts.append(f"<div class='figure'>{chart}</div>")
             if more:
                 parts.append(f"<p class='muted'>{more} more lease(s) not drawn.</p>")
         hidden = len(timeline.faults) - MAX_FAULT_CHARTS
