@@ -298,12 +298,17 @@ def bullmq_history() -> History:
     return h
 
 
+FOREIGN = {"foreign": True, "dialect": "bullmq", "workers": ["node", "worker.js"],
+           "reaper": "none"}
+REFERENCE = {"foreign": False, "dialect": "echomq", "workers": None, "reaper": "builtin"}
+
+
 def test_a_bullmq_report_states_bullmqs_bound_in_bullmqs_names():
     events = bullmq_history().events()
     verdict = check(events)
     assert verdict.passed
     report = build_report("hand-written", "pass", verdict,
-                          run={"protocol": "sound"})
+                          run={"protocol": "sound", "sut": FOREIGN})
     page = render_html(report, events, verdict)
     bound = "3100 ms = BullMQ: 2 x stalledInterval 1000 + max(lockDuration 300, stalledInterval)"
     assert "2 x stalledInterval + max(lockDuration, stalledInterval) = 3000 ms" in page  # chart
@@ -312,26 +317,37 @@ def test_a_bullmq_report_states_bullmqs_bound_in_bullmqs_names():
     assert "<th>stalledInterval (reap_interval_ms)</th><td>1000</td>" in page
     assert "returned by BullMQ&#x27;s stalled check within 2 x stalledInterval" in page
     assert "lease_ms + reap_interval_ms" not in page and "lease + reap" not in page
+    # whose queue it was, and no protocol variant of the reference worker's
+    assert ("<th>system under test</th><td>own workers node worker.js, no reaper (the workers "
+            "recover stalled jobs)</td>") in page
+    assert "<th>protocol</th>" not in page and "sound" not in page
     suite = ET.fromstring(junit_document([(report, None)])).find("testsuite")
     assert suite is not None
     props = {prop.get("name"): prop.get("value") for prop in suite.iter("property")}
+    assert "protocol" not in props and props["dialect"].startswith("bullmq")
     assert props["bound"] == f"{bound} + tolerance 100"
     assert "recovered by BullMQ's stalled check" in summary_text(report)
 
 
-def test_a_reference_report_states_lease_plus_reap():
+def test_a_reference_report_names_its_protocol_and_lease_plus_reap():
     events = paused_worker_history().events()
     verdict = check(events)
     report = build_report("hand-written", "pass", verdict,
-                          run={"protocol": "sound"})
+                          run={"protocol": "sound", "sut": REFERENCE})
     page = render_html(report, events, verdict)
     assert "lease_ms + reap_interval_ms = 1250 ms" in page  # the recovery chart's line
     assert "<th>recovery bound</th><td>1350 ms = lease 1000 + reap 250 + tolerance 100" in page
-    assert "stalledInterval" not in page
+    assert "<th>protocol</th><td>sound</td>" in page
+    assert "the reference worker and reaper" in page and "stalledInterval" not in page
     suite = ET.fromstring(junit_document([(report, None)])).find("testsuite")
     assert suite is not None
     props = {prop.get("name"): prop.get("value") for prop in suite.iter("property")}
-    assert props["bound"] == "1350 ms = lease 1000 + reap 250 + tolerance 100"
+    assert props["protocol"] == "sound" and "dialect" not in props
+    # A foreign queue speaking the echomq dialect is not called "sound" either.
+    foreign = {**FOREIGN, "dialect": "echomq", "reaper": ["node", "reaper.js"]}
+    page = render_html({**report, "run": {"protocol": "sound", "sut": foreign}}, events, verdict)
+    assert "<th>protocol</th>" not in page
+    assert "<th>dialect</th><td>echomq (the reference protocol" in page
 
 
 def judged(h: History) -> dict:

@@ -1,11 +1,16 @@
 """Whose queue a report describes, in that queue's own terms: the recovery bound the verdict
-judged with its formula, and the settings' names. Read from report.json's shape, so the terminal
-summary, junit.xml and report.html say the same, and a saved run re-renders alike.
+judged with its formula, the settings' names, and what ran. Read from report.json's shape (and
+the history's run event, where the page has it), so the terminal summary, junit.xml and
+report.html say the same, and a saved run re-renders alike.
 
 - The bound: the reference protocol's (an EchoMQ-style lease queue) is lease_ms +
   reap_interval_ms + tolerance; BullMQ's is 2 x stalledInterval + max(lockDuration,
   stalledInterval) + tolerance (``chaos.check.bullmq``). Told apart as the checker tells them:
   it adds its ``bullmq`` figures to ``invariants.recovery_bound`` for a BullMQ history.
+- What ran: report.json's ``run.sut`` (``chaos.run.result``): the reference worker and reaper
+  (then ``run.protocol`` names the variant), or the user's own processes and the dialect the
+  MONITOR recorder decoded them in. A report without it (written before it was recorded, or by
+  the pytest plugin's cluster) names what the history says and no more.
 """
 
 from __future__ import annotations
@@ -87,3 +92,41 @@ def setting_name(name: str, dialect: str) -> str:
     """A scenario setting as the queue under test calls it (``lockDuration (lease_ms)``)."""
     own = BULLMQ_NAMES.get(name) if dialect == BULLMQ else None
     return f"{own} ({name})" if own else name
+
+
+def _argv(argv: Any) -> str:
+    return " ".join(str(part) for part in argv) if isinstance(argv, list) else str(argv)
+
+
+def what_ran(report: dict[str, Any], protocol: str | None = None,
+             dialect: str = "") -> list[tuple[str, str]]:
+    """Rows naming the system under test. ``protocol`` and ``dialect``: the history's run event's
+    (the fallback for a report that does not record ``run.sut``). The protocol variant
+    (``sound`` or a mutant) is the reference worker's: never said of anyone else's queue."""
+    run = report.get("run") or {}
+    sut = run.get("sut")
+    if isinstance(sut, dict):
+        dialect = str(sut.get("dialect") or dialect)
+        if not sut.get("foreign"):
+            return [("system under test", "the reference worker and reaper"),
+                    ("protocol", str(run.get("protocol") or protocol or "?"))]
+        reaper = sut.get("reaper")
+        reaper_text = ("the built-in reaper" if reaper == "builtin" else
+                       "no reaper (the workers recover stalled jobs)" if reaper == "none" else
+                       f"reaper {_argv(reaper)}")
+        return [("system under test", f"own workers {_argv(sut.get('workers'))}, "
+                                      f"{reaper_text}"),
+                ("dialect", dialect_text(dialect))]
+    if dialect == BULLMQ:
+        return [("system under test", "BullMQ workers"), ("dialect", dialect_text(dialect))]
+    if dialect or report.get("history_recorder"):  # recorded from MONITOR: anyone's queue
+        return [("system under test", "not recorded in this report.json"),
+                *([("dialect", dialect_text(dialect))] if dialect else [])]
+    return [("protocol", str(run.get("protocol") or protocol or "?"))] if (
+        run.get("protocol") or protocol) else []
+
+
+def dialect_text(dialect: str) -> str:
+    """How the MONITOR recorder read the queue's calls."""
+    return {BULLMQ: "bullmq (real BullMQ's scripts)",
+            "echomq": "echomq (the reference protocol's scripts and keys)"}.get(dialect, dialect)

@@ -46,6 +46,15 @@ class RunResult:
 
 
 
+def sut_seen(scenario: Scenario) -> dict[str, Any]:
+    """``report.json["run"]["sut"]``: what ran as the workers and the reaper, so the reports
+    name it (the reference worker's protocol variant is ``run.protocol``; a foreign SUT's is
+    its own, spoken in ``dialect``)."""
+    sut = scenario.sut
+    return {"foreign": sut.foreign, "dialect": sut.dialect, "workers": sut.workers,
+            "reaper": sut.reaper}
+
+
 def finish(run: FinishedRun, outcome: str, error: str | None, wall_ms: int,
            stream: TextIO) -> RunResult:
     """Judge the run directory (``chaos.run.evaluate``, as `check` does) and write the reports;
@@ -62,7 +71,7 @@ def finish(run: FinishedRun, outcome: str, error: str | None, wall_ms: int,
     if evaluation.verdict is None and evaluation.word == "checker_error":
         error = f"{error}; {CHECKER_RAISED}" if error else CHECKER_RAISED
     load = run.load_summary()
-    seen: dict[str, Any] = {"run": run.describe(wall_ms, load)}
+    seen: dict[str, Any] = {"run": {**run.describe(wall_ms, load), "sut": sut_seen(run.scenario)}}
     if load is not None:
         seen["load"] = load
     if run.preflight is not None:

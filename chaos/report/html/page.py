@@ -27,7 +27,7 @@ from chaos.names import INVARIANTS
 from chaos.report.html.analysis import Timeline, build_timeline, events_of_jobs, fault_jobs
 from chaos.report.html.figures import lease_chart_svg, recovery_svg, timeline_svg
 from chaos.report.junit import NOT_JUDGED, offending_jobs
-from chaos.report.terms import BULLMQ, BoundFormula, setting_name, what_it_checks
+from chaos.report.terms import BULLMQ, BoundFormula, setting_name, what_it_checks, what_ran
 
 T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
@@ -264,9 +264,10 @@ def _settings(timeline: Timeline, report: dict[str, Any], drawn_from: str) -> st
     dialect = run_event.dialect if run_event is not None else ""
     if BULLMQ in bound:  # the checker judged BullMQ's bound: its settings go by BullMQ's names
         dialect = BULLMQ
-    items: list[tuple[str, Any]] = []
+    items: list[tuple[str, Any]] = list(what_ran(
+        report, run_event.protocol if run_event is not None else None, dialect))
     if run_event is not None:
-        items += [("protocol", run_event.protocol or "sound"), ("seed", run_event.seed),
+        items += [("seed", run_event.seed),
                   ("workers", ",".join(run_event.workers) or None),
                   ("concurrency", run_event.concurrency)]
         items += [(setting_name(name, dialect), value) for name, value in (
