@@ -155,6 +155,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 def cmd_report(args: argparse.Namespace) -> int:
     from chaos.report.summary import write_rendered_reports
     from chaos.run.offline import recheck
+    from chaos.run.sources import judged_history
 
     run_dir = Path(args.run_dir)
     saved = recheck(run_dir)
@@ -162,7 +163,8 @@ def cmd_report(args: argparse.Namespace) -> int:
         write_json_atomic(run_dir / "report.json", saved.report)
         was = "there was none" if saved.saved is None else "replacing the unjudged stub"
         print(f"wrote {run_dir / 'report.json'} ({was})", file=sys.stderr)
-    problems = write_rendered_reports(run_dir, saved.report, saved.verdict)
+    problems = write_rendered_reports(run_dir, saved.report, saved.verdict,
+                                      judged_history(run_dir))
     for problem in problems:
         print(f"error: {problem}", file=sys.stderr)
     if problems:

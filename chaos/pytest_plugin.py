@@ -187,6 +187,7 @@ class ChaosCluster:
         from chaos.files import write_json_atomic
         from chaos.report.summary import write_rendered_reports
         from chaos.run.evaluate import evaluate
+        from chaos.run.sources import judged_history
 
         unfinished = self.run.queue is not None and not self.run.drained
         self.run.wind_down(aborted=unfinished, cause="interrupt" if unfinished else "")
@@ -194,7 +195,8 @@ class ChaosCluster:
         extra = {"error": "chaos_cluster judged before the queue drained"} if unfinished else {}
         self.report = self.evaluation.report(**extra)
         write_json_atomic(self.run_dir / "report.json", self.report)
-        write_rendered_reports(self.run_dir, self.report, self.evaluation.verdict)
+        write_rendered_reports(self.run_dir, self.report, self.evaluation.verdict,
+                               judged_history(self.run_dir))
 
 
 def _text(member: Any) -> str:

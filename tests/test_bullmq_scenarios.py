@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+from drawn import assert_draws_what_was_judged
 
 from chaos.run.runner import run_scenario
 from chaos.scenario.loading import load_scenario
@@ -36,6 +37,12 @@ def test_real_bullmq_passes_under_worker_faults(name: str, tmp_path: Path):
     if name == "pause-worker":
         # the woken holder's finish was refused by BullMQ and recorded as such
         assert '"type":"complete_rejected"' in history
+    # report.html draws the history judged, with BullMQ's bound, and names whose queue it was
+    assert_draws_what_was_judged(result.run_dir, result.report, "history-monitor.jsonl")
+    page = (result.run_dir / "report.html").read_text()
+    assert "2 x stalledInterval + max(lockDuration, stalledInterval) = " in page
+    assert "lease_ms + reap_interval_ms" not in page and "<th>protocol</th>" not in page
+    assert "<th>dialect</th><td>bullmq" in page
 
 
 def test_bullmq_without_the_lock_check_on_finish_is_caught(tmp_path: Path):

@@ -20,13 +20,15 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
+from drawn import assert_draws_what_was_judged
 from histories import History, to_events
 
 from chaos.check.checker import CheckConfig, check
 from chaos.cli import main
+from chaos.history.schema import Run
 from chaos.names import INVARIANTS
 from chaos.report.html import external_urls, render_html
-from chaos.report.html.analysis import build_timeline
+from chaos.report.html.analysis import build_timeline, rate_series
 from chaos.report.html.figures import timeline_svg
 from chaos.report.junit import NOT_JUDGED, junit_document
 from chaos.report.summary import (
@@ -226,6 +228,126 @@ def test_fault_labels_close_in_time_do_not_overlap_on_the_timeline():
     for (x1, y1, text1), (x2, y2, _) in itertools.combinations(sorted(labels), 2):
         # 8 px text: same line if closer than that; DejaVu Sans is under 5 px a character
         assert abs(y1 - y2) >= 8 or x2 - x1 >= 4 * len(text1), labels
+
+
+def test_the_timeline_plots_every_transition_from_the_start_of_the_load():
+    """Counts are kept per 50 ms bucket: the bucket time zero falls in (the warmup starts at
+    1017, a claim at 1030) and an event at the very end are on the plot, and the totals the page
+    states are what the rates add up to."""
+    h = History(lease_ms=1000, reap_interval_ms=250, tolerance_ms=100, ts=900)
+    h.phase("warmup", ts=1017)
+    h.enqueue("a", ts=1020)
+    h.claim("a", 1, "w1", ts=1030)
+    h.enqueue("b", ts=1500)
+    h.claim("b", 1, "w1", ts=1510)
+    h.complete("a", 1, "w1", ts=1600)
+    h.complete("b", 1, "w1", ts=3017)
+    h.phase("end", ts=3017, drained=1, aborted=0)
+    timeline = build_timeline(h.events())
+    assert timeline.totals() == {"claim": 2, "complete": 2, "enqueue": 2, "phase": 2}
+    assert timeline.undrawn() == {"run": 1}  # before the load started
+    assert timeline.final_backlog == (0, 0)
+    for bin_ms in (250, 500, 2000):
+        for kind in ("claim", "complete"):
+            _, rates = rate_series(timeline.counts[kind], timeline.t0, timeline.end_ts, bin_ms)
+            assert round(sum(rate * bin_ms / 1000 for rate in rates)) == 2
+
+
+def monitor_run(tmp_path: Path, h: History) -> Path:
+    """A saved run recorded with ``history.source = "monitor"``: the transitions only in
+    history-monitor.jsonl, history.jsonl holding what the runner's own scripts wrote."""
+    run_dir = tmp_path / "monitor-run"
+    run_dir.mkdir()
+    (run_dir / "scenario.json").write_text(json.dumps({"history": {"source": "monitor"}}))
+    h.write_jsonl(run_dir / "history-monitor.jsonl")
+    runner_events = {"run", "phase", "fault", "heal"}
+    with open(run_dir / "history.jsonl", "w") as handle:
+        for record in h.records():
+            if record["type"] in runner_events:
+                handle.write(json.dumps(record) + "\n")
+    return run_dir
+
+
+def test_a_monitor_runs_report_draws_the_history_its_verdict_judged(tmp_path: Path, capsys):
+    run_dir = monitor_run(tmp_path, paused_worker_history())
+    result = cli_here(capsys, "report", str(run_dir))
+    assert (run_dir / "report.html").exists(), result.stderr
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["jobs"]["enqueued"] == 4  # judged on the monitor history
+    assert_draws_what_was_judged(run_dir, report, "history-monitor.jsonl")
+    page = (run_dir / "report.html").read_text()
+    assert "<th>history drawn</th><td>history-monitor.jsonl</td>" in page
+    assert "It held no lease that lapsed" not in page  # the lease chart has w1's leases
+
+
+def bullmq_history() -> History:
+    """BullMQ (run event dialect bullmq), lockDuration 300 < stalledInterval 1000: w1 holds a
+    when it is killed; BullMQ's stalled check returns it 2672 ms after its last renewal."""
+    h = History(300, 1000, 100, run=False)
+    h.write(Run(scenario="hand-written", lease_ms=300, reap_interval_ms=1000, tolerance_ms=100,
+                heartbeat_ms=150, dialect="bullmq"), 0)
+    h.phase("warmup", ts=0)
+    h.enqueue("a", ts=0)
+    h.claim("a", 1, "w1", ts=1)
+    h.extend("a", 1, "w1", ts=100)
+    h.fault("kill", "w1", ts=150)
+    h.reap("a", 1, ts=2772)
+    h.claim("a", 2, "w2", ts=2773)
+    h.complete("a", 2, "w2", ts=2822)
+    h.phase("end", ts=2832, drained=1)
+    return h
+
+
+FOREIGN = {"foreign": True, "dialect": "bullmq", "workers": ["node", "worker.js"],
+           "reaper": "none"}
+REFERENCE = {"foreign": False, "dialect": "echomq", "workers": None, "reaper": "builtin"}
+
+
+def test_a_bullmq_report_states_bullmqs_bound_in_bullmqs_names():
+    events = bullmq_history().events()
+    verdict = check(events)
+    assert verdict.passed
+    report = build_report("hand-written", "pass", verdict,
+                          run={"protocol": "sound", "sut": FOREIGN})
+    page = render_html(report, events, verdict)
+    bound = "3100 ms = BullMQ: 2 x stalledInterval 1000 + max(lockDuration 300, stalledInterval)"
+    assert "2 x stalledInterval + max(lockDuration, stalledInterval) = 3000 ms" in page  # chart
+    assert f"<th>recovery bound</th><td>{bound} + tolerance 100</td>" in page
+    assert "<th>lockDuration (lease_ms)</th><td>300</td>" in page
+    assert "<th>stalledInterval (reap_interval_ms)</th><td>1000</td>" in page
+    assert "returned by BullMQ&#x27;s stalled check within 2 x stalledInterval" in page
+    assert "lease_ms + reap_interval_ms" not in page and "lease + reap" not in page
+    # whose queue it was, and no protocol variant of the reference worker's
+    assert ("<th>system under test</th><td>own workers node worker.js, no reaper (the workers "
+            "recover stalled jobs)</td>") in page
+    assert "<th>protocol</th>" not in page and "sound" not in page
+    suite = ET.fromstring(junit_document([(report, None)])).find("testsuite")
+    assert suite is not None
+    props = {prop.get("name"): prop.get("value") for prop in suite.iter("property")}
+    assert "protocol" not in props and props["dialect"].startswith("bullmq")
+    assert props["bound"] == f"{bound} + tolerance 100"
+    assert "recovered by BullMQ's stalled check" in summary_text(report)
+
+
+def test_a_reference_report_names_its_protocol_and_lease_plus_reap():
+    events = paused_worker_history().events()
+    verdict = check(events)
+    report = build_report("hand-written", "pass", verdict,
+                          run={"protocol": "sound", "sut": REFERENCE})
+    page = render_html(report, events, verdict)
+    assert "lease_ms + reap_interval_ms = 1250 ms" in page  # the recovery chart's line
+    assert "<th>recovery bound</th><td>1350 ms = lease 1000 + reap 250 + tolerance 100" in page
+    assert "<th>protocol</th><td>sound</td>" in page
+    assert "the reference worker and reaper" in page and "stalledInterval" not in page
+    suite = ET.fromstring(junit_document([(report, None)])).find("testsuite")
+    assert suite is not None
+    props = {prop.get("name"): prop.get("value") for prop in suite.iter("property")}
+    assert props["protocol"] == "sound" and "dialect" not in props
+    # A foreign queue speaking the echomq dialect is not called "sound" either.
+    foreign = {**FOREIGN, "dialect": "echomq", "reaper": ["node", "reaper.js"]}
+    page = render_html({**report, "run": {"protocol": "sound", "sut": foreign}}, events, verdict)
+    assert "<th>protocol</th>" not in page
+    assert "<th>dialect</th><td>echomq (the reference protocol" in page
 
 
 def judged(h: History) -> dict:

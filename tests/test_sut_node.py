@@ -10,6 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from drawn import assert_draws_what_was_judged
 
 from chaos.run.runner import run_scenario
 from chaos.scenario.loading import load_scenario
@@ -72,6 +73,22 @@ def test_the_node_sut_passes(name: str, tmp_path: Path):
     assert '"type":"reap"' in history.replace(" ", "")
     # Attributed by each process's own ACL user, not by a name it chose for itself.
     assert '"conn":"worker-1"' in history.replace(" ", "")
+
+
+def test_the_report_draws_the_monitor_history_the_verdict_judged(tmp_path: Path):
+    """A monitor-source run's events stream holds no claim or complete of the Node workers:
+    report.html must draw history-monitor.jsonl, so its timeline adds up to the verdict's
+    counts and its backlog ends empty; it names the SUT and calls no foreign queue "sound"."""
+    result = run("kill-worker", tmp_path, ["phases.warmup_ms=400", "phases.chaos_ms=1000"])
+    assert result.passed, result
+    assert_draws_what_was_judged(result.run_dir, result.report, "history-monitor.jsonl")
+    assert result.report["run"]["sut"] == {"foreign": True, "dialect": "echomq",
+                                           "workers": ["node", "worker.js"],
+                                           "reaper": ["node", "reaper.js"]}
+    page = (result.run_dir / "report.html").read_text()
+    assert "<th>system under test</th><td>own workers node worker.js, reaper node reaper.js" in page
+    assert "<th>protocol</th>" not in page
+    assert "lease_ms + reap_interval_ms = 1250 ms" in page  # the recovery chart: the reaper's bound
 
 
 def test_the_broken_switch_is_caught(tmp_path: Path):

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from chaos.check.verdict import WHAT_IT_CHECKS
 from chaos.names import INVARIANTS
+from chaos.report.terms import BULLMQ, BoundFormula, what_it_checks, what_ran
 
 # An end-of-run invariant of a run that did not finish; the summary and the page say the same.
 NOT_JUDGED = "not judged: the run did not finish (judged only once it drained)"
@@ -60,10 +60,15 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
     wall_s = (run.get("wall_ms") or 0) / 1000
     suite = ET.Element("testsuite", name=f"{SUITE_PREFIX}.{scenario}")
     properties = ET.SubElement(suite, "properties")
-    props: dict[str, Any] = {"verdict": report.get("verdict"), "protocol": run.get("protocol")}
     bound = (report.get("invariants") or {}).get("recovery_bound") or {}
+    # What ran, as the page names it: the protocol variant only of the reference worker.
+    props: dict[str, Any] = {"verdict": report.get("verdict")}
+    for label, value in what_ran(report, dialect=BULLMQ if BULLMQ in bound else ""):
+        props[label.replace("system under test", "sut")] = value
     for key in ("lease_ms", "reap_interval_ms", "tolerance_ms", "bound_ms"):
         props[key] = bound.get(key)
+    if "bound_ms" in bound:
+        props["bound"] = BoundFormula.of(bound).text
     if run_dir is not None:
         props["run_dir"] = str(run_dir)
     for key, value in props.items():
@@ -97,7 +102,7 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
             failures += 1
             failure = ET.SubElement(case, "failure", type="InvariantViolated",
                                     message=failure_message(name, result))
-            failure.text = f"{WHAT_IT_CHECKS.get(name, name)}\n{failure_body(result)}"
+            failure.text = f"{what_it_checks(name, report) or name}\n{failure_body(result)}"
         elif result.get("judged") is False:
             skipped += 1
             ET.SubElement(case, "skipped", message=NOT_JUDGED)

@@ -10,6 +10,7 @@ from typing import Any
 from chaos.check.verdict import Verdict
 from chaos.history.events import Event
 from chaos.report.junit import NOT_JUDGED
+from chaos.report.terms import BoundFormula
 
 SCHEMA = 2
 
@@ -78,20 +79,19 @@ def summary_text(report: dict[str, Any]) -> str:
             "(neither done nor lost: the verdict cannot decide), e.g. " +
             ", ".join(f"{item['job']} ({item['state']})" for item in listed[:5]))
     slowed = bound.get("slowed")
+    formula = BoundFormula.of(bound)
     lines.append(
         f"  faults    {report['faults']} applied, {bound['stranded']} leases stranded by a "
         "cut-off fault" + (f", {slowed} under a slowing fault" if slowed else "") +
-        f", {bound['count']} recovered by the reaper"
+        f", {bound['count']} recovered by "
+        + ("BullMQ's stalled check" if formula.bullmq else "the reaper")
     )
     lines.append(
         f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
-        f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {bound['bound_ms']} "
-        + (f"(BullMQ: 2 x stalledInterval {bound['reap_interval_ms']} + max(lockDuration "
-           f"{bound['lease_ms']}, stalledInterval) " if "bullmq" in bound else
-           f"(lease {bound['lease_ms']} + reap {bound['reap_interval_ms']} ")
-        + f"+ tolerance {bound['tolerance_ms']})"
+        f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {formula.bound_ms} "
+        f"({formula.terms} + tolerance {formula.tolerance_ms})"
     )
-    if "bullmq" in bound:  # the measured worst case against both formulas (chaos.check.bullmq)
+    if formula.bullmq:  # the measured worst case against every formula (chaos.check.bullmq)
         both = bound["bullmq"]
         lines.append(
             f"  bullmq    renewal-to-reap ms max {_ms(both['worst_renewal_to_reap_ms'])} "
@@ -105,7 +105,7 @@ def summary_text(report: dict[str, Any]) -> str:
             f"  prompt    reap-deadline ms min {_ms(prompt['min_ms'])} p50 {_ms(prompt['p50_ms'])} "
             f"p99 {_ms(prompt['p99_ms'])} max {_ms(prompt['max_ms'])} (n={prompt['count']})  "
             f"limit {prompt['limit_ms']} ("
-            + ("BullMQ: the bound - lockDuration" if "bullmq" in bound
+            + ("BullMQ: the bound - lockDuration" if formula.bullmq
                else f"reap {prompt['reap_interval_ms']}")
             + f" + allowance {prompt['reap_allowance_ms']})"
         )
@@ -227,10 +227,12 @@ def _last_line(text: str) -> str:
 
 
 def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdict | None,
-                           history: list[Event] | None = None) -> list[str]:
-    """``junit.xml`` and ``report.html`` beside ``report.json``, the page drawn from ``history``
-    (default: the run directory's history.jsonl, streamed). Returns the problems met: a drawing
-    that fails must not cost the verdict, which report.json already holds."""
+                           history: list[Event] | Path) -> list[str]:
+    """``junit.xml`` and ``report.html`` beside ``report.json``, the page drawn from ``history``:
+    the history the verdict judged, handed down by the caller (a file is streamed; one that does
+    not exist draws an empty page). Which file that is, ``chaos.run.sources.judged_history``
+    decides, and only it: the reports import nothing of the runner's. Returns the problems met:
+    a drawing that fails must not cost the verdict, which report.json already holds."""
     # Imported here, not at the top: the page's modules (and matplotlib behind them) load only
     # when a page is drawn, so the CLI's summary and ``check`` stay light. No cycle either way:
     # the html package never imports this module.
@@ -242,11 +244,8 @@ def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdi
         write_junit(run_dir / "junit.xml", [(report, run_dir)])
     except Exception as error:  # noqa: BLE001 - reported, and the run's verdict stands
         problems.append(f"junit.xml: {type(error).__name__}: {error}")
-    saved = run_dir / "history.jsonl"
-    source: list[Event] | Path = history if history is not None else (
-        saved if saved.exists() else [])
     try:
-        write_html(run_dir / "report.html", report, source, verdict)
+        write_html(run_dir / "report.html", report, history, verdict)
     except Exception as error:  # noqa: BLE001
         problems.append(f"report.html: {type(error).__name__}: {error}")
     return problems

@@ -27,6 +27,7 @@ from chaos.run.evaluate import (
     evaluate,
     scenario_name,
 )
+from chaos.run.sources import judged_history
 
 # report.json keys the checker decides; the rest (run, load, error, ...) is what the run saw.
 VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "stranded_leases",
@@ -116,6 +117,7 @@ def write_missing_report(run_dir: Path) -> str:
         error += f" (history not checkable: {failure})"
     report = evaluation.report(error=error)
     write_json_atomic(run_dir / "report.json", report)
-    write_rendered_reports(run_dir, report, evaluation.verdict)  # a drawing problem costs nothing
+    # a drawing problem costs nothing
+    write_rendered_reports(run_dir, report, evaluation.verdict, judged_history(run_dir))
     return (f"{run_dir}: wrote report.json ({evaluation.word}), report.html and junit.xml from "
             "the history the runner left")

@@ -46,12 +46,22 @@ class RunResult:
 
 
 
+def sut_seen(scenario: Scenario) -> dict[str, Any]:
+    """``report.json["run"]["sut"]``: what ran as the workers and the reaper, so the reports
+    name it (the reference worker's protocol variant is ``run.protocol``; a foreign SUT's is
+    its own, spoken in ``dialect``)."""
+    sut = scenario.sut
+    return {"foreign": sut.foreign, "dialect": sut.dialect, "workers": sut.workers,
+            "reaper": sut.reaper}
+
+
 def finish(run: FinishedRun, outcome: str, error: str | None, wall_ms: int,
            stream: TextIO) -> RunResult:
     """Judge the run directory (``chaos.run.evaluate``, as `check` does) and write the reports;
     ``outcome``: finished | aborted | error."""
     from chaos.report.summary import summary_text, write_rendered_reports
     from chaos.run.evaluate import CHECKER_RAISED, Evaluation, SavedRunError, evaluate
+    from chaos.run.sources import judged_history
 
     try:
         evaluation = evaluate(run.run_dir, outcome, wall_ms)
@@ -61,7 +71,7 @@ def finish(run: FinishedRun, outcome: str, error: str | None, wall_ms: int,
     if evaluation.verdict is None and evaluation.word == "checker_error":
         error = f"{error}; {CHECKER_RAISED}" if error else CHECKER_RAISED
     load = run.load_summary()
-    seen: dict[str, Any] = {"run": run.describe(wall_ms, load)}
+    seen: dict[str, Any] = {"run": {**run.describe(wall_ms, load), "sut": sut_seen(run.scenario)}}
     if load is not None:
         seen["load"] = load
     if run.preflight is not None:
@@ -70,7 +80,8 @@ def finish(run: FinishedRun, outcome: str, error: str | None, wall_ms: int,
         seen["error"] = error
     report = evaluation.report(**seen)
     write_json_atomic(run.run_dir / "report.json", report)
-    for problem in write_rendered_reports(run.run_dir, report, evaluation.verdict):
+    for problem in write_rendered_reports(run.run_dir, report, evaluation.verdict,
+                                          judged_history(run.run_dir)):
         print(f"   (report not rendered: {problem})", file=stream, flush=True)
     for problem in (evaluation.recorder or {}).get("problems", []):  # why never a pass
         print(f"!! history evidence: {problem}", file=stream, flush=True)

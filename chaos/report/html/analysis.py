@@ -48,6 +48,25 @@ class Timeline:
         """Seconds since time zero."""
         return (ts - self.t0) / 1000
 
+    def drawn(self, bucket: int) -> bool:
+        return drawn_bucket(bucket, self.t0, self.end_ts)
+
+    def totals(self) -> dict[str, int]:
+        """Events per type the rates plot, in the plot's window (what the page states beside
+        the figure, and what the verdict's counts must equal)."""
+        return {kind: total for kind, counts in sorted(self.counts.items())
+                if (total := sum(n for bucket, n in counts.items() if self.drawn(bucket)))}
+
+    def undrawn(self) -> dict[str, int]:
+        """Events per type before the plot's window (before the load started)."""
+        return {kind: total for kind, counts in sorted(self.counts.items())
+                if (total := sum(n for bucket, n in counts.items() if not self.drawn(bucket)))}
+
+    @property
+    def final_backlog(self) -> tuple[int, int]:
+        """(pending, active) after the last transition: where the backlog plot ends."""
+        return (self.backlog[-1][1], self.backlog[-1][2]) if self.backlog else (0, 0)
+
 
 def build_timeline(events: Iterable[Event], bound_ms: int = 0) -> Timeline:
     """Replay the history once: phases, fault windows, event counts by type over time, and the
@@ -101,15 +120,23 @@ def build_timeline(events: Iterable[Event], bound_ms: int = 0) -> Timeline:
     return timeline
 
 
+def drawn_bucket(bucket: int, t0: int, end_ts: int) -> bool:
+    """Is a count bucket on the plot: from the one time zero falls in to the end?"""
+    start = bucket * RATE_BUCKET_MS
+    return start + RATE_BUCKET_MS > t0 and start <= end_ts
+
+
 def rate_series(counts: Counter[int], t0: int, end_ts: int, bin_ms: int) -> tuple[list[float],
                                                                                   list[float]]:
-    """Events per second in bins of ``bin_ms`` (x = bin start, seconds since t0)."""
+    """Events per second in bins of ``bin_ms`` (x = bin start, seconds since t0). Every count
+    from the bucket time zero falls in to the end is drawn: the bucket straddling t0 in the
+    first bin, one at the very end in the last (``Timeline.totals`` counts the same window)."""
     bins = max(1, -(-(end_ts - t0) // bin_ms))
     totals = [0] * bins
     for bucket, count in counts.items():
-        index = (bucket * RATE_BUCKET_MS - t0) // bin_ms
-        if 0 <= index < bins:
-            totals[index] += count
+        if drawn_bucket(bucket, t0, end_ts):
+            index = (bucket * RATE_BUCKET_MS - t0) // bin_ms
+            totals[min(bins - 1, max(0, index))] += count
     return ([i * bin_ms / 1000 for i in range(bins)], [c * 1000 / bin_ms for c in totals])
 
 

@@ -14,6 +14,7 @@ from chaos.check.verdict import StrandedLease
 from chaos.history.events import Event
 from chaos.history.windows import FaultWindow
 from chaos.report.html.analysis import Timeline, job_leases, rate_series, sample_backlog
+from chaos.report.terms import BoundFormula
 from chaos.scenario.faults import FAULT_COLORS as KIND_COLORS
 from chaos.scenario.faults import GREY
 
@@ -159,8 +160,9 @@ def timeline_svg(timeline: Timeline) -> str:
     return figure_svg(figure, "timeline")
 
 
-def recovery_svg(stranded: list[StrandedLease], bound: dict[str, Any]) -> str:
-    """Empirical distribution (ECDF) of fault → reap / re-claim / re-complete, with the bound."""
+def recovery_svg(stranded: list[StrandedLease], bound: BoundFormula) -> str:
+    """Empirical distribution (ECDF) of fault → reap / re-claim / re-complete, with the bound
+    the verdict judged: the queue's own formula, then its tolerance."""
     figure = _figure(11, 3.4)
     ax = figure.subplots()
     series = (("fault → reap", [s.reap_ts - s.fault_ts for s in stranded if s.reap_ts], "#e15759"),
@@ -177,16 +179,15 @@ def recovery_svg(stranded: list[StrandedLease], bound: dict[str, Any]) -> str:
         ys = [(i + 1) / len(ordered) for i in range(len(ordered))]
         ax.step([0, *ordered], [0, *ys], where="post", color=color, linewidth=1.8,
                 label=f"{label} (n={len(ordered)})")
-    lease_reap = bound["lease_ms"] + bound["reap_interval_ms"]
-    ax.axvline(lease_reap, color="#111827", linewidth=1.5,
-               label=f"lease_ms + reap_interval_ms = {lease_reap} ms")
-    ax.axvline(bound["bound_ms"], color="#111827", linewidth=1.2, linestyle="--",
-               label=f"+ tolerance {bound['tolerance_ms']} ms = {bound['bound_ms']} ms")
+    ax.axvline(bound.base_ms, color="#111827", linewidth=1.5,
+               label=f"{bound.name} = {bound.base_ms} ms")
+    ax.axvline(bound.bound_ms, color="#111827", linewidth=1.2, linestyle="--",
+               label=f"+ tolerance {bound.tolerance_ms} ms = {bound.bound_ms} ms")
     never = sum(1 for s in stranded if s.reap_ts is None)
     if never:
         ax.annotate(f"{never} stranded lease(s) never reaped", (0.99, 0.06),
                     xycoords="axes fraction", ha="right", color="#cf222e", fontsize=10)
-    ax.set_xlim(0, max(longest, bound["bound_ms"]) * 1.08)
+    ax.set_xlim(0, max(longest, bound.bound_ms) * 1.08)
     ax.set_ylim(0, 1.05)
     ax.set_xlabel("ms after the fault", fontsize=9)
     ax.set_ylabel("fraction of stranded leases", fontsize=9)
@@ -196,7 +197,7 @@ def recovery_svg(stranded: list[StrandedLease], bound: dict[str, Any]) -> str:
 
 
 def lease_chart_svg(span: FaultWindow, jobs: list[str], by_job: dict[str, list[Event]],
-                    bound: dict[str, Any]) -> str:
+                    bound: BoundFormula) -> str:
     """One row per job the faulted worker held: its lease until the deadline, the lapse until
     the reap, the re-claim by another worker, and any rejected stale call; x = s from the fault."""
     from matplotlib.lines import Line2D
@@ -208,15 +209,15 @@ def lease_chart_svg(span: FaultWindow, jobs: list[str], by_job: dict[str, list[E
     def x(ts: int) -> float:
         return (ts - span.start_ts) / 1000
 
-    lease_reap = (bound["lease_ms"] + bound["reap_interval_ms"]) / 1000
+    base = bound.base_ms / 1000  # the queue's own bound (lease + reap, or BullMQ's)
     color = FAULT_COLORS.get(span.kind, GREY)
-    right = (bound["bound_ms"] / 1000) + 0.5
+    right = (bound.bound_ms / 1000) + 0.5
     left = -0.5
     drawn: set[str] = set()  # event kinds drawn, for the legend
     for row, job in enumerate(jobs):
         bars, stray = job_leases(by_job.get(job, []))
         for bar in bars:
-            if bar.end is not None and x(bar.end) < -2 * lease_reap:
+            if bar.end is not None and x(bar.end) < -2 * base:
                 continue  # an older lease long before the fault: not part of this story
             holder = bar.worker == span.worker
             valid_until = min(bar.deadline, bar.end) if bar.end is not None else bar.deadline
@@ -255,11 +256,11 @@ def lease_chart_svg(span: FaultWindow, jobs: list[str], by_job: dict[str, list[E
     if healed is not None:
         ax.axvspan(0, healed, color=color, alpha=0.14, linewidth=0)
     ax.axvline(0, color=color, linewidth=1.6)
-    ax.axvline(lease_reap, color="#111827", linewidth=1.2)
-    ax.axvline(bound["bound_ms"] / 1000, color="#111827", linewidth=1.0, linestyle="--")
+    ax.axvline(base, color="#111827", linewidth=1.2)
+    ax.axvline(bound.bound_ms / 1000, color="#111827", linewidth=1.0, linestyle="--")
     ax.set_yticks(range(len(jobs)), jobs, fontsize=8)
     ax.set_ylim(len(jobs) - 0.5, -0.5)
-    ax.set_xlim(max(left, -2 * lease_reap), right)
+    ax.set_xlim(max(left, -2 * base), right)
     ax.set_xlabel(f"seconds from the fault ({span.fault_id}: {span.kind} {span.worker})",
                   fontsize=9)
     _style(ax)
@@ -289,7 +290,7 @@ def lease_chart_svg(span: FaultWindow, jobs: list[str], by_job: dict[str, list[E
     handles += [
         Patch(color=color, alpha=0.3, label=f"{span.kind} (fault → heal)") if healed is not None
         else Line2D([], [], color=color, label=f"{span.kind} (never healed)"),
-        Line2D([], [], color="#111827", label="lease + reap interval"),
+        Line2D([], [], color="#111827", label=bound.name),
         Line2D([], [], color="#111827", linestyle="--", label="+ tolerance (the bound)"),
     ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,

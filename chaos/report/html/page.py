@@ -20,12 +20,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chaos.check.verdict import WHAT_IT_CHECKS, StrandedLease, Verdict
+from chaos.check.verdict import StrandedLease, Verdict
 from chaos.history.events import Event, replay_history
+from chaos.history.schema import TRANSITIONS
 from chaos.names import INVARIANTS
 from chaos.report.html.analysis import Timeline, build_timeline, events_of_jobs, fault_jobs
 from chaos.report.html.figures import lease_chart_svg, recovery_svg, timeline_svg
 from chaos.report.junit import NOT_JUDGED, offending_jobs
+from chaos.report.terms import BULLMQ, BoundFormula, setting_name, what_it_checks, what_ran
 
 T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
@@ -118,7 +120,7 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
                        + (f", {result['slowed']} under a slowing fault (not stranded)"
                           if result.get("slowed") else "")
                        + f"; {result.get('count', 0)} reaped, fault → reap max "
-                       f"{_ms(result.get('max_ms'))} (bound {_ms(result.get('bound_ms'))} "
+                       f"{_ms(result.get('max_ms'))} (bound {_bound_text(result)} "
                        "from the last renewal)")
         elif name == "reap_prompt":
             figures = (f"{result.get('count', 0)} reaped, deadline → reap max "
@@ -152,7 +154,7 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
         if not jobs and result.get("examples"):
             shown = f"<code>{_e(result['examples'][0])}</code>"
         rows.append(
-            f"<tr><td><b>{_e(name)}</b><br><span class='muted'>{_e(WHAT_IT_CHECKS.get(name, ''))}"
+            f"<tr><td><b>{_e(name)}</b><br><span class='muted'>{_e(what_it_checks(name, report))}"
             f"</span></td><td>{status}</td><td class='num'>{result.get('violations', 0)}</td>"
             f"<td class='num'>{_rel_s(result.get('first_violation_ts'), t0)}</td>"
             f"<td>{_e(figures)}</td><td>{shown or '–'}</td></tr>")
@@ -161,6 +163,13 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
     return ("<table><tr><th>invariant</th><th>result</th><th class='num'>violations</th>"
             "<th class='num'>first seen</th><th>figures</th><th>offending jobs</th></tr>"
             + "".join(rows) + "</table>")
+
+
+def _bound_text(result: dict[str, Any]) -> str:
+    try:
+        return BoundFormula.of(result).text
+    except (KeyError, TypeError, ValueError):  # a report without the figures: as it says
+        return _ms(result.get("bound_ms"))
 
 
 def _cards(report: dict[str, Any]) -> str:
@@ -249,32 +258,66 @@ def load_table(load: dict[str, Any] | None) -> str:
             + (f"<h3>raw files</h3><ul>{files}</ul>" if files else ""))
 
 
-def _settings(timeline: Timeline, report: dict[str, Any]) -> str:
+def _settings(timeline: Timeline, report: dict[str, Any], drawn_from: str) -> str:
     run_event = timeline.run
-    items: list[tuple[str, Any]] = []
+    bound = (report.get("invariants") or {}).get("recovery_bound") or {}
+    dialect = run_event.dialect if run_event is not None else ""
+    if BULLMQ in bound:  # the checker judged BullMQ's bound: its settings go by BullMQ's names
+        dialect = BULLMQ
+    items: list[tuple[str, Any]] = list(what_ran(
+        report, run_event.protocol if run_event is not None else None, dialect))
     if run_event is not None:
-        items += [("protocol", run_event.protocol or "sound"), ("seed", run_event.seed),
+        items += [("seed", run_event.seed),
                   ("workers", ",".join(run_event.workers) or None),
-                  ("concurrency", run_event.concurrency), ("lease_ms", run_event.lease_ms),
-                  ("reap_interval_ms", run_event.reap_interval_ms),
-                  ("reap_limit", run_event.reap_limit),
-                  ("heartbeat_ms", run_event.heartbeat_ms),
-                  ("tolerance_ms", run_event.tolerance_ms), ("reapers", run_event.reapers)]
+                  ("concurrency", run_event.concurrency)]
+        items += [(setting_name(name, dialect), value) for name, value in (
+            ("lease_ms", run_event.lease_ms), ("reap_interval_ms", run_event.reap_interval_ms),
+            ("reap_limit", None if dialect == BULLMQ else run_event.reap_limit),
+            ("heartbeat_ms", run_event.heartbeat_ms), ("tolerance_ms", run_event.tolerance_ms),
+            ("reapers", None if dialect == BULLMQ else run_event.reapers))]
+    if bound:
+        items.append(("recovery bound", _bound_text(bound)))
     run = report.get("run") or {}
     if run:
         items += [("wall time", f"{run.get('wall_ms', 0) / 1000:.1f} s"),
                   ("drained", run.get("drained")), ("drain", _ms(run.get("drain_ms"))),
                   ("target rate", f"{(run.get('load') or {}).get('target_rate')} jobs/s")]
-    items.append(("events in history", timeline.events))
+    items += [("history drawn", drawn_from), ("events in history", timeline.events)]
     return "<table>" + "".join(
         f"<tr><th>{_e(key)}</th><td>{_e(value)}</td></tr>" for key, value in items
         if value is not None) + "</table>"
 
 
+def _drawn(timeline: Timeline, drawn_from: str, report: dict[str, Any]) -> str:
+    """What the timeline plots, in figures: the history the verdict judged, counted."""
+    rolled_back = (report.get("ack_ledger") or {}).get("history_events_lost") or 0
+    totals = timeline.totals()
+    kinds = [kind.TYPE for kind in TRANSITIONS if kind.TYPE in totals]
+    undrawn = sum(timeline.undrawn().get(kind.TYPE, 0) for kind in TRANSITIONS)
+    pending, active = timeline.final_backlog
+    return (f"<p class='drawn'>Drawn from <code>{_e(drawn_from)}</code>, the history the verdict "
+            f"judged: {timeline.events} events; "
+            + (", ".join(f"{_e(kind)} {totals[kind]}" for kind in kinds) or "no transitions")
+            + f"; at its end {pending} pending, {active} active."
+            + (f" ({undrawn} transition(s) before the load started are not drawn.)"
+               if undrawn else "")
+            + (f" The store rolled back {rolled_back} exported event(s): of those the verdict "
+               "judged only the ones a client was acknowledged for; this draws them all."
+               if rolled_back else "") + "</p>")
+
+
 def render_html(report: dict[str, Any], history: list[Event] | Path,
                 verdict: Verdict | None) -> str:
-    """The whole page. ``history``: the events, or the history file (read in two streamed
-    passes); ``verdict`` (the checker's object) supplies each stranded lease."""
+    """The whole page. ``history``: the history the verdict judged, as events or as its file
+    (read in two streamed passes; a file that does not exist draws nothing); ``verdict`` (the
+    checker's object) supplies each stranded lease."""
+    if isinstance(history, Path):
+        drawn_from = history.name
+        if not history.exists():
+            history = []
+    else:
+        drawn_from = "the events given"
+
     def replay(consume: Callable[[Iterable[Event]], T]) -> T:
         if isinstance(history, Path):
             return replay_history(history, consume)
@@ -325,13 +368,16 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
     parts.append("<section id='timeline'><h2>Timeline</h2>")
     if timeline.events:
         parts.append(f"<div class='figure'>{timeline_svg(timeline)}</div>")
+        parts.append(_drawn(timeline, drawn_from, report))
         parts.append("<h3>faults</h3>" + _faults_table(
             timeline, stranded, (report.get("run") or {}).get("faults_skipped") or []))
     else:
-        parts.append("<p class='muted'>The history is empty.</p>")
+        parts.append(f"<p class='muted'>The history is empty (<code>{_e(drawn_from)}</code>)."
+                     "</p>")
     parts.append("</section><section id='recovery'><h2>Recovery latency</h2>")
     if bound and stranded:
-        parts.append(f"<div class='figure'>{recovery_svg(stranded, bound)}</div>")
+        parts.append(f"<div class='figure'>{recovery_svg(stranded, BoundFormula.of(bound))}"
+                     "</div>")
     else:
         parts.append("<p class='muted'>No lease was stranded by a fault, so there is no recovery "
                      "to measure.</p>")
@@ -348,8 +394,8 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
             if not jobs:
                 parts.append("<p class='muted'>It held no lease that lapsed.</p>")
                 continue
-            parts.append(f"<div class='figure'>{lease_chart_svg(span, jobs, by_job, bound)}"
-                         "</div>")
+            chart = lease_chart_svg(span, jobs, by_job, BoundFormula.of(bound))
+            parts.append(f"<div class='figure'>{chart}</div>")
             if more:
                 parts.append(f"<p class='muted'>{more} more lease(s) not drawn.</p>")
         hidden = len(timeline.faults) - MAX_FAULT_CHARTS
@@ -360,8 +406,8 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
         parts.append("<p class='muted'>No fault was applied.</p>")
     parts.append("</section>")
     parts.append(f"<section id='load'><h2>Load</h2>{load_table(report.get('load'))}</section>")
-    parts.append(f"<section id='settings'><h2>Settings</h2>{_settings(timeline, report)}"
-                 "</section></main></body></html>")
+    parts.append("<section id='settings'><h2>Settings</h2>"
+                 f"{_settings(timeline, report, drawn_from)}</section></main></body></html>")
     return "\n".join(parts)
 
 
