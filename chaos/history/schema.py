@@ -290,7 +290,8 @@ def _names(value: str | None) -> tuple[str, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Phase:
-    """A phase begins (warmup, chaos, drain, ``capacity-step-N``) or the run ends (``end``)."""
+    """A phase begins (warmup, chaos, drain, ``capacity-step-N``, ``capacity-settle-N``) or the
+    run ends (``end``)."""
 
     TYPE: ClassVar[str] = "phase"
     name: str

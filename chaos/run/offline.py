@@ -75,7 +75,7 @@ def recheck(run_dir: Path) -> SavedRun:
     if evaluation.verdict is None and evaluation.word == "checker_error":
         return SavedRun(run_dir, None, evaluation.report(error=CHECKER_RAISED), evaluation.saved)
     if evaluation.verdict is None:
-        history = run_dir / HISTORY
+        history = judged_history(run_dir)  # the monitor source's, for a run judged on it
         raise SavedRunError(f"{history}: " + ("empty: nothing to check" if history.exists()
                                               else "no such file"))
     _count_unexported_acks(run_dir, evaluation)
