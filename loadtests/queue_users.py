@@ -94,6 +94,11 @@ def _queue_options(parser: Any) -> None:
     option("--id-style", default="plain", choices=ID_STYLES,
            help="the job ids producers mint: plain (L<token>-<n>) or branded (EchoMQ's "
                 "JOB + 11 base62 digits of a snowflake; default plain)")
+    # The server's password, for remote workers: the master reads it from the environment and
+    # hands it to each worker with its first spawn message (never on a command line).
+    group.add_argument("--valkey-password", env_var=PASSWORD_VARIABLE, default="",
+                       help=f"the server's password (from {PASSWORD_VARIABLE}; a remote worker "
+                            "gets it from its master)")
     option("--ack-ledger-dir", default="",
            help="append every acknowledged enqueue, claim and accepted complete to "
                 "DIR/locust-<pid>.jsonl (chaos.check.ledger; the runner sets it)")
@@ -137,9 +142,70 @@ def _check_options(environment: Environment, **_: Any) -> None:
     global LEDGER
     if options.ack_ledger_dir:  # one file per process: --processes forks before this event
         LEDGER = AckLedger(Path(options.ack_ledger_dir) / f"locust-{os.getpid()}.jsonl")
+    if options.master:  # its remote workers' account, written when it quits
+        environment.events.worker_connect.add_listener(_WORKERS.connected)
+        environment.events.worker_report.add_listener(_WORKERS.reported)
+        environment.events.test_stop.add_listener(_WORKERS.at_stop)
+        environment.events.quitting.add_listener(_WORKERS.save)
     # Exact counts, when given, decide the mix (Locust spawns fixed_count users first).
     ProducerUser.fixed_count = options.producers
     ConsumerUser.fixed_count = options.consumers
+
+
+class _RemoteWorkers:
+    """On a master: each remote worker's users and requests as it reports them, and whether it
+    was lost (went missing, or left before the end): ``<csv prefix>_workers.json``, which the
+    run's load summary carries, so a lost worker is reported, never hidden."""
+
+    def __init__(self) -> None:
+        self.workers: dict[str, dict[str, Any]] = {}
+        self.stopped_at = 0.0  # when the test stopped (master's clock)
+
+    def _worker(self, client_id: str) -> dict[str, Any]:
+        return self.workers.setdefault(client_id, {
+            "id": client_id, "connected_at": time.time(), "users": 0, "requests": 0,
+            "failures": 0})
+
+    def connected(self, client_id: str, **_: Any) -> None:
+        self._worker(client_id)
+
+    def reported(self, client_id: str, data: dict[str, Any], **_: Any) -> None:
+        worker = self._worker(client_id)
+        worker["last_report_at"] = time.time()
+        for entry in data.get("stats", []):
+            worker["requests"] += int(entry.get("num_requests", 0))
+            worker["failures"] += int(entry.get("num_failures", 0))
+        worker["users"] = max(worker["users"], int(data.get("user_count", 0)))
+
+    def at_stop(self, environment: Environment, **_: Any) -> None:
+        """When the test stops: a worker no longer connected, or missing, was lost."""
+        clients = getattr(environment.runner, "clients", {})
+        self.stopped_at = time.time()
+        for client_id, worker in self.workers.items():
+            node = clients.get(client_id)
+            worker["state"] = node.state if node is not None else "gone"
+            worker["lost"] = node is None or node.state == "missing"
+
+    def save(self, environment: Environment, **_: Any) -> None:
+        """When the master quits (the workers' last reports are in)."""
+        options = environment.parsed_options
+        if options is None or not options.csv_prefix or environment.runner is None:
+            return
+        if any("lost" not in worker for worker in self.workers.values()):
+            self.at_stop(environment)  # quitting without a test stop
+        for worker in self.workers.values():
+            # A live worker sends its last report as it stops; one that sent none since the
+            # stop died before it (the master may not have missed its heartbeats yet).
+            if worker.get("last_report_at", 0.0) < self.stopped_at:
+                worker["lost"] = True
+        expected = int(getattr(options, "expect_workers", 0) or 0)
+        account = {"expected": expected, "connected": len(self.workers),
+                   "lost": sorted(w["id"] for w in self.workers.values() if w["lost"]),
+                   "workers": sorted(self.workers.values(), key=lambda w: w["connected_at"])}
+        Path(f"{options.csv_prefix}_workers.json").write_text(json.dumps(account, indent=1))
+
+
+_WORKERS = _RemoteWorkers()
 
 
 def _check_credentials(url: str) -> None:
@@ -174,10 +240,12 @@ class ValkeyQueueLocustClient:
     """``QueueClient`` calls, each reported to Locust as one request per job it carries."""
 
     def __init__(self, environment: Environment, url: str, keys: QueueKeys,
-                 protocol: str = "sound", wait_replicas: int = 0) -> None:
+                 protocol: str = "sound", wait_replicas: int = 0,
+                 password: str | None = None) -> None:
         self.environment = environment
-        # The password: in the URL or in ECHOMQ_VALKEY_PASSWORD (chaos.protocol.client.connect).
-        self.queue = QueueClient(connect(url), keys, protocol=protocol,
+        # The password: given (a remote worker's, from its master), in the URL, or in
+        # ECHOMQ_VALKEY_PASSWORD (chaos.protocol.client.connect).
+        self.queue = QueueClient(connect(url, password), keys, protocol=protocol,
                                  wait_replicas=wait_replicas)
 
     def close(self) -> None:
@@ -262,7 +330,8 @@ class QueueUser(User):
         self.options = options
         keys = QueueKeys(options.queue_prefix, options.queue_name)
         self.client = ValkeyQueueLocustClient(self.environment, str(self.host), keys,
-                                              options.protocol, options.wait_replicas)
+                                              options.protocol, options.wait_replicas,
+                                              getattr(options, "valkey_password", "") or None)
         # Unique per user across processes and machines: job ids and worker names use it.
         self.token = f"{os.getpid():x}{secrets.token_hex(4)}"
 

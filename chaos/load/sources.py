@@ -19,6 +19,8 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import math
+import re
 import signal
 import subprocess
 import sys
@@ -41,6 +43,9 @@ if TYPE_CHECKING:
     from chaos.runtime.base import Child, RuntimeBase
 
 OPERATIONS = ("enqueue", "claim", "complete", "extend")
+WORKERS_SUFFIX = "_workers.json"  # the master's account of its remote workers
+# The master's log line as each worker connects ("... N workers connected.")
+_WORKERS_CONNECTED = re.compile(r"(\d+) workers? connected")
 LOCUST_PREFIX = "locust"  # raw files: locust_stats.csv, locust.html, locust.json, ...
 LOCUST_STOP_TIMEOUT_S = 20.0
 
@@ -136,7 +141,15 @@ def locust_summary(run_dir: Path, users: int, prefix: str = LOCUST_PREFIX) -> di
     elif csv_path.exists():
         operations = fold_locust_csv(csv_path)
     files = sorted(path.name for path in run_dir.glob(f"{prefix}*") if path.is_file())
-    return {"engine": "locust", "users": users, "operations": operations, "files": files}
+    summary = {"engine": "locust", "users": users, "operations": operations, "files": files}
+    workers_path = run_dir / f"{prefix}{WORKERS_SUFFIX}"
+    if workers_path.exists():  # remote workers: what each did, and which were lost
+        try:
+            workers = json.loads(workers_path.read_text())
+        except ValueError:
+            workers = {"error": f"{workers_path.name} is not readable JSON"}
+        summary["remote_workers"] = workers
+    return summary
 
 
 def locustfile() -> Path:
@@ -167,6 +180,11 @@ def locust_argv(load: Load, url: str, keys: QueueKeys, lease_ms: int, protocol: 
     ]
     if load.processes > 1:
         argv += ["--processes", str(load.processes)]
+    if load.remote_workers:  # a master only: the users run on the workers that connect
+        host, port = load.master_address
+        argv += ["--master", "--master-bind-host", host, "--master-bind-port", str(port),
+                 "--expect-workers", str(load.remote_workers),
+                 "--expect-workers-max-wait", str(math.ceil(load.remote_wait_s))]
     argv += extra or []
     argv += ["ProducerUser"] + (["ConsumerUser"] if consumers else [])
     return argv
@@ -189,6 +207,7 @@ class LocustLoad:
         self.name = name
         self.prefix = prefix
         self.ready = ready  # when given, start() returns once Locust's first job is in
+        self.say: Callable[[str], None] = lambda message: None  # progress lines
         self.child: Child | None = None
         self.exit_code: int | None = None
 
@@ -198,7 +217,8 @@ class LocustLoad:
 
     def start(self) -> None:
         # The same evidence as the built-in producer's: WAIT if asked, and an ack ledger
-        # (acks/locust-<pid>.jsonl, one per Locust process).
+        # (acks/locust-<pid>.jsonl, one per Locust process; remote workers write theirs on
+        # their own host, where that directory exists).
         extra = ["--wait-replicas", str(self.runtime.scenario.wait_replicas),
                  "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent),
                  "--id-style", self.id_style]
@@ -207,8 +227,39 @@ class LocustLoad:
                            self.run_dir / self.prefix, extra, scenario.topology.handler,
                            scenario.seed)
         self.child = self.runtime.spawn(self.name, argv)
+        if self.load.remote_workers:
+            self.wait_for_workers()
         if self.ready is not None:
             self.wait_until_enqueuing(self.ready)
+
+    def wait_for_workers(self) -> None:
+        """Until every remote worker has connected to the master (bounded by
+        ``load.remote_wait_s``), saying how many have as they come."""
+        from chaos.errors import InfraError
+
+        assert self.child is not None
+        wanted, host_port = self.load.remote_workers, self.load.master_bind
+        log = self.run_dir / "logs" / f"{self.name}.log"
+        self.say(f"locust master at {host_port}: waiting for {wanted} remote worker(s) "
+                 f"(locust -f {locustfile()} --worker --master-host HOST --master-port "
+                 f"{self.load.master_address[1]})")
+        deadline = time.monotonic() + self.load.remote_wait_s + 5
+        seen = 0
+        while time.monotonic() < deadline:
+            text = log.read_text(errors="replace") if log.exists() else ""
+            connected = max((int(n) for n in _WORKERS_CONNECTED.findall(text)), default=0)
+            if connected != seen:
+                seen = connected
+                self.say(f"locust master: {seen} of {wanted} remote worker(s) connected")
+            if seen >= wanted:
+                return
+            if not self.child.alive:
+                raise InfraError(f"locust master exited waiting for its workers (code "
+                                 f"{self.child.process.returncode}); its log ends:\n"
+                                 f"{text[-2000:]}")
+            time.sleep(0.1)
+        raise InfraError(f"only {seen} of {wanted} remote Locust worker(s) connected to "
+                         f"{host_port} within {self.load.remote_wait_s:g}s (load.remote_wait_s)")
 
     def wait_until_enqueuing(self, queue: QueueClient, timeout: float = 60.0) -> None:
         """Block until Locust's first job is in (its start-up takes a second or more), so a

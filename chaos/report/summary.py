@@ -181,6 +181,13 @@ def summary_text(report: dict[str, Any]) -> str:
             lines.append(
                 f"            {acks['unexported']} not in the history (the runner stopped "
                 "before exporting them; not counted as store losses)")
+    remote = (report.get("load") or {}).get("remote_workers")
+    if remote and "workers" in remote:
+        lines.append(
+            f"  load      {remote['connected']} of {remote['expected']} remote Locust worker(s): "
+            + ", ".join(f"{w['id'][:12]} {w['users']} users {w['requests']} requests"
+                        for w in remote["workers"])
+            + (f"; lost: {', '.join(remote['lost'])}" if remote["lost"] else ""))
     preflight = report.get("preflight")
     if preflight:
         settings = preflight["settings"]

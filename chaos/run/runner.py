@@ -197,8 +197,10 @@ class Run:
                     prefix: str = LOCUST_PREFIX) -> LocustLoad:
         """Locust driving ``load`` at this run's queue (``start`` returns once it enqueues)."""
         assert self.queue is not None
-        return self.family.locust_load(self.runtime, load, self.run_dir, name, prefix,
-                                       ready=self.queue)
+        source = self.family.locust_load(self.runtime, load, self.run_dir, name, prefix,
+                                         ready=self.queue)
+        source.say = self.progress.say  # e.g. remote workers connecting
+        return source
 
     def scenario_load(self) -> LoadSource:
         """The scenario's own load source: Locust, or the built-in producer."""

@@ -119,8 +119,18 @@ class Load(Strict):
     mix: LoadMix = LoadMix()
     batch: Annotated[int, Field(ge=1, le=10_000)] = 1  # jobs per pipelined enqueue round trip
     processes: Annotated[int, Field(ge=1, le=256)] = 1  # >1: Locust --processes (cores)
+    # >0: the users run on this many Locust workers started elsewhere (other hosts), which
+    # connect to the run's Locust master at master_bind (docs/load.md, "Load from many hosts")
+    remote_workers: Annotated[int, Field(ge=0, le=1000)] = 0
+    master_bind: str = "127.0.0.1:5557"  # HOST:PORT the master listens on for them
+    remote_wait_s: Annotated[float, Field(gt=0, le=3600)] = 120.0  # for all of them to connect
     work_min_ms: NonNegativeMs = 10  # consumer users' simulated work per job
     work_max_ms: NonNegativeMs = 50
+
+    @property
+    def master_address(self) -> tuple[str, int]:
+        host, _, port = self.master_bind.rpartition(":")
+        return host, int(port)
 
     @property
     def producers(self) -> int:
@@ -143,6 +153,18 @@ class Load(Strict):
         if self.work_max_ms < self.work_min_ms:
             raise ValueError(f"work_max_ms ({self.work_max_ms}) must be >= work_min_ms "
                              f"({self.work_min_ms})")
+        if self.remote_workers:
+            if self.engine != "locust":
+                raise ValueError(f"remote_workers = {self.remote_workers}: remote workers are "
+                                 "Locust's (set engine = 'locust')")
+            if self.processes > 1:
+                raise ValueError(f"remote_workers = {self.remote_workers} with processes = "
+                                 f"{self.processes}: the users run on the remote workers; "
+                                 "start more of them instead")
+        host, _, port = self.master_bind.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536 or " " in host:
+            raise ValueError(f"master_bind = {self.master_bind!r}: expected HOST:PORT, e.g. "
+                             "'0.0.0.0:5557'")
         if self.engine == "locust" and self.poison_fraction:
             raise ValueError("poison_fraction is a builtin-engine setting: Locust's producers "
                              "enqueue no poison jobs (set engine = 'builtin')")
