@@ -11,7 +11,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -40,6 +39,7 @@ from chaos.run.offline import VERDICT_KEYS
 from chaos.run.progress import Progress, Status
 from chaos.run.suite import suite_table
 from chaos.scenario.loading import scenario_from_dict
+from tests.ci_tools import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("invariants", "timeline", "recovery", "leases", "load", "settings")
@@ -601,15 +601,16 @@ def test_check_reproduces_a_real_runs_verdict_exactly(suite, name: str, code: in
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
 def test_report_html_in_headless_chromium_is_not_blank(suite, tmp_path: Path):
     from matplotlib.image import imread
+
+    chromium = require_tool("chromium", "chromium")
 
     page = suite[0] / "unfenced-complete" / "report.html"
     screenshot = tmp_path / "report.png"
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
              "--no-first-run", "--disable-background-networking", "--disable-component-update",
              "--disable-sync", f"--user-data-dir={profile}", "--hide-scrollbars",
              "--window-size=1366,1600", f"--screenshot={screenshot}", page.as_uri()],
