@@ -36,7 +36,7 @@ WHAT_IT_CHECKS = {
     "exclusive_lease": "every accepted extend/complete comes from the worker holding the live "
                        "lease, with its attempt",
     "lease_length": "every lease granted (claim or extend) runs lease_ms (± 1 ms) from its "
-                    "grant",
+                    "grant to the deadline it wrote to active, and records that length",
     "attempts_monotonic": "every claim of a job carries a higher attempt (fencing token) than "
                           "any earlier claim of it",
     "stall_limit": "with max_stalls set, a job is recovered at most max_stalls times and "
