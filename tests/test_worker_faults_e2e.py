@@ -94,7 +94,7 @@ def test_poison_pill_is_dead_lettered_after_exactly_max_stalls_recoveries(tmp_pa
     restarts = [e for e in events if e.type == "heal" and e.extra.get("kind") == "restart"]
     assert len(crashes) == 4 and len(restarts) == 4
     assert [c.worker for c in crashes] == [c.worker for c in claims]
-    assert report["dead_letter"]["jobs"] == 1 and report["dead_letter"]["poison"] == 1
+    assert report["dead_letter"]["moved_to_dead"] == 1 and report["dead_letter"]["poison"] == 1
     assert report["dead_letter"]["recoveries_before_dead"] == {"3": 1}
     outcomes = report["outcomes"]
     assert outcomes["dead_lettered"] == 1 and outcomes["lost"] == 0

@@ -325,7 +325,7 @@ def judge_stall_limit(facts: ReplayFacts, max_stalls: int) -> InvariantResult:
                 offences.add({"job": job_id, "recoveries": len(times), "max_stalls": max_stalls,
                               "reason": "recovered past the stall limit"}, times[max_stalls])
     return InvariantResult.judged(offences, max_stalls=max_stalls,
-                                  dead_lettered=len(facts.dead))
+                                  moved_to_dead=len(facts.dead))
 
 
 def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
