@@ -109,7 +109,14 @@ def test_long_handlers_heartbeat_on_no_needless_off_counted_per_duration(tmp_pat
     rows = {row["bucket"]: row for row in on["needless_by_duration"]}
     assert sum(row["attempts"] for bucket, row in rows.items()
                if bucket not in ("0-0.5x", "0.5-1x")) >= 5  # handlers past the lease ran
-    off = run_scenario("long-handlers", tmp_path / "off", "--set", "topology.heartbeat_ms=0")
+    # Heartbeat off: the needless redeliveries the scenario holds to zero, and counts.
+    done = run_cli("run", str(ROOT / "scenarios" / "long-handlers.toml"), "--out",
+                   str(tmp_path / "off"), "--set", "topology.heartbeat_ms=0")
+    off = json.loads((tmp_path / "off" / "report.json").read_text())
+    assert (done.returncode, off["verdict"]) == (1, "fail"), done.stderr[-3000:]
+    assert [name for name, result in off["invariants"].items() if not result["ok"]] == [
+        "needless_limit"]
+    assert off["invariants"]["needless_limit"]["violations"] == off["redeliveries"]["needless"]
     rows = {row["bucket"]: row for row in off["needless_by_duration"]}
     assert off["redeliveries"]["needless"] >= 5
     assert rows["0-0.5x"]["needless"] == rows["0.5-1x"]["needless"] == 0
