@@ -19,6 +19,7 @@ PROTOCOLS = (
     "reused-token",
     "short-lease",
     "complete-skips-active",
+    "padded-lease",
 )
 INVARIANTS = (
     "no_loss",

@@ -126,23 +126,28 @@ class History:
         return self.write(Enqueue(job_id, kind or ""), ts)
 
     def claim(
-        self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None
+        self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None,
+        deadline: int | None = None,
     ) -> dict[str, Any]:
-        return self._lease("claim", job_id, attempt, worker, ts, lease_ms)
+        return self._lease("claim", job_id, attempt, worker, ts, lease_ms, deadline)
 
     def extend(
-        self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None
+        self, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None = None,
+        deadline: int | None = None,
     ) -> dict[str, Any]:
-        return self._lease("extend", job_id, attempt, worker, ts, lease_ms)
+        return self._lease("extend", job_id, attempt, worker, ts, lease_ms, deadline)
 
     def _lease(
-        self, kind: str, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None
+        self, kind: str, job_id: str, attempt: int, worker: str, ts: int, lease_ms: int | None,
+        deadline: int | None,
     ) -> dict[str, Any]:
-        """A claim or an accepted extend: the lease now runs to ts + lease_ms."""
+        """A claim or an accepted extend: the lease now runs to ``deadline`` (the score written
+        to active; default ts + lease_ms), recording ``lease_ms`` (default the run's)."""
         lease_ms = self.lease_ms if lease_ms is None else lease_ms
-        self._leases[job_id] = (attempt, worker, ts + lease_ms)
+        deadline = ts + lease_ms if deadline is None else deadline
+        self._leases[job_id] = (attempt, worker, deadline)
         lease = Claim if kind == "claim" else Extend
-        return self.write(lease(job_id, attempt, worker, lease_ms, ts + lease_ms), ts)
+        return self.write(lease(job_id, attempt, worker, lease_ms, deadline), ts)
 
     def extend_rejected(
         self, job_id: str, attempt: int, worker: str, ts: int, current_attempt: int | None = None

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from histories import History, resequence, to_events
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from chaos.check.checker import (
@@ -1008,6 +1008,71 @@ def test_dropping_the_completes_of_a_job_fails_no_loss(model: ProtocolModel, dat
     assert verdict.jobs.lost == 1
     for name in ("no_double_completion", "no_premature_reap", "exclusive_lease"):
         assert verdict.invariants[name].ok, name
+
+
+def grants_ended_by_their_holder(records: list[dict]) -> list[int]:
+    """Indices of the claims and accepted extends whose lease its holder renewed again or
+    completed by the deadline written: a longer deadline there changes nothing else the history
+    shows (no reap, no late call of that lease follows)."""
+    eligible = []
+    for index, record in enumerate(records):
+        if record["type"] not in ("claim", "extend"):
+            continue
+        following = next((later for later in records[index + 1:] if later.get("id") ==
+                          record["id"] and later["type"] in ("extend", "complete", "reap",
+                                                             "dead", "claim")), None)
+        if (following is not None and following["type"] in ("extend", "complete")
+                and following["attempt"] == record["attempt"]
+                and int(following["ts"]) <= int(record["deadline"])):
+            eligible.append(index)
+    return eligible
+
+
+@PROPERTY
+@given(protocol_runs(), st.data())
+def test_a_deadline_written_past_the_recorded_lease_fails_lease_length_only(
+    model: ProtocolModel, data: st.DataObject
+):
+    """A grant that records lease_ms as configured but writes a longer deadline to active: the
+    checker judges the deadline written (and the record's disagreement with it), nothing else
+    changes, so lease_length alone fails, once."""
+    records = model.h.records()
+    eligible = grants_ended_by_their_holder(records)
+    assume(eligible)
+    index = data.draw(st.sampled_from(eligible), label="grant")
+    stretch = data.draw(st.integers(2, 3 * model.lease_ms), label="stretch ms")
+    grant = records[index]
+    assert int(grant["deadline"]) - int(grant["ts"]) == int(grant["lease_ms"]) == model.lease_ms
+    records[index] = dict(grant, deadline=str(int(grant["deadline"]) + stretch))
+    verdict = check(to_events(records))
+    assert verdict.failed_invariants() == ["lease_length"], verdict.as_dict()
+    result = verdict.invariants["lease_length"]
+    assert result.violations == 1 and result.figures["misrecorded"] == 1
+    (example,) = result.examples
+    assert (example["job"], example["op"], example["seq"]) == (grant["id"], grant["type"],
+                                                               grant["seq"])
+    assert (example["lease_ms"], example["recorded_lease_ms"]) == (model.lease_ms + stretch,
+                                                                   model.lease_ms)
+
+
+@PROPERTY
+@given(protocol_runs(), st.data())
+def test_a_grant_recording_another_lease_ms_than_it_wrote_fails_lease_length_only(
+    model: ProtocolModel, data: st.DataObject
+):
+    """The deadline written is right, the lease_ms recorded beside it is not: the cross-check
+    alone catches it."""
+    records = model.h.records()
+    grants = [i for i, record in enumerate(records) if record["type"] in ("claim", "extend")]
+    index = data.draw(st.sampled_from(grants), label="grant")
+    recorded = data.draw(st.integers(0, 3 * model.lease_ms).filter(
+        lambda ms: abs(ms - model.lease_ms) > 1), label="recorded lease_ms")
+    records[index] = dict(records[index], lease_ms=str(recorded))
+    verdict = check(to_events(records))
+    assert verdict.failed_invariants() == ["lease_length"], verdict.as_dict()
+    result = verdict.invariants["lease_length"]
+    assert result.violations == 1 and result.figures["misrecorded"] == 1
+    assert result.examples[0]["recorded_lease_ms"] == recorded
 
 
 # --- attempts_monotonic ------------------------------------------------------------------------

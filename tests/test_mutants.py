@@ -104,7 +104,21 @@ def enough_leases_stranded(scenario: Scenario, run_dir: Path, report: dict) -> N
     assert report["invariants"]["recovery_bound"]["stranded"] >= 4
 
 
+def caught_only_by_the_deadline_written(scenario: Scenario, run_dir: Path,
+                                        report: dict) -> None:
+    """Every grant recorded the configured lease_ms and wrote a deadline 1.5 leases ahead: a
+    judge of the recorded field alone would pass the run, and nothing else breaks (no lease
+    lapses), so lease_length, reading the deadline, is what catches it, on every grant."""
+    assert failed(report) == {"lease_length"}, report["invariants"]
+    result = report["invariants"]["lease_length"]
+    lease_ms = scenario.topology.lease_ms
+    assert result["violations"] == result["granted"] == result["misrecorded"] >= 1
+    assert {(example["recorded_lease_ms"], example["lease_ms"])
+            for example in result["examples"]} == {(lease_ms, lease_ms * 3 // 2)}
+
+
 PROVOCATIONS = {
+    "padded-lease": caught_only_by_the_deadline_written,
     "nonatomic-claim": claim_gap_kill_lost_the_held_job,
     "extend-resurrects": lagged_heartbeat_renewed_after_complete,
     "nonatomic-reap": both_reapers_moved,

@@ -11,7 +11,6 @@ import itertools
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from chaos.run.offline import VERDICT_KEYS
 from chaos.run.progress import Progress, Status
 from chaos.run.suite import suite_table
 from chaos.scenario.loading import scenario_from_dict
+from tests.ci_tools import require_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 SECTIONS = ("invariants", "timeline", "recovery", "leases", "load", "settings")
@@ -481,7 +481,7 @@ def test_report_without_a_saved_report_writes_one(tmp_path: Path, capsys):
 
 def test_report_json_lists_the_stranded_leases_and_counts_them():
     report = judged(paused_worker_history())
-    assert report["schema"] == 2
+    assert report["schema"] == 3
     assert report["stranded_lease_count"] == 2
     assert report["stranded_leases"] == [
         {"job": "a", "attempt": 1, "worker": "w1", "fault_id": "f1", "fault_ts": 500,
@@ -510,13 +510,24 @@ SCHEMA_1_HISTORY = """\
 """
 
 
+def as_schema_2(report: dict) -> dict:
+    """``report`` as schema 2 wrote it: the jobs moved to the dead set under their old names."""
+    dead = {("jobs" if key == "moved_to_dead" else key): value
+            for key, value in report["dead_letter"].items()}
+    stall = {("dead_lettered" if key == "moved_to_dead" else key): value
+             for key, value in report["invariants"]["stall_limit"].items()}
+    return {**report, "schema": 2, "dead_letter": dead,
+            "invariants": {**report["invariants"], "stall_limit": stall}}
+
+
 def schema_1_run(tmp_path: Path) -> tuple[Path, dict]:
     run_dir = tmp_path / "schema-1"
     run_dir.mkdir()
     (run_dir / "history.jsonl").write_text(SCHEMA_1_HISTORY)
-    # The verdict as schema 1 wrote it: this version's keys, with the count under the old name.
-    report = build_report("old-run", "pass", check(to_events([
-        json.loads(line) for line in SCHEMA_1_HISTORY.splitlines()])))
+    # The verdict as schema 1 wrote it: this version's keys, with the count under the old name
+    # and the jobs moved to the dead set under theirs.
+    report = as_schema_2(build_report("old-run", "pass", check(to_events([
+        json.loads(line) for line in SCHEMA_1_HISTORY.splitlines()]))))
     del report["stranded_leases"]
     report = {**report, "schema": 1, "stranded_leases": report.pop("stranded_lease_count"),
               "run": {"wall_ms": 1500, "drained": True}}
@@ -530,13 +541,14 @@ def test_check_and_report_read_a_schema_1_run_directory(tmp_path: Path, capsys):
     again = cli_here(capsys, "check", str(run_dir), "--json")
     assert again.returncode == 0, again.stderr
     rechecked = json.loads(again.stdout)
-    assert rechecked["schema"] == 2 and rechecked["verdict"] == "pass"
+    assert rechecked["schema"] == 3 and rechecked["verdict"] == "pass"
     assert rechecked["stranded_lease_count"] == saved["stranded_leases"]
     assert [item["job"] for item in rechecked["stranded_leases"]] == ["a"]
     assert rechecked["run"] == saved["run"]  # what the run saw is carried over
     unchanged = [key for key in VERDICT_KEYS if key not in ("stranded_leases",
                                                             "stranded_lease_count")]
-    assert {k: rechecked.get(k) for k in unchanged} == {k: saved.get(k) for k in unchanged}
+    renamed = upgrade_report(saved)  # the keys schema 3 renamed, under their new names
+    assert {k: rechecked.get(k) for k in unchanged} == {k: renamed.get(k) for k in unchanged}
     # Schema 1 never wrote the list: that is the one difference the re-check notes.
     assert "differs from the saved report.json in stranded_leases " in again.stderr
     rendered_again = cli_here(capsys, "report", str(run_dir))
@@ -546,14 +558,61 @@ def test_check_and_report_read_a_schema_1_run_directory(tmp_path: Path, capsys):
     assert json.loads((run_dir / "report.json").read_text()) == saved  # left as it was
 
 
-def test_a_schema_1_report_reads_in_the_schema_2_shape(tmp_path: Path):
+def test_a_schema_1_report_reads_in_the_current_shape(tmp_path: Path):
     run_dir, saved = schema_1_run(tmp_path)
     upgraded = read_report(run_dir / "report.json")
     assert upgraded["stranded_lease_count"] == 1 and "stranded_leases" not in upgraded
+    assert "moved_to_dead" in upgraded["dead_letter"] and "jobs" not in upgraded["dead_letter"]
     assert upgraded["schema"] == 1  # still says which version wrote it
     assert read_report(run_dir / "report.json") == upgrade_report(upgraded)  # idempotent
     current = judged(paused_worker_history())
     assert upgrade_report(current) is current
+
+
+def dead_lettered_twice() -> History:
+    """With max_stalls = 1: a dies at its second stall (an outcome: dead-lettered); b too, but
+    its stale holder's complete is then accepted (a broken queue): moved to the dead set, yet
+    completed, so not dead-lettered as an outcome."""
+    h = History(lease_ms=1000, reap_interval_ms=250, tolerance_ms=100, max_stalls=1)
+    for job in ("a", "b"):
+        h.enqueue(job, ts=0)
+        h.claim(job, attempt=1, worker="w1", ts=10)
+        h.reap(job, attempt=1, ts=1100)
+        h.claim(job, attempt=2, worker="w2", ts=1200)
+        h.dead(job, attempt=2, ts=2300, stalls=2)
+    h.complete("b", attempt=2, worker="w2", ts=2400)
+    h.phase("end", ts=2500, drained=1, aborted=0)
+    return h
+
+
+def test_dead_lettered_is_an_outcome_and_moved_to_dead_what_the_reaper_did():
+    """One name, one meaning: jobs.dead_lettered and outcomes.dead_lettered count the jobs whose
+    outcome is the dead letter; dead_letter.moved_to_dead and stall_limit's figure count every
+    job the reaper moved to the dead set, whatever came of it."""
+    report = judged(dead_lettered_twice())
+    assert report["jobs"]["dead_lettered"] == report["outcomes"]["dead_lettered"] == 1
+    assert report["dead_letter"]["moved_to_dead"] == 2
+    assert report["invariants"]["stall_limit"]["moved_to_dead"] == 2
+    assert "2 moved to dead" in summary_text(report)
+
+
+def test_a_schema_2_report_reads_with_moved_to_dead(tmp_path: Path, capsys):
+    """Schema 2 called moved_to_dead "jobs" (dead_letter) and "dead_lettered" (stall_limit):
+    read in the current shape, and `check` finds no difference from a re-check."""
+    run_dir = tmp_path / "schema-2"
+    run_dir.mkdir()
+    h = dead_lettered_twice()
+    h.write_jsonl(run_dir / "history.jsonl")
+    saved = {**as_schema_2(judged(h)), "run": {"wall_ms": 2500, "drained": True}}
+    (run_dir / "report.json").write_text(json.dumps(saved))
+    upgraded = read_report(run_dir / "report.json")
+    assert upgraded["dead_letter"]["moved_to_dead"] == 2 and "jobs" not in upgraded["dead_letter"]
+    assert upgraded["invariants"]["stall_limit"]["moved_to_dead"] == 2
+    assert "dead_lettered" not in upgraded["invariants"]["stall_limit"]
+    assert upgraded["jobs"]["dead_lettered"] == 1  # the outcome keeps its name
+    assert list(upgraded["dead_letter"]) == list(judged(h)["dead_letter"])  # same place
+    again = cli_here(capsys, "check", str(run_dir), "--json")
+    assert "differs from the saved report.json" not in again.stderr, again.stderr
 
 
 def test_a_drawing_that_fails_costs_no_verdict(tmp_path: Path):
@@ -723,15 +782,16 @@ def test_check_reproduces_a_real_runs_verdict_exactly(suite, name: str, code: in
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian's chromium")
 def test_report_html_in_headless_chromium_is_not_blank(suite, tmp_path: Path):
     from matplotlib.image import imread
+
+    chromium = require_tool("chromium", "chromium")
 
     page = suite[0] / "unfenced-complete" / "report.html"
     screenshot = tmp_path / "report.png"
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(
-            ["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
              "--no-first-run", "--disable-background-networking", "--disable-component-update",
              "--disable-sync", f"--user-data-dir={profile}", "--hide-scrollbars",
              "--window-size=1366,1600", f"--screenshot={screenshot}", page.as_uri()],

@@ -47,11 +47,11 @@ def test_a_job_dead_lettered_after_exactly_max_stalls_recoveries_is_not_lost():
     assert verdict.jobs.lost == 0 and verdict.jobs.dead_lettered == 1
     assert verdict.outcomes == Outcomes(completed=1, dead_lettered=1, lost=0, duplicated=0,
                                         unexpected=0)
-    assert verdict.dead_letter.jobs == 1 and verdict.dead_letter.poison == 1
+    assert verdict.dead_letter.moved_to_dead == 1 and verdict.dead_letter.poison == 1
     assert verdict.dead_letter.recoveries_before_dead == {"3": 1}
     # Every recovery was needed (each holder crashed) and each was a reap event.
     assert verdict.redeliveries.needed == 3 and verdict.redeliveries.needless == 0
-    assert verdict.invariants["stall_limit"].figures == {"max_stalls": 3, "dead_lettered": 1}
+    assert verdict.invariants["stall_limit"].figures == {"max_stalls": 3, "moved_to_dead": 1}
 
 
 def test_a_recheck_without_a_run_event_takes_max_stalls_from_scenario_json(tmp_path):

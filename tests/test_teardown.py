@@ -195,3 +195,42 @@ def test_a_history_torn_by_a_crash_loses_only_its_last_line(tmp_path: Path):
     path.write_text(run + '{"seq":"3-0","type":"cla\n' + enqueue)  # not at the end: corrupt
     with pytest.raises(ValueError, match=re.escape(f"{path}:2")):
         read_history(path)
+
+
+@pytest.mark.integration
+def test_leases_still_held_when_the_drain_ends_are_reaped_not_judged_unreaped(tmp_path: Path):
+    """The drain times out while the worker holds leases it never renews (heartbeat off,
+    handlers 2.5 leases long: the first leases lapse, are reaped and the jobs claimed again by
+    free slots, whose leases are live when the drain ends, 0.1 + 1.1 s after the first claims,
+    nearly a lease before they lapse). Told to stop, the worker finishes them long past their
+    deadlines. The reaper runs until the worker is gone, so those leases are reaped and the late
+    completes rejected, as the queue would: no late complete is read as a lease the reaper left
+    unreaped (reap_prompt), and the jobs left in the queue make the run unknown, not failed."""
+    import io
+
+    from chaos.run.runner import run_scenario
+    from chaos.scenario.loading import scenario_from_dict
+
+    scenario = scenario_from_dict({
+        "name": "drain-ends-with-leases-held",
+        "topology": {"workers": 1, "concurrency": 4, "lease_ms": 1000, "reap_interval_ms": 100,
+                     "heartbeat_ms": 0,
+                     "handler": {"distribution": "fixed", "fixed_ms": 2500}},
+        "load": {"rate": 50, "max_jobs": 2},
+        "phases": {"warmup_ms": 0, "chaos_ms": 100, "heal_ms": 0, "drain_margin_ms": 0},
+        "check": {"tolerance_ms": 0},
+    }, "test")
+    result = run_scenario(scenario, tmp_path / "run", io.StringIO())
+    found = result.report
+    last = found["run"]["backlog"][-1]
+    assert (last["phase"], found["run"]["drained"]) == ("drain", False)
+    assert last["active"] >= 1, found["run"]["backlog"]  # the drain ended with leases held
+    prompt = found["invariants"]["reap_prompt"]
+    assert prompt["ok"] and prompt["violations"] == 0, prompt["examples"]
+    assert result.verdict == "unknown", found["invariants"]
+    # the held leases (the second attempts) were reaped, and their holder's completes rejected
+    reaped = {(event.job_id, event.attempt)
+              for event in read_history(tmp_path / "run" / "history.jsonl")
+              if event.type == "reap"}
+    assert {("job-0000001", 2), ("job-0000002", 2)} <= reaped, reaped
+    assert found["rejected"].get("complete_rejected", 0) >= 2

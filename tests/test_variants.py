@@ -99,6 +99,7 @@ VARIANT_SCRIPTS = {
     "reused-token": set(),
     "short-lease": set(),
     "complete-skips-active": {"complete_skips_active"},
+    "padded-lease": {"claim_padded", "claim_many_padded", "extend_padded"},
 }
 
 
@@ -460,6 +461,8 @@ def test_every_variant_stamps_events_with_server_time_and_the_sound_fields(
         assert event.lease_ms == granted and event.deadline is not None
         if protocol == "client-clock":  # scored by the caller's clock, an hour ahead
             assert abs(event.deadline - (event.ts + 40 + 3_600_000)) < 1000
+        elif protocol == "padded-lease":  # half a lease past what it records, on server TIME
+            assert event.deadline == event.ts + 40 + 20
         else:  # scored by the same server TIME as the stamp
             assert event.deadline == event.ts + granted
 
@@ -478,6 +481,28 @@ def test_short_lease_grants_half_the_asked_lease_and_records_it(on: Factory, pro
     for event in (*of_type(queue, "claim"), *of_type(queue, "extend")):
         assert event.lease_ms == granted and event.deadline == event.ts + granted
     assert extended == of_type(queue, "extend")[0].deadline
+
+
+@pytest.mark.parametrize("protocol", ["sound", "padded-lease"])
+def test_padded_lease_writes_a_deadline_half_a_lease_past_the_lease_it_records(on: Factory,
+                                                                               protocol):
+    """The event records the lease_ms asked for; the deadline written to active (and recorded
+    beside it, and returned) runs half a lease longer: the reaper goes by that one."""
+    queue = on(protocol)
+    queue.enqueue("a")
+    queue.enqueue("b")
+    claimed = queue.claim(10_000, "w1")
+    (batched,) = queue.claim_many(4, 10_000, "w1")
+    assert claimed is not None
+    extended = queue.extend("a", claimed.attempt, 10_000, "w1")
+    written = 15_000 if protocol == "padded-lease" else 10_000
+    leases = [*of_type(queue, "claim"), *of_type(queue, "extend")]
+    assert len(leases) == 3
+    for event in leases:
+        assert event.lease_ms == 10_000 and event.deadline == event.ts + written
+    active = dict(queue.client.zrange(queue.keys.active, 0, -1, withscores=True))
+    assert int(active["a"]) == extended == of_type(queue, "extend")[0].deadline
+    assert int(active["b"]) == batched.deadline_ms == of_type(queue, "claim")[1].deadline
 
 
 @pytest.mark.parametrize("protocol", ["sound", "complete-skips-active"])

@@ -185,10 +185,74 @@ def test_every_granted_lease_runs_the_configured_lease_ms(granted: int, ok: bool
     verdict = check(h.events())
     assert_fails_only(verdict, *([] if ok else ["lease_length"]))
     result = verdict.invariants["lease_length"]
-    assert result.figures == {"lease_ms": L, "granted": 2}
+    assert result.figures == {"lease_ms": L, "granted": 2, "misrecorded": 0}
     if not ok:
         assert result.examples[0]["op"] == "extend" and result.examples[0]["lease_ms"] == granted
         assert result.first_violation_ts == 300
+
+
+def stretched_extend(deadline: int, recorded: int = L) -> History:
+    """w1's extend at 300 records ``recorded`` as its lease_ms but writes ``deadline`` to
+    active; w1 completes at 400, long before either deadline (nothing else is touched)."""
+    h = History(lease_ms=L, reap_interval_ms=R, tolerance_ms=ALLOW)
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    h.extend("a", attempt=1, worker="w1", ts=300, lease_ms=recorded, deadline=deadline)
+    h.complete("a", attempt=1, worker="w1", ts=400)
+    return h
+
+
+@pytest.mark.parametrize(("deadline", "ok"), [(300 + L, True), (300 + L + 1, True),
+                                              (300 + L + 2, False), (300 + 3 * L, False),
+                                              (300 + L - 2, False)])
+def test_a_lease_is_as_long_as_the_deadline_written_to_active_not_the_lease_ms_recorded(
+        deadline: int, ok: bool):
+    """The event says lease_ms = L; the deadline written says otherwise: the deadline is what
+    the reaper goes by, so that is the lease granted, and the record disagreeing is an offence
+    of its own (each grant counted once)."""
+    verdict = check(stretched_extend(deadline).events())
+    assert_fails_only(verdict, *([] if ok else ["lease_length"]))
+    result = verdict.invariants["lease_length"]
+    assert result.figures == {"lease_ms": L, "granted": 2, "misrecorded": 0 if ok else 1}
+    if not ok:
+        assert result.violations == 1
+        (example,) = result.examples
+        assert (example["op"], example["lease_ms"], example["recorded_lease_ms"],
+                example["deadline"]) == ("extend", deadline - 300, L, deadline)
+        assert result.first_violation_ts == 300
+
+
+def test_a_grant_of_the_right_length_recorded_as_another_is_an_offence():
+    """The deadline written is ts + L (the right length), the record says L / 2: the evidence
+    misstates the lease, so lease_length fails on the cross-check alone."""
+    verdict = check(stretched_extend(300 + L, recorded=L // 2).events())
+    assert_fails_only(verdict, "lease_length")
+    result = verdict.invariants["lease_length"]
+    assert (result.violations, result.figures["misrecorded"]) == (1, 1)
+    (example,) = result.examples
+    assert (example["lease_ms"], example["recorded_lease_ms"]) == (L, L // 2)
+    assert "disagrees with the deadline written" in example["reason"]
+
+
+def test_every_deadline_is_the_one_written_to_active():
+    """A claim recording L but writing a deadline L + 500 ahead: a reap at ts + L + 100 is
+    before that deadline (premature: the reaper went by another clock than the lease's), and a
+    reap later than the written deadline is measured from it by reap_prompt."""
+    def claimed_then_reaped(reap_ts: int) -> History:
+        h = History(lease_ms=L, reap_interval_ms=R, tolerance_ms=ALLOW)
+        h.enqueue("a", ts=0)
+        h.claim("a", attempt=1, worker="w1", ts=0, deadline=L + 500)
+        h.reap("a", attempt=1, ts=reap_ts)
+        h.claim("a", attempt=2, worker="w2", ts=reap_ts + 10)
+        h.complete("a", attempt=2, worker="w2", ts=reap_ts + 20)
+        return h
+
+    early = check(claimed_then_reaped(L + 100).events())
+    assert_fails_only(early, "lease_length", "no_premature_reap")
+    assert early.invariants["no_premature_reap"].examples[0]["deadline"] == L + 500
+    on_time = check(claimed_then_reaped(L + 500 + LIMIT).events())
+    assert_fails_only(on_time, "lease_length")  # measured from L + 500, not from L
+    assert on_time.recovery["deadline_to_reap"].max_ms == LIMIT
 
 
 # --- needless_limit ----

@@ -94,7 +94,7 @@ def test_poison_pill_is_dead_lettered_after_exactly_max_stalls_recoveries(tmp_pa
     restarts = [e for e in events if e.type == "heal" and e.extra.get("kind") == "restart"]
     assert len(crashes) == 4 and len(restarts) == 4
     assert [c.worker for c in crashes] == [c.worker for c in claims]
-    assert report["dead_letter"]["jobs"] == 1 and report["dead_letter"]["poison"] == 1
+    assert report["dead_letter"]["moved_to_dead"] == 1 and report["dead_letter"]["poison"] == 1
     assert report["dead_letter"]["recoveries_before_dead"] == {"3": 1}
     outcomes = report["outcomes"]
     assert outcomes["dead_lettered"] == 1 and outcomes["lost"] == 0
@@ -109,7 +109,14 @@ def test_long_handlers_heartbeat_on_no_needless_off_counted_per_duration(tmp_pat
     rows = {row["bucket"]: row for row in on["needless_by_duration"]}
     assert sum(row["attempts"] for bucket, row in rows.items()
                if bucket not in ("0-0.5x", "0.5-1x")) >= 5  # handlers past the lease ran
-    off = run_scenario("long-handlers", tmp_path / "off", "--set", "topology.heartbeat_ms=0")
+    # Heartbeat off: the needless redeliveries the scenario holds to zero, and counts.
+    done = run_cli("run", str(ROOT / "scenarios" / "long-handlers.toml"), "--out",
+                   str(tmp_path / "off"), "--set", "topology.heartbeat_ms=0")
+    off = json.loads((tmp_path / "off" / "report.json").read_text())
+    assert (done.returncode, off["verdict"]) == (1, "fail"), done.stderr[-3000:]
+    assert [name for name, result in off["invariants"].items() if not result["ok"]] == [
+        "needless_limit"]
+    assert off["invariants"]["needless_limit"]["violations"] == off["redeliveries"]["needless"]
     rows = {row["bucket"]: row for row in off["needless_by_duration"]}
     assert off["redeliveries"]["needless"] >= 5
     assert rows["0-0.5x"]["needless"] == rows["0.5-1x"]["needless"] == 0

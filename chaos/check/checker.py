@@ -20,11 +20,14 @@ bandwidth, clock skew). ``judgements.py`` then rules on each invariant, one func
                         later than that shows it unreaped too, and so does a lease never reaped
                         while the reaper ran that long past its deadline: the last phase start
                         or a later reap); store outages exempt the leases that lapsed in them
-  no_premature_reap     no lease is reaped before its deadline (last renewal + lease_ms), and no
-                        lease that is no longer live (already reaped or completed) is reaped
+  no_premature_reap     no lease is reaped before its deadline (the one its last renewal wrote
+                        to active), and no lease that is no longer live (already reaped or
+                        completed) is reaped
   exclusive_lease       every accepted extend or complete comes from the live lease: its attempt
                         and its holder (a worker reusing another holder's token is caught)
-  lease_length          every lease granted (claim, accepted extend) runs lease_ms ± 1 ms
+  lease_length          every lease granted (claim, accepted extend) runs lease_ms ± 1 ms, by
+                        the deadline it wrote to active (every deadline judged is the written
+                        one); a recorded lease_ms disagreeing with it is an offence too
   attempts_monotonic    every claim of a job carries a higher attempt (fencing token) than any
                         earlier claim of it: a store that rolls the counter back (a crash
                         without fsync, a failover to a lagging replica) hands one lease out twice

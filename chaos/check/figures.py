@@ -103,7 +103,7 @@ def dead_letter(facts: ReplayFacts, max_stalls: int) -> DeadLetter:
     dead = facts.dead
     return DeadLetter(
         max_stalls=max_stalls,
-        jobs=len(dead),
+        moved_to_dead=len(dead),
         poison=len(set(dead) & facts.poison),
         poison_enqueued=len(facts.poison),
         recoveries_before_dead={str(n): count for n, count in

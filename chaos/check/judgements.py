@@ -258,20 +258,33 @@ def judge_exclusive_lease(facts: ReplayFacts) -> InvariantResult:
 
 
 def judge_lease_length(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
-    """Every lease granted (claim or accepted extend) runs the configured lease_ms (± 1 ms).
-    An offence is its own evidence (the grant's length): counted, never blinded."""
+    """Every lease granted (claim or accepted extend) runs the configured lease_ms (± 1 ms),
+    judged by what the grant did: the deadline it wrote to active (the score the reaper goes
+    by), never only by the lease_ms it recorded. The recorded lease_ms is a cross-check: a
+    grant whose record disagrees with its deadline (by more than 1 ms) is an offence too, even
+    of the right length (a queue whose evidence misstates its leases). Each grant counts once.
+    An offence is its own evidence (the grant's deadline and record): counted, never blinded."""
     offences = facts.offences("lease_length")
-    for length, count in sorted(facts.granted.items()):
-        if abs(length - config.lease_ms) <= 1:
-            continue
+
+    def note(count: int, examples: list[dict[str, Any]]) -> None:
         offences.count += count
-        examples = facts.granted_examples.get(length, [])
+        if not examples:
+            return
         first_ts = min(int(example["ts"]) for example in examples)
         if offences.first_ts is None or first_ts < offences.first_ts:
             offences.first_ts = first_ts
         offences.examples += examples[:EXAMPLES - len(offences.examples)]
+
+    for length, count in sorted(facts.granted.items()):
+        if abs(length - config.lease_ms) > 1:  # the wrong length, whatever it recorded
+            note(count, facts.granted_examples.get(length, []))
+    for length, count in sorted(facts.misrecorded.items()):
+        if abs(length - config.lease_ms) <= 1:  # the right length, misrecorded
+            note(count, [example for example in facts.misrecorded_examples
+                         if example["lease_ms"] == length])
     granted = sum(facts.granted.values())
-    return InvariantResult.judged(offences, lease_ms=config.lease_ms, granted=granted)
+    return InvariantResult.judged(offences, lease_ms=config.lease_ms, granted=granted,
+                                  misrecorded=sum(facts.misrecorded.values()))
 
 
 def judge_needless_limit(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
@@ -312,7 +325,7 @@ def judge_stall_limit(facts: ReplayFacts, max_stalls: int) -> InvariantResult:
                 offences.add({"job": job_id, "recoveries": len(times), "max_stalls": max_stalls,
                               "reason": "recovered past the stall limit"}, times[max_stalls])
     return InvariantResult.judged(offences, max_stalls=max_stalls,
-                                  dead_lettered=len(facts.dead))
+                                  moved_to_dead=len(facts.dead))
 
 
 def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,

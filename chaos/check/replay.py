@@ -38,10 +38,13 @@ class Lease(msgspec.Struct, gc=False):
 
 
 def lease_deadline(event: Event) -> int:
-    """The lease deadline on the server clock: renewal time + lease length."""
-    if event.lease_ms is not None:
-        return event.ts + event.lease_ms
-    return event.deadline if event.deadline is not None else event.ts
+    """The lease deadline on the server clock: the score the grant wrote to ``active`` (the
+    event's ``deadline``: the script's own copy, or the ZADD's score the MONITOR dialect read),
+    which is what the reaper goes by. Only a history without it (hand-written, or older) falls
+    back to the renewal time + the recorded ``lease_ms``."""
+    if event.deadline is not None:
+        return event.deadline
+    return event.ts + event.lease_ms if event.lease_ms is not None else event.ts
 
 
 @dataclass(slots=True)
@@ -83,10 +86,15 @@ class ReplayFacts:
     stranded: list[StrandedLease] = field(default_factory=list)  # dismissed ones left out
     slowed: int = 0  # leases held when a fault only slowed their holder (not stranded)
     lapsed: list[LapsedLease] = field(default_factory=list)  # every reap; late live calls
-    # Lease length granted (deadline - ts of a claim or accepted extend) -> how many, and the
-    # first EXAMPLES grants of each length (the judgement knows which length is configured).
+    # Lease length granted (the deadline written to active - ts of a claim or accepted extend)
+    # -> how many, and the first EXAMPLES grants of each length (the judgement knows which
+    # length is configured).
     granted: dict[int, int] = field(default_factory=dict)
     granted_examples: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    # Of those, the grants whose recorded lease_ms disagrees with the deadline written (by more
+    # than 1 ms): length granted -> how many, and the first EXAMPLES of them.
+    misrecorded: dict[int, int] = field(default_factory=dict)
+    misrecorded_examples: list[dict[str, Any]] = field(default_factory=list)
     needless_examples: list[dict[str, Any]] = field(default_factory=list)
     needless: list[tuple[int, str]] = field(default_factory=list)  # each needless reap: ts, job
     drained: bool | None = None  # the end event's word: the queue emptied before the drain ended
@@ -142,8 +150,8 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     last_complete_ts: int | None = None
     last_ts = 0
     first_ts = sys.maxsize  # no event yet
-    # Leases granted for the run's own lease_ms are only counted (the hot path); any other
-    # length goes through odd_grant.
+    # Leases granted for the run's own lease_ms, with the recorded lease_ms agreeing, are only
+    # counted (the hot path); any other length or a disagreeing record goes through odd_grant.
     run_lease_ms = -1  # no length is -1 (nor None) until the run event says
     run_length_grants = 0
     event_count = 0
@@ -173,14 +181,25 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             ran = event.ts - late[1]
             counts[ran] = counts.get(ran, 0) + 1
 
-    def odd_grant(event: Event, length: int) -> None:
-        """A lease granted for other than the run's lease_ms: counted, the first few kept."""
+    def odd_grant(event: Event, deadline: int) -> None:
+        """A lease granted for other than the run's lease_ms (judged by the deadline written to
+        active), or one whose recorded lease_ms says otherwise: counted, the first few kept."""
+        length = deadline - event.ts
+        recorded = event.lease_ms
+        example = {"job": event.job_id, "op": event.type, "attempt": event.attempt,
+                   "worker": event.worker, "seq": event.seq, "ts": event.ts, "lease_ms": length,
+                   "deadline": deadline, "recorded_lease_ms": recorded}
         grants = granted.get(length, 0)
         granted[length] = grants + 1
         if grants < EXAMPLES:
-            granted_examples.setdefault(length, []).append(
-                {"job": event.job_id, "op": event.type, "attempt": event.attempt,
-                 "worker": event.worker, "seq": event.seq, "ts": event.ts, "lease_ms": length})
+            granted_examples.setdefault(length, []).append(example)
+        if recorded is not None and abs(recorded - length) > 1:
+            misrecorded = facts.misrecorded
+            misrecorded[length] = misrecorded.get(length, 0) + 1
+            if len(facts.misrecorded_examples) < EXAMPLES:
+                facts.misrecorded_examples.append(
+                    {**example, "reason": "the recorded lease_ms disagrees with the deadline "
+                                          "written to active"})
 
     def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
         """The holder acted after its fault: it was back, the lease was not stranded."""
@@ -235,13 +254,15 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 enqueued[job_id] = attempt
             else:
                 stale_claim(event, attempt, worker, highest)
-            length = event.lease_ms  # lease_deadline(event), inlined: the hot path
-            deadline = ts + length if length is not None else lease_deadline(event)
+            deadline = event.deadline  # lease_deadline(event), inlined: the hot path
+            if deadline is None:
+                deadline = lease_deadline(event)
             leases[job_id] = Lease(attempt, worker, deadline, event.seq, ts, ts)
-            if length == run_lease_ms:
+            length = event.lease_ms
+            if deadline - ts == run_lease_ms and (length is None or length == run_lease_ms):
                 run_length_grants += 1
             else:
-                odd_grant(event, deadline - ts)
+                odd_grant(event, deadline)
             if awaiting_reclaim and job_id in awaiting_reclaim:
                 for item in awaiting_reclaim.pop(job_id):
                     item.reclaim_ts = ts
@@ -271,15 +292,18 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             if kind == "extend":
                 if live:
                     assert lease is not None
-                    length = event.lease_ms
-                    deadline = ts + length if length is not None else lease_deadline(event)
+                    deadline = event.deadline
+                    if deadline is None:
+                        deadline = lease_deadline(event)
                     lease.deadline = deadline
                     lease.renewed = event.seq
                     lease.renewed_ts = ts
-                    if length == run_lease_ms:
+                    length = event.lease_ms
+                    if deadline - ts == run_lease_ms and (length is None
+                                                          or length == run_lease_ms):
                         run_length_grants += 1
                     else:
-                        odd_grant(event, deadline - ts)
+                        odd_grant(event, deadline)
             else:
                 count = completes_of(job_id, 0) + 1
                 completes[job_id] = count

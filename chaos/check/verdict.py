@@ -1,6 +1,6 @@
 """What the checker hands back: its configuration, each invariant's result, and the verdict.
 
-``Verdict.as_dict()`` is the checker's part of ``report.json`` (schema 2: see
+``Verdict.as_dict()`` is the checker's part of ``report.json`` (schema 3: see
 docs/reports-schema.md).
 """
 
@@ -36,7 +36,7 @@ WHAT_IT_CHECKS = {
     "exclusive_lease": "every accepted extend/complete comes from the worker holding the live "
                        "lease, with its attempt",
     "lease_length": "every lease granted (claim or extend) runs lease_ms (± 1 ms) from its "
-                    "grant",
+                    "grant to the deadline it wrote to active, and records that length",
     "attempts_monotonic": "every claim of a job carries a higher attempt (fencing token) than "
                           "any earlier claim of it",
     "stall_limit": "with max_stalls set, a job is recovered at most max_stalls times and "
@@ -222,7 +222,9 @@ class JobCounts:
     lost: int = 0
     double_completed: int = 0
     unexpected: int = 0  # completed but never enqueued
-    dead_lettered: int = 0  # never completed, dead-lettered past the stall limit
+    # the outcome: enqueued, never completed, dead-lettered past the stall limit (a job moved to
+    # the dead set otherwise is counted by DeadLetter.moved_to_dead, not here)
+    dead_lettered: int = 0
     undrained: int = 0  # still pending or leased when the drain ended: neither done nor lost
 
 
@@ -243,10 +245,16 @@ class Outcomes:
 
 @dataclass
 class DeadLetter:
-    """Jobs dead-lettered past the stall limit, and how many recoveries each had before."""
+    """Jobs the reaper moved to the dead set, and how many recoveries each had before.
+
+    ``moved_to_dead`` counts every job with a ``dead`` event, whatever became of it after:
+    with no stall limit (a loss, and a stall_limit violation), completed after all, or never
+    enqueued. ``JobCounts.dead_lettered`` / ``Outcomes.dead_lettered`` is the outcome: an
+    enqueued job never completed, dead-lettered under a stall limit (schema 3 renamed this
+    one's ``jobs``: docs/reports-schema.md)."""
 
     max_stalls: int = 0
-    jobs: int = 0
+    moved_to_dead: int = 0
     poison: int = 0  # of which enqueued as poison jobs
     poison_enqueued: int = 0
     # how many recoveries (reaps) each dead job had before its dead event -> how many jobs

@@ -45,6 +45,9 @@ short-lease             claims and extends grant half the asked lease_ms,   the 
 complete-skips-active   complete checks the attempt but not that the lease  complete_skips_active
                         is still active: a reaped holder's late complete    .lua
                         is accepted while the job waits in pending
+padded-lease            claims and extends write a deadline half a lease    claim_padded.lua
+                        past the lease_ms they record (now + 1.5 lease_ms): claim_many_padded.lua
+                        the event says lease_ms, the deadline says longer   extend_padded.lua
 ======================  ==================================================  =====================
 """
 
@@ -504,6 +507,23 @@ class QueueClient:
     def _extend_short(self, job_id: str, attempt: int, lease_ms: int, worker: str) -> int | None:
         return self._extend_sound(job_id, attempt, lease_ms // 2, worker)
 
+    # --- MUTANT padded-lease: the deadline written is half a lease past the one recorded ---
+    def _claim_padded(self, lease_ms: int, worker: str) -> Claimed | None:
+        k = self.keys
+        return _claimed(self._call("claim_padded", [k.pending, k.active, k.events],
+                                   [k.job_prefix, lease_ms, worker]))
+
+    def _claim_many_padded(self, count: int, lease_ms: int, worker: str) -> list[Claimed]:
+        k = self.keys
+        reply = self._call("claim_many_padded", [k.pending, k.active, k.events],
+                           [k.job_prefix, lease_ms, worker, count])
+        return [Claimed(str(reply[i]), reply[i + 1] or "", int(reply[i + 2]), int(reply[i + 3]))
+                for i in range(0, len(reply), 4)]
+
+    def _extend_padded(self, job_id: str, attempt: int, lease_ms: int,
+                       worker: str) -> int | None:
+        return self._extend_with("extend_padded", job_id, attempt, lease_ms, worker)
+
     # --- MUTANT complete-skips-active: the attempt checked, the active set not ------------
     def _complete_skips_active(self, job_id: str, attempt: int, worker: str) -> bool:
         return self._complete_with("complete_skips_active", job_id, attempt, worker)
@@ -609,5 +629,9 @@ _VARIANTS: dict[str, _Variant] = {
                             claim_many=QueueClient._claim_many_short),
     "complete-skips-active": _Variant(scripts=("complete_skips_active",),
                                       complete=QueueClient._complete_skips_active),
+    "padded-lease": _Variant(scripts=("claim_padded", "claim_many_padded", "extend_padded"),
+                             claim=QueueClient._claim_padded,
+                             claim_many=QueueClient._claim_many_padded,
+                             extend=QueueClient._extend_padded),
 }
 assert tuple(_VARIANTS) == PROTOCOLS

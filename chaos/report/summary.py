@@ -1,4 +1,4 @@
-"""Reports: ``report.json`` (stable shape, schema 2: docs/reports-schema.md) and the terminal
+"""Reports: ``report.json`` (stable shape, schema 3: docs/reports-schema.md) and the terminal
 summary."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from chaos.history.events import Event
 from chaos.report.junit import NOT_JUDGED
 from chaos.report.terms import BoundFormula
 
-SCHEMA = 2
+SCHEMA = 3
 
 
 def read_report(path: Path) -> dict[str, Any]:
@@ -25,14 +25,39 @@ def read_report(path: Path) -> dict[str, Any]:
 
 
 def upgrade_report(report: dict[str, Any]) -> dict[str, Any]:
-    """Schema 1 wrote the number of stranded leases as ``stranded_leases``: schema 2 calls it
+    """An older report in this version's shape (its ``schema`` still says which version wrote
+    it); a current one is returned as it is.
+
+    Schema 1 wrote the number of stranded leases as ``stranded_leases``: schema 2 calls it
     ``stranded_lease_count`` and lists the leases under the old name. A schema-1 report never
-    recorded the list, so it gets none (re-check the history to get it); its ``schema`` still
-    says which version wrote it."""
-    if report.get("schema", 1) != 1 or not isinstance(report.get("stranded_leases"), int):
+    recorded the list, so it gets none (re-check the history to get it).
+
+    Schemas 1 and 2 counted the jobs moved to the dead set as ``dead_letter.jobs`` and
+    ``invariants.stall_limit.dead_lettered``, beside ``jobs.dead_lettered`` and
+    ``outcomes.dead_lettered``, the outcome (fewer: only jobs enqueued, never completed, under
+    a stall limit): schema 3 calls the former ``moved_to_dead`` in both places."""
+    schema = report.get("schema", 1)
+    if not isinstance(schema, int) or schema >= SCHEMA:
         return report
-    return {("stranded_lease_count" if key == "stranded_leases" else key): value
-            for key, value in report.items()}
+    upgraded = dict(report)
+    if schema == 1 and isinstance(upgraded.get("stranded_leases"), int):
+        upgraded = {("stranded_lease_count" if key == "stranded_leases" else key): value
+                    for key, value in upgraded.items()}
+    dead = upgraded.get("dead_letter")
+    if isinstance(dead, dict) and "jobs" in dead:
+        upgraded["dead_letter"] = _renamed(dead, "jobs", "moved_to_dead")
+    invariants = upgraded.get("invariants")
+    stall = invariants.get("stall_limit") if isinstance(invariants, dict) else None
+    if isinstance(invariants, dict) and isinstance(stall, dict) and "dead_lettered" in stall:
+        upgraded["invariants"] = {**invariants,
+                                  "stall_limit": _renamed(stall, "dead_lettered",
+                                                          "moved_to_dead")}
+    return upgraded
+
+
+def _renamed(table: dict[str, Any], old: str, new: str) -> dict[str, Any]:
+    """``table`` with the key ``old`` called ``new``, in the same place."""
+    return {(new if key == old else key): value for key, value in table.items()}
 
 
 def build_report(
@@ -138,12 +163,12 @@ def summary_text(report: dict[str, Any]) -> str:
             f"{outcomes.get('undrained', 0)}  duplicated "
             f"{outcomes['duplicated']}  unexpected {outcomes['unexpected']}")
     dead = report.get("dead_letter")
-    if dead and (dead["max_stalls"] or dead["jobs"]):
+    if dead and (dead["max_stalls"] or dead["moved_to_dead"]):
         before = "  ".join(f"{n} recoveries: {jobs} job(s)"
                            for n, jobs in dead["recoveries_before_dead"].items()) or "-"
         lines.append(
-            f"  dead      max_stalls {dead['max_stalls']}: {dead['jobs']} dead-lettered "
-            f"({dead['poison']} of {dead['poison_enqueued']} poison); {before}")
+            f"  dead      max_stalls {dead['max_stalls']}: {dead['moved_to_dead']} moved to "
+            f"dead ({dead['poison']} of {dead['poison_enqueued']} poison); {before}")
     lines += evidence_lines(report)
     for name, result in invariants.items():
         mark = "ok  " if result["ok"] else ("WARN" if name in report_only else "FAIL")

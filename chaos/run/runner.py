@@ -5,6 +5,8 @@ Phases (all on the runner's monotonic clock; the history carries the Valkey cloc
   chaos   load and the fault schedule
   heal    load stops; every fault that can be undone is undone (frozen workers resume)
   drain   wait until pending and active are empty, at most lease + reap interval + margin
+then the wind-down (also on failure paths): the workers stop and finish what they hold while the
+reapers still run; the reapers stop once the workers are gone (RuntimeBase.wind_down_order).
 """
 
 from __future__ import annotations
@@ -383,7 +385,9 @@ class Run:
             self.progress.say(f"!! drain timed out after {self.drain_ms} ms with jobs left")
 
     def wind_down(self, aborted: bool = False, cause: str = "") -> None:
-        """Stop children gracefully and write the last events (also on failure paths).
+        """Stop children gracefully and write the last events (also on failure paths): the
+        workers first, the reapers once they are gone, so what the workers do meanwhile is the
+        queue as it runs (``RuntimeBase.wind_down_order`` says why).
         ``cause`` (interrupt | infra | internal) lets an offline re-check tell an aborted run
         from one that broke, exactly as the runner did."""
         if self.load_source is not None:

@@ -478,7 +478,27 @@ class RuntimeBase(ABC):
 
     @abstractmethod
     def stop_workers(self, timeout: float = 15.0) -> None:
-        """Graceful stop of workers and reapers; Valkey and Toxiproxy stay up until close()."""
+        """Graceful stop of workers and reapers; Valkey and Toxiproxy stay up until close().
+        Workers first, then the reapers (``wind_down_order``)."""
+
+    def wind_down_order(self, names: Sequence[str]) -> tuple[list[str], list[str]]:
+        """``names`` (the members to stop) split into what stops first, the workers (and any
+        other client), and what stops once they are gone: the reapers.
+
+        Why this order, rather than ending the judging at the drain's end: the wind-down is no
+        chaos, yet the history goes on. A worker told to stop finishes the jobs it holds (the
+        reference worker does, so does any graceful one), and those late completes, renewals and
+        stale calls are evidence like any other: a double completion or a stray call there
+        must still fail the run, which cutting the history at the drain's end would hide. What
+        made that evidence lie was stopping the reaper with the workers: a worker's lease that
+        lapsed while it finished was then never reaped, and its late complete read as a lease
+        the reaper left unreaped (reap_prompt). With the reaper running until the last worker
+        has exited, the wind-down is the queue as it really runs: a lapsed lease is reaped (a
+        stale complete rejected, the job undrained), and nothing the runner did is judged as
+        the queue's fault."""
+        reapers = set(self.scenario.reaper_names)
+        return ([name for name in names if name not in reapers],
+                [name for name in names if name in reapers])
 
     @abstractmethod
     def close(self) -> None:

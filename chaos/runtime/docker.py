@@ -329,9 +329,10 @@ class DockerRuntime(RuntimeBase):
 
     # --- teardown ---------------------------------------------------------------------------------
     def stop_workers(self, timeout: float = 15.0) -> None:
-        """SIGTERM every worker and reaper at once (thawing frozen ones first); the engine
-        SIGKILLs what has not exited after ``timeout``."""
-        others = [m for name, m in self.containers.items() if name not in ("valkey", "toxiproxy")]
+        """SIGTERM every worker at once (thawing frozen ones first), then every reaper: the
+        reapers run until the workers are gone (``wind_down_order``); the engine SIGKILLs what
+        has not exited after ``timeout``."""
+        names = [name for name in self.containers if name not in ("valkey", "toxiproxy")]
 
         def stop(member: ContainerMember) -> None:
             with contextlib.suppress(docker.errors.NotFound):
@@ -339,9 +340,10 @@ class DockerRuntime(RuntimeBase):
                     self.resume(member.name)
                 member.container.stop(timeout=int(timeout))
 
-        if others:
-            with ThreadPoolExecutor(max_workers=min(8, len(others))) as pool:
-                list(pool.map(stop, others))
+        for group in self.wind_down_order(names):
+            if group:
+                with ThreadPoolExecutor(max_workers=min(8, len(group))) as pool:
+                    list(pool.map(stop, [self.containers[name] for name in group]))
 
     def _collect_log(self, member: ContainerMember) -> None:
         with contextlib.suppress(docker.errors.DockerException, OSError):

@@ -302,16 +302,22 @@ class LocalRuntime(RuntimeBase):
 
     # --- teardown -------------------------------------------------------------------------
     def stop_workers(self, timeout: float = 15.0) -> None:
-        """Graceful: SIGTERM workers and reapers (resuming frozen ones first), then SIGKILL.
-        Valkey and Toxiproxy stay up until ``close()``: the workers finish through them."""
-        others = [c for name, c in self.children.items()
-                  if name not in self.servers and name != "toxiproxy"]
-        for child in others:
+        """Graceful: SIGTERM the workers (resuming frozen ones first), SIGKILL what has not
+        exited after ``timeout``; then the same for the reapers, which run until the workers
+        are gone (``wind_down_order``). Valkey and Toxiproxy stay up until ``close()``: the
+        workers finish through them."""
+        names = [name for name in self.children
+                 if name not in self.servers and name != "toxiproxy"]
+        for group in self.wind_down_order(names):
+            self._stop_children([self.children[name] for name in group], timeout)
+
+    def _stop_children(self, children: list[Child], timeout: float) -> None:
+        for child in children:
             if child.paused:
                 self.resume(child.name)
             signal_child(child.process, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        for child in others:
+        for child in children:
             try:
                 child.process.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:

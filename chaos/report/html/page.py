@@ -127,7 +127,9 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
                        f"{_ms(result.get('max_ms'))} vs limit {_ms(result.get('limit_ms'))}")
         elif name == "lease_length":
             figures = (f"{result.get('granted', 0)} leases granted, "
-                       f"lease_ms {result.get('lease_ms')}")
+                       f"lease_ms {result.get('lease_ms')}"
+                       + (f"; {result['misrecorded']} recorded another lease_ms than the "
+                          "deadline written" if result.get("misrecorded") else ""))
         elif name == "needless_limit":
             figures = (f"needless {result.get('needless', 0)}, max "
                        f"{_ms(result.get('max_needless'))}")
