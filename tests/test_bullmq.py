@@ -369,6 +369,42 @@ def test_poison_job_is_dead_lettered_after_max_stalls_recoveries(valkey_server, 
     assert crashed == 2  # the poison ran twice, on two workers
 
 
+def test_the_producer_adds_jobs_from_the_scenarios_sut_cwd(valkey_server, tmp_path):
+    """The jobs go in through the bullmq of the folder the workers run from (``[sut] cwd``),
+    not the toolkit's own sut/bullmq: a folder without producer.js is refused (an
+    infrastructure error, exit 3), one with it adds the jobs with its own."""
+    import shutil
+    from types import SimpleNamespace
+
+    from chaos.family import family_for
+    from chaos.scenario.loading import load_scenario
+
+    folder = tmp_path / "their-bullmq"
+    folder.mkdir()
+    (folder / "node_modules").symlink_to(sut_dir() / "node_modules")
+    scenario = load_scenario(sut_dir().parent.parent / "scenarios" / "bullmq" / "kill-worker.toml")
+    scenario = scenario.model_copy(update={"sut": scenario.sut.model_copy(
+        update={"cwd": str(folder)})})
+    family = family_for(scenario, QueueKeys(PREFIX, f"q{next(_runs)}"))
+    runtime: Any = SimpleNamespace(url=valkey_server.url, password=valkey_server.password,
+                                   ack_ledger_path=lambda name: tmp_path / f"{name}.jsonl")
+    with pytest.raises(BullMQUnavailable, match="has no producer.js"):
+        family.producer(runtime, scenario.load)
+    shutil.copy(sut_dir() / "producer.js", folder)
+    producer: Any = family.producer(runtime, scenario.load)
+    try:
+        assert producer.bullmq.process.args[-1] == str(folder / "producer.js")
+        assert producer.bullmq.enqueue("job-00001", _payload(10))
+    finally:
+        producer.bullmq.close()
+    client = redis_client(valkey_server.url, password=valkey_server.password,
+                          decode_responses=True)
+    try:
+        assert jobs_added(client, PREFIX, family.keys.queue) == 1
+    finally:
+        client.close()
+
+
 def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_server, tmp_path):
     """``loadtests/bullmq.py``: Locust users adding jobs with a handler time in their data; every
     add Locust counts is in the queue and in the acknowledgement ledger."""
@@ -382,6 +418,7 @@ def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_se
          "--headless", "--host", valkey_server.url, "-u", "2", "-r", "2", "-t", "2s",
          "--queue-prefix", PREFIX, "--queue-name", queue, "--producer-rate", "10",
          "--work-min-ms", "20", "--work-max-ms", "40", "--ack-ledger-dir", str(tmp_path),
+         "--bullmq-dir", str(sut_dir()),  # as the runner passes its [sut] cwd
          "--only-summary", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     (stats,) = [entry for entry in json.loads(done.stdout) if entry["name"] == "enqueue"]
