@@ -433,6 +433,25 @@ def test_a_claim_while_the_lease_is_live_breaks_exclusive_lease():
     assert result.examples[0]["live_worker"] == "w1"
 
 
+def test_an_accepted_stray_complete_ends_the_job_and_closes_the_live_lease_with_it():
+    """An unfenced complete: w1's stale complete is accepted while w2 holds a. The job is done,
+    so w2's lease ends with it, whoever's call it was: its renewal and finish are refused after
+    it ended, and it is not left lapsed and unreaped while the run goes on. Only exclusive_lease
+    fails; a reap of the closed lease would be premature."""
+    h = paused_holder_comes_back("extend_rejected", "complete", "complete_rejected")
+    h.extend_rejected("a", attempt=2, worker="w2", ts=1650, current_attempt=2)
+    h.phase("drain", ts=3000)  # the reaper ran long past w2's deadline (2110)
+    h.phase("end", ts=3100, drained=1, aborted=0)
+    verdict = check(h.events())
+    assert_fails_only(verdict, "exclusive_lease")
+    assert verdict.stranded == 1  # w1's, reaped: w2's lease never was
+    reaped = paused_holder_comes_back("extend_rejected", "complete", "complete_rejected")
+    reaped.reap("a", attempt=2, ts=2200)
+    assert_fails_only(check(reaped.events()), "exclusive_lease", "no_premature_reap")
+
+
+
+
 # --- figures ---------------------------------------------------------------------------------
 
 

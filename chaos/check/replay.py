@@ -182,6 +182,13 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 {"job": event.job_id, "op": event.type, "attempt": event.attempt,
                  "worker": event.worker, "seq": event.seq, "ts": event.ts, "lease_ms": length})
 
+    def lease_ended(job_id: str) -> None:
+        """An accepted complete ends every lease on the job, whoever's call it was:
+        the store took it out of the active set (the caller drops the live lease itself), so
+        no lease of it is left to recover."""
+        for item in open_stranded.pop(job_id, []):
+            item.dismissed = True
+
     def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
         """The holder acted after its fault: it was back, the lease was not stranded."""
         kept = []
@@ -291,12 +298,16 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     if lease.worker == event.worker:
                         ran = ts - lease.claimed_ts
                         ran_ms[ran] = ran_ms.get(ran, 0) + 1
-                    del leases[job_id]
                 elif lapsed:
                     ended_late(event)
                 if awaiting_recomplete and job_id in awaiting_recomplete:
                     for item in awaiting_recomplete.pop(job_id):
                         item.recomplete_ts = ts
+                if lease is not None:  # a completed job closes every lease on it
+                    del leases[job_id]
+                    if open_stranded and job_id in open_stranded:
+                        lease_ended(job_id)
+                continue
             if open_stranded and job_id in open_stranded:
                 holder_acted(job_id, event.attempt, event.worker)
 
