@@ -108,10 +108,11 @@ class BullMQRun:
         return f"{PREFIX}:{self.queue_name}:{suffix}"
 
     def enqueue(self, count: int, handler_ms: int, rate: float = 0.0, kind: str = "",
-                fail_attempts: int = 0) -> None:
+                fail_attempts: int = 0, producer: BullMQQueue | None = None) -> None:
         for _ in range(count):
             job_id = f"job-{len(self.enqueued) + 1:05d}"
-            assert self.producer.enqueue(job_id, _payload(handler_ms, fail_attempts), kind=kind)
+            assert (producer or self.producer).enqueue(
+                job_id, _payload(handler_ms, fail_attempts), kind=kind)
             self.enqueued.append(job_id)
             if rate:
                 time.sleep(1 / rate)
@@ -436,26 +437,42 @@ def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_se
         client.close()
 
 
-def test_retried_jobs_the_dialect_cannot_decode_make_the_verdict_unknown_not_fail(
-        valkey_server, bullmq_runs):
-    """BullMQ with attempts and backoff: each job fails its first attempt and is retried. The
-    retry is a call the bullmq dialect does not decode, so the retry's claim and complete read
-    as calls outside the live lease (it was "25 exclusive_lease violations" before): its jobs'
-    evidence is missing, and the verdict is unknown, never fail (and never pass)."""
+def test_retried_and_failed_jobs_are_decoded_and_judged(valkey_server, bullmq_runs):
+    """BullMQ with attempts: a job whose handler throws is handed back for another attempt
+    (moveToDelayed after a backoff, retryJob at once: a ``retry`` event that ends the lease), and
+    one that fails its last attempt is finished as failed (a ``complete`` with target failed).
+    Every call is decoded, the verdict is a pass, and each retried job completes once, under a
+    higher attempt. (Before the dialect knew them, the retries were undecoded calls and the
+    verdict unknown.)"""
     run = BullMQRun(valkey_server, lease_ms=2000, stalled_ms=1000, workers=2,
                     job_options={"attempts": 3, "backoff": {"type": "fixed", "delay": 50}})
     bullmq_runs.append(run)
-    run.enqueue(8, handler_ms=20, fail_attempts=1)
+    at_once = BullMQQueue(run.node_url, run.queue_name, PREFIX, name="producer-2",
+                          job_options={"attempts": 2})  # no backoff: retried at once
+    try:
+        run.enqueue(6, handler_ms=20, fail_attempts=1)  # retried once, after a backoff
+        run.enqueue(2, handler_ms=20, fail_attempts=3)  # fails all 3 attempts: failed for good
+        run.enqueue(4, handler_ms=20, fail_attempts=1, producer=at_once)
+    finally:
+        at_once.close()
     drained = run.drain(timeout_s=20)
     verdict, events, health = run.finish(drained)
-    assert drained and health.undecoded_calls >= 8, health
-    blinded = {event.job_id for event in _of(events, "blind")}
-    assert blinded == set(run.enqueued), blinded
-    assert verdict.word == "unknown", {name: (result.status, result.examples[:1]) for
-                                       name, result in verdict.invariants.items()}
-    assert not verdict.failed_invariants()
-    assert verdict.evidence_missing and verdict.evidence_missing[0]["jobs"] == 8
-    # Judged without its blind events (as before they existed), the same history fails on
-    # offences only the missing calls can explain.
-    unaware = check([event for event in events if event.type != "blind"])
-    assert unaware.word == "fail" and unaware.invariants["exclusive_lease"].violations >= 8
+
+    assert drained and health.trustworthy and not health.undecoded_calls, health.problems()
+    assert verdict.word == "pass", {name: (result.status, result.examples[:1]) for
+                                    name, result in verdict.invariants.items()}
+    delayed, at_once_ids, failing = run.enqueued[:6], run.enqueued[8:], run.enqueued[6:8]
+    retries = {(event.job_id, event.attempt, event.extra["to"]) for event in _of(events, "retry")}
+    assert retries == ({(job_id, 1, "delayed") for job_id in delayed}
+                       | {(job_id, 1, "wait") for job_id in at_once_ids}
+                       | {(job_id, attempt, "delayed") for job_id in failing
+                          for attempt in (1, 2)}), retries
+    completes = {event.job_id: (event.attempt, event.extra.get("target"))
+                 for event in _of(events, "complete")}
+    assert completes == {**{job_id: (2, None) for job_id in delayed + at_once_ids},
+                         **{job_id: (3, "failed") for job_id in failing}}
+    assert verdict.jobs.completed == 12 and verdict.outcomes.completed == 12
+    # Judged without its retries (as if they were never decoded), the same history fails: the
+    # next attempt's claim reads as a claim of a job still leased.
+    unaware = check([event for event in events if event.type != "retry"])
+    assert unaware.word == "fail" and unaware.invariants["exclusive_lease"].violations >= 12

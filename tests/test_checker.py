@@ -29,6 +29,7 @@ from chaos.check.checker import (
     store_fault_recovery,
 )
 from chaos.history.events import read_history
+from chaos.history.schema import Retry
 from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
 
 L, R, TOL = 1000, 250, 100
@@ -435,9 +436,9 @@ def test_a_claim_while_the_lease_is_live_breaks_exclusive_lease():
 
 def test_an_accepted_stray_complete_ends_the_job_and_closes_the_live_lease_with_it():
     """An unfenced complete: w1's stale complete is accepted while w2 holds a. The job is done,
-    so w2's lease ends with it, whoever's call it was: its renewal and finish are refused after
-    it ended, and it is not left lapsed and unreaped while the run goes on. Only exclusive_lease
-    fails; a reap of the closed lease would be premature."""
+    so w2's lease ends with it, whoever's call it was: its refused renewal and finish are no
+    refusals of a live lease, and it is not left lapsed and unreaped while the run goes on.
+    Only exclusive_lease fails; a reap of the closed lease would be premature."""
     h = paused_holder_comes_back("extend_rejected", "complete", "complete_rejected")
     h.extend_rejected("a", attempt=2, worker="w2", ts=1650, current_attempt=2)
     h.phase("drain", ts=3000)  # the reaper ran long past w2's deadline (2110)
@@ -450,7 +451,31 @@ def test_an_accepted_stray_complete_ends_the_job_and_closes_the_live_lease_with_
     assert_fails_only(check(reaped.events()), "exclusive_lease", "no_premature_reap")
 
 
+def test_a_retry_ends_the_lease_and_the_job_waits_for_its_next_attempt():
+    """BullMQ's retry (the handler threw, its attempts allow another): the holder hands the job
+    back, the lease ends, the next claim carries a higher attempt; the job must still complete."""
+    h = history()
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    h.write(Retry("a", 1, "w1", to="delayed"), ts=100)
+    h.claim("a", attempt=2, worker="w2", ts=200)
+    h.complete("a", attempt=2, worker="w2", ts=300)
+    h.phase("end", ts=400, drained=1, aborted=0)
+    verdict = check(h.events())
+    assert_fails_only(verdict)
+    assert verdict.invariants["no_loss"].figures["retried"] == 1
+    never = history()
+    never.enqueue("a", ts=0)
+    never.claim("a", attempt=1, worker="w1", ts=10)
+    never.write(Retry("a", 1, "w1", to="wait"), ts=100)
+    never.phase("end", ts=400, drained=1, aborted=0)
+    assert_fails_only(check(never.events()), "no_loss")  # handed back, never done
 
+
+def test_a_retry_from_a_lease_no_longer_live_breaks_exclusive_lease():
+    h = paused_holder_comes_back("extend_rejected", "complete_rejected", "complete")
+    h.write(Retry("a", 1, "w1", to="delayed"), ts=1550)  # accepted from the reaped lease
+    assert_fails_only(check(h.events()), "exclusive_lease")
 
 # --- figures ---------------------------------------------------------------------------------
 

@@ -106,7 +106,8 @@ def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantR
     return InvariantResult.judged(
         offences, enqueued=len(facts.enqueued), completed=jobs.completed_enqueued,
         lost=len(jobs.lost) if final else 0,
-        undrained=len(jobs.undrained) if final else 0, judged=final)
+        undrained=len(jobs.undrained) if final else 0, judged=final,
+        **({"retried": facts.retried} if facts.retried else {}))  # handed back (BullMQ)
 
 
 def judge_no_double_completion(facts: ReplayFacts, jobs: Standing) -> InvariantResult:

@@ -102,10 +102,11 @@ class ReplayFacts:
     # attempts: of leases completed live, and of leases needlessly reaped first.
     ran_ms: dict[int, int] = field(default_factory=dict)
     ran_needless_ms: dict[int, int] = field(default_factory=dict)
+    retried: int = 0  # accepted retries: a holder handed its job back for another attempt
     # What the history lacks (its blind events): offences that may be its doing are blinded.
     blind: BlindSpots = field(default_factory=BlindSpots)
     # Offences met on the way (``__post_init__``: each sees the blind spots):
-    stray_calls: Offences = field(init=False)  # claim/extend/complete vs the live lease
+    stray_calls: Offences = field(init=False)  # claim/extend/complete/retry vs the live lease
     stale_claims: Offences = field(init=False)  # fencing token not above an earlier one
     early_reaps: Offences = field(init=False)  # reap/dead of a non-live lease, or early
 
@@ -183,7 +184,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                  "worker": event.worker, "seq": event.seq, "ts": event.ts, "lease_ms": length})
 
     def lease_ended(job_id: str) -> None:
-        """An accepted complete ends every lease on the job, whoever's call it was:
+        """An accepted finish (or retry) ends every lease on the job, whoever's call it was:
         the store took it out of the active set (the caller drops the live lease itself), so
         no lease of it is left to recover."""
         for item in open_stranded.pop(job_id, []):
@@ -254,7 +255,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     item.reclaim_ts = ts
                     awaiting_recomplete.setdefault(job_id, []).append(item)
 
-        elif kind == "complete" or kind == "extend":
+        elif kind == "complete" or kind == "extend" or kind == "retry":
             lease = lease_of(job_id)
             # live: the call carries the live lease's attempt, so the store acted on it; it is
             # the holder's only if the worker matches too (a token reused by another worker).
@@ -287,6 +288,12 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                         run_length_grants += 1
                     else:
                         odd_grant(event, deadline - ts)
+            elif kind == "retry":  # handed back: the job waits for another attempt
+                facts.retried += 1
+                if lease is not None:
+                    del leases[job_id]
+                lease_ended(job_id)
+                continue
             else:
                 count = completes_of(job_id, 0) + 1
                 completes[job_id] = count
