@@ -19,11 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from chaos.check.checker import Verdict, check
 from chaos.history.dialects import make_dialect
-from chaos.history.events import Event, read_history
+from chaos.history.events import Event, read_history, seq_key
 from chaos.history.monitor import MonitorRecorder, RecorderHealth
 from chaos.history.schema import Fault, Heal, Phase, Run
 from chaos.load.bullmq import (
@@ -300,6 +301,81 @@ def test_broken_bullmq_without_stalled_check_is_caught_by_recovery_bound(valkey_
     reasons = {example.get("reason") for example in verdict.invariants["recovery_bound"].examples}
     assert reasons == {"never recovered"}
     assert verdict.invariants["no_double_completion"].ok
+
+
+def _failed(verdict: Verdict) -> list[str]:
+    return sorted(verdict.failed_invariants())
+
+
+def test_broken_bullmq_refusing_live_renewals_is_caught_by_live_lease_honoured(valkey_server,
+                                                                              bullmq_runs):
+    """extendLocks comparing the lock with the job id instead of the token: every renewal is
+    refused while the lock is live and no fault touches anything. The jobs still finish within
+    their lock (their handlers are shorter than it), so only live_lease_honoured says so."""
+    run = BullMQRun(valkey_server, lease_ms=1000, stalled_ms=500, workers=2,
+                    broken="refused-renewal")
+    bullmq_runs.append(run)
+    run.enqueue(6, handler_ms=600)  # renewed at least once, done before the lock lapses
+    drained = run.drain(timeout_s=10)
+    verdict, events, health = run.finish(drained)
+
+    assert drained and health.trustworthy, health.problems()
+    assert _failed(verdict) == ["live_lease_honoured"], verdict.invariants
+    result = verdict.invariants["live_lease_honoured"]
+    refused = _of(events, "extend_rejected")
+    assert refused and result.violations == len(refused)
+    assert all(0 < example["before_deadline_ms"] < 1000 for example in result.examples)
+    assert verdict.jobs.completed == 6 and not _of(events, "extend")
+
+
+def test_broken_bullmq_handing_out_one_token_twice_is_caught_by_attempts_monotonic(
+        valkey_server, bullmq_runs):
+    """Every worker fetching every job with one lock token: two live locks hold it at once.
+    Nothing else goes wrong without a fault (each lock is its own job's), so only the reused
+    token says so: attempts_monotonic (a fencing token handed out twice). Sound BullMQ hands a
+    token out again only to the job its finish fetches next, once the lock that held it is
+    gone."""
+    run = BullMQRun(valkey_server, lease_ms=1000, stalled_ms=500, workers=2,
+                    broken="shared-token")
+    bullmq_runs.append(run)
+    run.enqueue(8, handler_ms=300)
+    drained = run.drain(timeout_s=10)
+    verdict, events, health = run.finish(drained)
+
+    assert drained and health.trustworthy and not health.misnamed_calls, health.problems()
+    assert _failed(verdict) == ["attempts_monotonic"], verdict.invariants
+    examples = verdict.invariants["attempts_monotonic"].examples
+    assert examples[0]["reason"] == "a lock token handed out while a live lease holds it"
+    assert examples[0]["token"] == "00000000-0000-4000-8000-000000000000:0"
+    # Claims carry their token; judged without it (as before), the same history passes.
+    claims = _of(events, "claim")
+    assert claims and all(event.extra.get("token") for event in claims)
+    unaware = check([msgspec.structs.replace(event, extra={
+        name: value for name, value in event.extra.items() if name != "token"})
+        for event in events])
+    assert unaware.word == "pass", unaware.failed_invariants()
+
+
+def test_a_lock_written_without_an_expiry_is_undecoded_never_a_rejected_extend(valkey_server,
+                                                                                bullmq_runs):
+    """extendLocks setting the lock without its PX (a lock that never lapses): the dialect does
+    not know that write, so the renewal is undecoded (it once read as a rejected extend, which
+    would now fail live_lease_honoured), its jobs are blind, and the verdict is unknown."""
+    run = BullMQRun(valkey_server, lease_ms=1000, stalled_ms=500, workers=2,
+                    broken="unexpiring-renewal")
+    bullmq_runs.append(run)
+    run.enqueue(4, handler_ms=600)
+    drained = run.drain(timeout_s=10)
+    verdict, events, health = run.finish(drained)
+
+    assert drained and health.undecoded_calls >= 1, health
+    assert not _of(events, "extend")  # no renewal decoded as one, accepted or refused ...
+    completed = {event.job_id: event.seq for event in _of(events, "complete")}
+    assert all(seq_key(completed[event.job_id]) < seq_key(event.seq)  # ... but those of a
+               for event in _of(events, "extend_rejected"))  # job already done: normal
+    assert {event.job_id for event in _of(events, "blind")} <= set(run.enqueued)
+    assert verdict.word == "unknown" and not verdict.failed_invariants(), verdict.invariants
+    assert "live_lease_honoured" in verdict.blind_invariants()
 
 
 def _kill_in_the_worst_phase(run: BullMQRun, job_id: str, victim: str) -> None:

@@ -156,6 +156,8 @@ def test_tricky_lines_get_the_precise_check(line: bytes):
 TYPED_EXAMPLES = [
     schema.Enqueue("j1"), schema.Enqueue("j2", kind="poison"),
     schema.Claim("j1", 1, "w1", lease_ms=1000, deadline=2010),
+    schema.Claim("j1", 1, "w1", lease_ms=1000, deadline=2010,
+                 token="0b6c1e5e-6d1c-4a7e-9d0e-3f1a2b3c4d5e:7"),
     schema.Extend("j1", 1, "w1", lease_ms=1000, deadline=2500, rtt_ms=3),
     schema.Extend("j1", 1, "w1", lease_ms=1000, deadline=2600),
     schema.ExtendRejected("j1", 1, "w1", current_attempt=2, rtt_ms=4),

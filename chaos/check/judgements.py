@@ -293,6 +293,14 @@ def judge_needless_limit(facts: ReplayFacts, config: CheckConfig) -> InvariantRe
     return InvariantResult.judged(offences, max_needless=limit, needless=needless)
 
 
+def judge_live_lease_honoured(facts: ReplayFacts) -> InvariantResult:
+    """A call of the live lease's holder (its attempt, before its deadline) that the store
+    refused while no fault touched the holder or the store: the queue took a lease away from a
+    holder that still held it (its handler runs on; another may be handed the job). Refusals
+    under a fault are counted apart: the call may have come from the other side of it."""
+    return InvariantResult.judged(facts.refused_live, refused_under_fault=facts.refused_under_fault)
+
+
 def judge_attempts_monotonic(facts: ReplayFacts) -> InvariantResult:
     return InvariantResult.judged(facts.stale_claims)
 
@@ -332,6 +340,7 @@ def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
         "attempts_monotonic": lambda: judge_attempts_monotonic(facts),
         "stall_limit": lambda: judge_stall_limit(facts, config.max_stalls),
         "needless_limit": lambda: judge_needless_limit(facts, config),
+        "live_lease_honoured": lambda: judge_live_lease_honoured(facts),
     }
     results = {}
     for name, judge in judges.items():

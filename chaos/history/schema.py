@@ -59,7 +59,10 @@ class Enqueue:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A lease handed out: ``attempt`` is its fencing token, it runs to ``deadline``."""
+    """A lease handed out: ``attempt`` is its fencing token, it runs to ``deadline``.
+    ``token``: the lock token the queue handed out with it, where the queue has one of its own
+    (BullMQ: ``<worker uuid>:<n>``, what its lock check compares); "" where the attempt is the
+    token (echomq)."""
 
     TYPE: ClassVar[str] = "claim"
     job_id: str
@@ -67,18 +70,19 @@ class Claim:
     worker: str
     lease_ms: int | None = None
     deadline: int | None = None
+    token: str = ""
     ts: int = 0
     seq: str = ""
 
     def fields(self) -> dict[str, Any]:
         return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
                                    ("worker", self.worker), ("lease_ms", self.lease_ms),
-                                   ("deadline", self.deadline)))
+                                   ("deadline", self.deadline), ("token", self.token or None)))
 
     @classmethod
     def decode(cls, event: Event) -> Claim:
         return cls(event.job_id or "", event.attempt or 0, event.worker or "", event.lease_ms,
-                   event.deadline, event.ts, event.seq)
+                   event.deadline, event.extra.get("token", ""), event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ lock. What happened is read from the commands a script ran, never from its event
     claim      SET <job>:lock <token> PX <L> + HINCRBY <job> ats 1   (moveToActive, and the
                next-job fetch inside moveToFinished and moveToDelayed); attempt = ats, holder =
                the job's ``pb`` (the worker's name; a worker started by ``sut/bullmq`` names its
-               connection the same)
+               connection the same), ``token`` = the lock's value
     extend     extendLock / extendLocks: GET <lock> then SET <lock> <token> PX <L>; a GET with no
                SET after it: extend_rejected
     complete   moveToFinished: HINCRBY <job> atm 1 (written only once the lock matched and the
@@ -28,8 +28,9 @@ lock. What happened is read from the commands a script ran, never from its event
 A call's token (whose lease it speaks for) is read from its arguments: plain for extendLock,
 moveToDelayed and retryJob, inside MessagePack for extendLocks and moveToFinished, where its text
 survives MONITOR's escaping. A lease is known by its job and token together (BullMQ hands the
-same token to the next job a finish fetches). A write to a job's ``ats``/``atm``/``stc``/``defa``
-that decodes to nothing makes the call undecoded.
+same token to the next job a finish fetches, and a broken worker may hand one out twice). A
+write to a lock the dialect does not know (a SET without PX, a PEXPIRE, a DEL outside a finish)
+or to a job's ``ats``/``atm``/``stc``/``defa`` that decodes to nothing makes the call undecoded.
 Runner events (run, phase, fault, ...) are the echomq ``record`` script's calls, decoded by the
 ``echomq`` dialect.
 """
@@ -52,6 +53,8 @@ _QUEUE_KEYS = frozenset((
     "wait", "paused", "meta", "id", "completed", "failed", "delayed", "active", "events",
     "marker", "prioritized", "pc", "stalled", "stalled-check", "limiter", "repeat", "metrics",
     "waiting-children", "de", "qe"))
+# Commands on a lock key that change nothing.
+_LOCK_READS = frozenset(("GET", "EXISTS", "PTTL", "TTL", "TYPE", "STRLEN"))
 # The queue's sets and lists whose members are job ids.
 _JOB_LISTS = ("wait", "paused", "active", "delayed", "prioritized", "completed", "failed",
               "stalled", "waiting-children")
@@ -134,6 +137,8 @@ class BullMQ:
         keys, argv = call.args[3:3 + numkeys], call.args[3 + numkeys:]
         if not any(key.startswith(self.base) for key in keys):
             return self.runner.decode(call) if command.startswith("EVAL") else Decoded([])
+        if not call.commands:  # it ran nothing (NOSCRIPT ...): every BullMQ script we decode
+            return Decoded([], not_run=True)  # runs a command first; no refusal to invent
         try:
             return self._decode(call, keys, argv)
         except (IndexError, ValueError, KeyError):
@@ -171,12 +176,17 @@ class BullMQ:
                     if checked is not None:
                         events.append(self._extend_rejected(*checked, argv, tokens, len(keys)))
                     checked = (lock_of, ms)
-                elif name == "SET" and len(args) >= 5:
-                    token, px = args[2], args[4]
-                    deadline = str(int(ms) + int(px))
-                    if extending and checked is not None and checked[0] == lock_of:
+                elif name == "SET":
+                    renewing = extending and checked is not None and checked[0] == lock_of
+                    if renewing:  # the GET's answer: a SET follows, so not a refusal
                         checked = None
                         next(tokens, None)
+                    if len(args) != 5 or args[3].upper() != "PX" or not args[4].isdigit():
+                        leftover = True  # a lock written some other way: no lease we know
+                        continue
+                    token, px = args[2], args[4]
+                    deadline = str(int(ms) + int(px))
+                    if renewing:
                         attempt, worker = self._holder(lock_of, token)
                         lease = self.leases.get(lock_of)
                         if lease is not None:
@@ -187,6 +197,10 @@ class BullMQ:
                     else:  # a claim: its attempt comes with the HINCRBY ats that follows
                         pending_claim = {"type": "claim", "id": lock_of, "token": token,
                                          "lease_ms": px, "deadline": deadline, "ts": ms}
+                elif name == "DEL":
+                    leftover = leftover or ending is None  # a lock dropped outside a finish
+                elif name not in _LOCK_READS:
+                    leftover = True
             elif name in ("HMSET", "HSET") and (job_id := self._job(key)) is not None:
                 fields = dict(zip(args[2::2], args[3::2], strict=False))
                 if "data" in fields and "name" in fields and "opts" in fields:
@@ -241,7 +255,7 @@ class BullMQ:
                        empty_claim=empty)
 
     def _claim(self, claim: dict[str, str], job_id: str) -> list[dict[str, str]]:
-        token = claim.pop("token")
+        token = claim["token"]
         attempt = str(self.attempts[job_id])
         worker = claim.get("worker") or self._holder(job_id, token)[1]
         self.tokens[(job_id, token)] = (attempt, worker)
