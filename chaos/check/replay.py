@@ -22,7 +22,7 @@ import msgspec
 from chaos.check.evidence import NEEDS, BlindSpots
 from chaos.check.verdict import EXAMPLES, Offences, Redeliveries, StrandedLease
 from chaos.history.events import Event
-from chaos.history.schema import Blind, Enqueue, Fault, FaultSkipped, Heal, Phase, Run
+from chaos.history.schema import Blind, Enqueue, Fault, FaultSkipped, Heal, Phase, Run, Sweep
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
 
@@ -103,6 +103,9 @@ class ReplayFacts:
     ran_ms: dict[int, int] = field(default_factory=dict)
     ran_needless_ms: dict[int, int] = field(default_factory=dict)
     retried: int = 0  # accepted retries: a holder handed its job back for another attempt
+    # The reapers' sweeps the history shows (``sweep`` events: BullMQ's stalled checks), as
+    # (server time, the worker whose connection made it, whether it ran), in history order.
+    sweeps: list[tuple[int, str, bool]] = field(default_factory=list)
     refused_under_fault: int = 0  # live holders' calls refused while a fault touched them
     # What the history lacks (its blind events): offences that may be its doing are blinded.
     blind: BlindSpots = field(default_factory=BlindSpots)
@@ -195,6 +198,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     run_length_grants = 0
     event_count = 0
     tokens = LockTokens()
+    sweeps = facts.sweeps
     # bound methods as locals: the loop below runs once per event
     enqueue_job, lease_of, highest_of, completes_of = (enqueued.setdefault, leases.get,
                                                        enqueued.get, completes.get)
@@ -456,6 +460,10 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
 
         elif kind == Blind.TYPE:
             facts.blind.note(Blind.decode(event))
+
+        elif kind == Sweep.TYPE:
+            sweeps.append((ts, event.worker or UNKNOWN_WORKER,
+                           not event.extra or event.extra.get("ran") != "0"))
 
         elif kind == FaultSkipped.TYPE:
             facts.faults_skipped.append(FaultSkipped.decode(event))

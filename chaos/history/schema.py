@@ -262,6 +262,29 @@ class HandlerHog:
                    _int(event.extra.get("duration_ms")), event.ts, event.seq)
 
 
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """A reaper's sweep, on ``worker``'s connection (the recorder's view of who made the call).
+    Written where the history source sees every sweep, those that recover nothing too: the
+    bullmq dialect, for every ``moveStalledJobsToWait`` call, with ``ran`` false for one BullMQ's
+    ``stalled-check`` key turned away (another worker's check ran less than stalledInterval
+    before). The checker judges each BullMQ recovery on the sweeps that really ran
+    (``chaos.check.bullmq``)."""
+
+    TYPE: ClassVar[str] = "sweep"
+    worker: str
+    ran: bool = True
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("worker", self.worker), ("ran", None if self.ran else 0)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Sweep:
+        return cls(event.worker or "", event.extra.get("ran", "1") != "0", event.ts, event.seq)
+
+
 def rtt_ms(event: Event) -> int | None:
     """An extend's (or rejected extend's) client-measured round trip, if it carries one."""
     value = event.extra.get("rtt_ms", "")
@@ -487,12 +510,13 @@ TRANSITION_EVIDENCE, HOLDER_EVIDENCE = "transition", "holder"  # what a Blind ev
 
 
 TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Retry
-              | Reap | Dead | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped | Blind)
+              | Reap | Dead | Sweep | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped
+              | Blind)
 TRANSITIONS: tuple[type[TypedEvent], ...] = (
     Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Retry, Reap, Dead)
 RUNNER_EVENTS: tuple[type[TypedEvent], ...] = (Run, Phase, Fault, Heal, FaultSkipped)
 EVENT_TYPES: dict[str, type[TypedEvent]] = {
-    kind.TYPE: kind for kind in (*TRANSITIONS, HandlerHog, *RUNNER_EVENTS, Blind)}
+    kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, HandlerHog, *RUNNER_EVENTS, Blind)}
 # A worker's own calls on a lease it was handed (accepted or rejected): each one reached the store.
 CLIENT_CALLS = (Claim.TYPE, Extend.TYPE, Complete.TYPE, ExtendRejected.TYPE,
                 CompleteRejected.TYPE, Retry.TYPE)

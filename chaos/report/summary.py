@@ -83,13 +83,18 @@ def summary_text(report: dict[str, Any]) -> str:
         "cut-off fault" + (f", {slowed} under a slowing fault" if slowed else "") +
         f", {bound['count']} recovered by the reaper"
     )
+    per_check = bool(bound.get("bullmq", {}).get("judged_per_recovery"))
     lines.append(
         f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
         f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {bound['bound_ms']} "
-        + (f"(BullMQ: 2 x stalledInterval {bound['reap_interval_ms']} + max(lockDuration "
+        + (f"(BullMQ, per recovery on the stalled checks that ran: stalledInterval "
+           f"{bound['reap_interval_ms']} + max(lockDuration {bound['lease_ms']}, "
+           "stalledInterval) " if per_check else
+           f"(BullMQ: 2 x stalledInterval {bound['reap_interval_ms']} + max(lockDuration "
            f"{bound['lease_ms']}, stalledInterval) " if "bullmq" in bound else
            f"(lease {bound['lease_ms']} + reap {bound['reap_interval_ms']} ")
-        + f"+ tolerance {bound['tolerance_ms']})"
+        + f"+ tolerance {bound['tolerance_ms']}"
+        + (", + each gap between them beyond stalledInterval)" if per_check else ")")
     )
     if "bullmq" in bound:  # the measured worst case against both formulas (chaos.check.bullmq)
         both = bound["bullmq"]
@@ -99,6 +104,14 @@ def summary_text(report: dict[str, Any]) -> str:
             f"{_within(both['within_lease_plus_interval'])}, S + max(L, S) "
             f"{both['checks_on_time_ms']} {_within(both['within_checks_on_time'])}, "
             f"2S + max(L, S) {both['bullmq_bound_ms']} {_within(both['within_bullmq_bound'])}")
+        if per_check:
+            lines.append(
+                f"  checks    stalled checks ran {both['stalled_checks']}, turned away "
+                f"{both['stalled_checks_turned_away']}; longest gap {both['max_check_gap_ms']} "
+                f"ms between checks that ran, {both['max_worker_check_gap_ms']} ms between one "
+                f"worker's (limit {bound['reap_interval_ms'] + bound['tolerance_ms']}); "
+                f"recoveries behind a gap over S {both['recoveries_after_a_slow_gap']}, on late "
+                f"checks {both['recoveries_with_late_checks']}")
     prompt = invariants.get("reap_prompt")
     if prompt is not None:  # every lease, faulted or not
         lines.append(

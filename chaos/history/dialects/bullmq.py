@@ -21,6 +21,9 @@ lock. What happened is read from the commands a script ran, never from its event
     retry      moveToDelayed (a backoff) / retryJob (at once): HINCRBY <job> atm 1 (or, with
                skipAttempt, ZADD delayed <job>) once the lock matched; ``to`` = delayed | wait;
                nothing written: complete_rejected with target = delayed | wait
+    sweep      every moveStalledJobsToWait: worker = the calling connection; ``ran`` = 0 when
+               the stalled-check key turned it away (EXISTS stalled-check, nothing else), else
+               at its SET stalled-check <ts> PX <S>
     reap       moveStalledJobsToWait: HINCRBY <job> stc 1 (the lock was gone), ``stalls`` = stc;
     dead       the same with HSET <job> defa (stc past maxStalledCount): BullMQ then fails the job
                through a claim and a moveToFinished target failed, which decode to nothing
@@ -80,6 +83,7 @@ class BullMQ:
         self.base = bullmq_base(prefix, queue)
         self.active = self.base + "active"
         self.stalled = self.base + "stalled"
+        self.stalled_check = self.base + "stalled-check"
         self.wait = self.base + "wait"
         self.delayed = self.base + "delayed"
         self.marker = self.base + "marker"
@@ -161,6 +165,9 @@ class BullMQ:
         ending = self._ending(keys, argv)
         end_job, end_token, target = ending or ("", "", "")
         extending = len(keys) <= 2 and keys[-1] == self.stalled  # extendLock(s)
+        checking = len(keys) == 9 and keys[0] == self.stalled and keys[3] == self.stalled_check
+        attempted = ""  # the stamp of a stalled check's look at its key (ms)
+        swept = False
         events: list[dict[str, str]] = []
         leftover = False  # a lease-changing write nothing below accounted for
         tokens = iter(_TOKEN.findall(argv[1] if extending and len(keys) == 1 else ""))
@@ -201,6 +208,12 @@ class BullMQ:
                     leftover = leftover or ending is None  # a lock dropped outside a finish
                 elif name not in _LOCK_READS:
                     leftover = True
+            elif key == self.stalled_check and checking:
+                if name == "EXISTS":
+                    attempted = attempted or ms
+                elif name == "SET":
+                    swept = True
+                    events.append({"type": "sweep", "worker": call.conn or "", "ts": ms})
             elif name in ("HMSET", "HSET") and (job_id := self._job(key)) is not None:
                 fields = dict(zip(args[2::2], args[3::2], strict=False))
                 if "data" in fields and "name" in fields and "opts" in fields:
@@ -244,6 +257,9 @@ class BullMQ:
                 events.extend(self._finish(end_job, end_token, target, ms, True))
         if extending and checked is not None:
             events.append(self._extend_rejected(*checked, argv, tokens, len(keys)))
+        if attempted and not swept:  # turned away: another check ran less than S before
+            events.append({"type": "sweep", "worker": call.conn or "", "ran": "0",
+                           "ts": attempted})
         if ending is not None and not finished:
             events.extend(self._finish(end_job, end_token, target,
                                        str(call.commands[-1][0] // 1000 if call.commands
