@@ -19,10 +19,10 @@ refused, and each waits a full S more: one gap between runs grows to 2S:
 (measured on BullMQ 6.7.0: 2672 ms from the renewal with L = 300, S = 1000, where the worker
 killed had run the last check).
 
-A gap longer than S comes about without a fault too: the worker whose check ran can be turned
-away by its own key on its next attempt (its timer fires S after its last check's reply, and
-the key's PX runs from that check's start; Node may fire a timer a few ms early), and the next
-check is then another worker's, up to S later (measured: 936 ms with S = 500, every worker up).
+A gap longer than S comes about without a fault too: the worker whose check ran tries again
+about S later, when its own key is about to expire, and can be turned away by it (timer and key
+are both S long: a millisecond decides); the next check is then another worker's, up to S later
+(measured: 927 ms with S = 500, the turned-away checker under no fault; docs/bullmq.md).
 
 The history shows every check, those the key turned away too (``sweep`` events with the worker
 whose connection made it and whether it ran), so each recovery is judged on the checks that
