@@ -32,6 +32,7 @@ INVARIANTS = (
     "attempts_monotonic",
     "stall_limit",
     "needless_limit",
+    "live_lease_honoured",
 )
 HISTORY_SOURCES = ("scripts", "monitor", "both")  # history.source: what the checker judges
 # The checker's default allowance for the reaper's own wake-up and sweep (check.tolerance_ms for

@@ -21,12 +21,14 @@ import os
 import secrets
 import threading
 import time
+from pathlib import Path
+from typing import Any
 from urllib.parse import quote, urlsplit, urlunsplit
 
-from locust import User, task
+from locust import User, events, task
 
 import loadtests.queue_users as queue_users  # registers the queue options; its users stay out
-from chaos.load.bullmq import BullMQQueue
+from chaos.load.bullmq import BullMQQueue, sut_dir
 from chaos.reference.payload import HandlerDistribution, PayloadMaker
 
 REQUEST_TYPE = "BULLMQ"
@@ -47,12 +49,20 @@ def node_url(host: str) -> str:
     return urlunsplit((scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
-def shared_queue(host: str, queue: str, prefix: str) -> BullMQQueue:
+@events.init_command_line_parser.add_listener
+def _options(parser: Any) -> None:
+    parser.add_argument("--bullmq-dir", default=str(sut_dir()),
+                        help="the folder whose producer.js and bullmq add the jobs: the one the "
+                             "workers run from (default: sut/bullmq)")
+
+
+def shared_queue(host: str, queue: str, prefix: str, folder: str = "") -> BullMQQueue:
     """This Locust process's one producer (users share it; its calls are serialised)."""
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = BullMQQueue(node_url(host), queue, prefix, name=f"locust-{os.getpid()}")
+            _shared = BullMQQueue(node_url(host), queue, prefix, name=f"locust-{os.getpid()}",
+                                  folder=Path(folder) if folder else None)
         return _shared
 
 
@@ -64,7 +74,8 @@ class BullMQProducerUser(User):
     def on_start(self) -> None:
         options = self.environment.parsed_options
         self.options = options
-        self.queue = shared_queue(str(self.host), options.queue_name, options.queue_prefix)
+        self.queue = shared_queue(str(self.host), options.queue_name, options.queue_prefix,
+                                  options.bullmq_dir)
         self.token = f"{os.getpid():x}{secrets.token_hex(4)}"
         # docs/sut.md: {"handler_ms", "crash", "pad"}; each user its own seeded draws
         self.payloads = PayloadMaker(HandlerDistribution(**json.loads(options.handler)),

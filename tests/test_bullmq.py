@@ -19,11 +19,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
 
 from chaos.check.checker import Verdict, check
 from chaos.history.dialects import make_dialect
-from chaos.history.events import Event, read_history
+from chaos.history.events import Event, read_history, seq_key
 from chaos.history.monitor import MonitorRecorder, RecorderHealth
 from chaos.history.schema import Fault, Heal, Phase, Run
 from chaos.load.bullmq import (
@@ -62,7 +63,8 @@ class BullMQRun:
 
     def __init__(self, server: ValkeyServer, lease_ms: int, stalled_ms: int, workers: int = 3,
                  concurrency: int = 2, broken: str = "", heartbeat_ms: int = 0,
-                 max_stalls: int = 0, job_options: dict[str, Any] | None = None) -> None:
+                 max_stalls: int = 0, job_options: dict[str, Any] | None = None,
+                 tolerance_ms: int = 250) -> None:
         self.server = server
         self.lease_ms, self.stalled_ms = lease_ms, stalled_ms
         self.queue_name = f"q{next(_runs)}"
@@ -80,7 +82,7 @@ class BullMQRun:
             scenario="bullmq-test", lease_ms=lease_ms, reap_interval_ms=stalled_ms,
             heartbeat_ms=heartbeat_ms or lease_ms // 2, workers=tuple(self.names),
             concurrency=concurrency, protocol="bullmq", reapers=0, max_stalls=max_stalls or None,
-            dialect="bullmq").fields())
+            tolerance_ms=tolerance_ms, dialect="bullmq").fields())
         self.runner.record(**Phase("warmup").fields())
         env = {**os.environ, "CHAOS_VALKEY_URL": self.node_url, "CHAOS_QUEUE": self.queue_name,
                "CHAOS_PREFIX": PREFIX, "CHAOS_LEASE_MS": str(lease_ms),
@@ -108,10 +110,11 @@ class BullMQRun:
         return f"{PREFIX}:{self.queue_name}:{suffix}"
 
     def enqueue(self, count: int, handler_ms: int, rate: float = 0.0, kind: str = "",
-                fail_attempts: int = 0) -> None:
+                fail_attempts: int = 0, producer: BullMQQueue | None = None) -> None:
         for _ in range(count):
             job_id = f"job-{len(self.enqueued) + 1:05d}"
-            assert self.producer.enqueue(job_id, _payload(handler_ms, fail_attempts), kind=kind)
+            assert (producer or self.producer).enqueue(
+                job_id, _payload(handler_ms, fail_attempts), kind=kind)
             self.enqueued.append(job_id)
             if rate:
                 time.sleep(1 / rate)
@@ -211,7 +214,13 @@ def test_kill_worker_mid_job_every_job_recovered_within_bullmqs_bound(valkey_ser
     bound = verdict.invariants["recovery_bound"].figures
     assert bound["stranded"] >= 1
     assert bound["bullmq"]["within_bullmq_bound"] is True
-    assert bound["bound_ms"] == 2 * 500 + max(1000, 500) + verdict.config.tolerance_ms
+    # Judged per recovery on the stalled checks the history shows (sweep events, each with the
+    # worker whose connection ran it): S + max(L, S) while they run on time.
+    assert bound["bullmq"]["judged_per_recovery"] and bound["bullmq"]["stalled_checks"] > 0
+    assert bound["bound_ms"] == 500 + max(1000, 500) + verdict.config.tolerance_ms
+    sweeps = _of(events, "sweep")
+    assert sweeps and {event.worker for event in sweeps} <= set(run.names)
+    print("kill-worker (L=1000, S=500):", bound["bullmq"])
     # Every claim's holder is the connection that made the call (client name = worker name).
     claims = _of(events, "claim")
     assert claims and all(event.worker == event.extra.get("conn") for event in claims)
@@ -301,6 +310,81 @@ def test_broken_bullmq_without_stalled_check_is_caught_by_recovery_bound(valkey_
     assert verdict.invariants["no_double_completion"].ok
 
 
+def _failed(verdict: Verdict) -> list[str]:
+    return sorted(verdict.failed_invariants())
+
+
+def test_broken_bullmq_refusing_live_renewals_is_caught_by_live_lease_honoured(valkey_server,
+                                                                              bullmq_runs):
+    """extendLocks comparing the lock with the job id instead of the token: every renewal is
+    refused while the lock is live and no fault touches anything. The jobs still finish within
+    their lock (their handlers are shorter than it), so only live_lease_honoured says so."""
+    run = BullMQRun(valkey_server, lease_ms=1000, stalled_ms=500, workers=2,
+                    broken="refused-renewal")
+    bullmq_runs.append(run)
+    run.enqueue(6, handler_ms=600)  # renewed at least once, done before the lock lapses
+    drained = run.drain(timeout_s=10)
+    verdict, events, health = run.finish(drained)
+
+    assert drained and health.trustworthy, health.problems()
+    assert _failed(verdict) == ["live_lease_honoured"], verdict.invariants
+    result = verdict.invariants["live_lease_honoured"]
+    refused = _of(events, "extend_rejected")
+    assert refused and result.violations == len(refused)
+    assert all(0 < example["before_deadline_ms"] < 1000 for example in result.examples)
+    assert verdict.jobs.completed == 6 and not _of(events, "extend")
+
+
+def test_broken_bullmq_handing_out_one_token_twice_is_caught_by_attempts_monotonic(
+        valkey_server, bullmq_runs):
+    """Every worker fetching every job with one lock token: two live locks hold it at once.
+    Nothing else goes wrong without a fault (each lock is its own job's), so only the reused
+    token says so: attempts_monotonic (a fencing token handed out twice). Sound BullMQ hands a
+    token out again only to the job its finish fetches next, once the lock that held it is
+    gone."""
+    run = BullMQRun(valkey_server, lease_ms=1000, stalled_ms=500, workers=2,
+                    broken="shared-token")
+    bullmq_runs.append(run)
+    run.enqueue(8, handler_ms=300)
+    drained = run.drain(timeout_s=10)
+    verdict, events, health = run.finish(drained)
+
+    assert drained and health.trustworthy and not health.misnamed_calls, health.problems()
+    assert _failed(verdict) == ["attempts_monotonic"], verdict.invariants
+    examples = verdict.invariants["attempts_monotonic"].examples
+    assert examples[0]["reason"] == "a lock token handed out while a live lease holds it"
+    assert examples[0]["token"] == "00000000-0000-4000-8000-000000000000:0"
+    # Claims carry their token; judged without it (as before), the same history passes.
+    claims = _of(events, "claim")
+    assert claims and all(event.extra.get("token") for event in claims)
+    unaware = check([msgspec.structs.replace(event, extra={
+        name: value for name, value in event.extra.items() if name != "token"})
+        for event in events])
+    assert unaware.word == "pass", unaware.failed_invariants()
+
+
+def test_a_lock_written_without_an_expiry_is_undecoded_never_a_rejected_extend(valkey_server,
+                                                                                bullmq_runs):
+    """extendLocks setting the lock without its PX (a lock that never lapses): the dialect does
+    not know that write, so the renewal is undecoded (it once read as a rejected extend, which
+    would now fail live_lease_honoured), its jobs are blind, and the verdict is unknown."""
+    run = BullMQRun(valkey_server, lease_ms=1000, stalled_ms=500, workers=2,
+                    broken="unexpiring-renewal")
+    bullmq_runs.append(run)
+    run.enqueue(4, handler_ms=600)
+    drained = run.drain(timeout_s=10)
+    verdict, events, health = run.finish(drained)
+
+    assert drained and health.undecoded_calls >= 1, health
+    assert not _of(events, "extend")  # no renewal decoded as one, accepted or refused ...
+    completed = {event.job_id: event.seq for event in _of(events, "complete")}
+    assert all(seq_key(completed[event.job_id]) < seq_key(event.seq)  # ... but those of a
+               for event in _of(events, "extend_rejected"))  # job already done: normal
+    assert {event.job_id for event in _of(events, "blind")} <= set(run.enqueued)
+    assert verdict.word == "unknown" and not verdict.failed_invariants(), verdict.invariants
+    assert "live_lease_honoured" in verdict.blind_invariants()
+
+
 def _kill_in_the_worst_phase(run: BullMQRun, job_id: str, victim: str) -> None:
     """SIGKILL ``victim`` just after its first renewal that follows a stalled check: that check
     marked the job and the renewal unmarked it, so the next check only marks it again and the
@@ -369,6 +453,42 @@ def test_poison_job_is_dead_lettered_after_max_stalls_recoveries(valkey_server, 
     assert crashed == 2  # the poison ran twice, on two workers
 
 
+def test_the_producer_adds_jobs_from_the_scenarios_sut_cwd(valkey_server, tmp_path):
+    """The jobs go in through the bullmq of the folder the workers run from (``[sut] cwd``),
+    not the toolkit's own sut/bullmq: a folder without producer.js is refused (an
+    infrastructure error, exit 3), one with it adds the jobs with its own."""
+    import shutil
+    from types import SimpleNamespace
+
+    from chaos.family import family_for
+    from chaos.scenario.loading import load_scenario
+
+    folder = tmp_path / "their-bullmq"
+    folder.mkdir()
+    (folder / "node_modules").symlink_to(sut_dir() / "node_modules")
+    scenario = load_scenario(sut_dir().parent.parent / "scenarios" / "bullmq" / "kill-worker.toml")
+    scenario = scenario.model_copy(update={"sut": scenario.sut.model_copy(
+        update={"cwd": str(folder)})})
+    family = family_for(scenario, QueueKeys(PREFIX, f"q{next(_runs)}"))
+    runtime: Any = SimpleNamespace(url=valkey_server.url, password=valkey_server.password,
+                                   ack_ledger_path=lambda name: tmp_path / f"{name}.jsonl")
+    with pytest.raises(BullMQUnavailable, match="has no producer.js"):
+        family.producer(runtime, scenario.load)
+    shutil.copy(sut_dir() / "producer.js", folder)
+    producer: Any = family.producer(runtime, scenario.load)
+    try:
+        assert producer.bullmq.process.args[-1] == str(folder / "producer.js")
+        assert producer.bullmq.enqueue("job-00001", _payload(10))
+    finally:
+        producer.bullmq.close()
+    client = redis_client(valkey_server.url, password=valkey_server.password,
+                          decode_responses=True)
+    try:
+        assert jobs_added(client, PREFIX, family.keys.queue) == 1
+    finally:
+        client.close()
+
+
 def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_server, tmp_path):
     """``loadtests/bullmq.py``: Locust users adding jobs with a handler time in their data; every
     add Locust counts is in the queue and in the acknowledgement ledger."""
@@ -383,6 +503,7 @@ def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_se
          "--queue-prefix", PREFIX, "--queue-name", queue, "--producer-rate", "10",
          "--handler", '{"distribution": "uniform", "min_ms": 20, "max_ms": 40}',
          "--ack-ledger-dir", str(tmp_path),
+         "--bullmq-dir", str(sut_dir()),  # as the runner passes its [sut] cwd
          "--only-summary", "--json"], env=env, capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr[-2000:]
     (stats,) = [entry for entry in json.loads(done.stdout) if entry["name"] == "enqueue"]
@@ -400,26 +521,42 @@ def test_locust_producer_users_add_bullmq_jobs_through_bullmqs_own_add(valkey_se
         client.close()
 
 
-def test_retried_jobs_the_dialect_cannot_decode_make_the_verdict_unknown_not_fail(
-        valkey_server, bullmq_runs):
-    """BullMQ with attempts and backoff: each job fails its first attempt and is retried. The
-    retry is a call the bullmq dialect does not decode, so the retry's claim and complete read
-    as calls outside the live lease (it was "25 exclusive_lease violations" before): its jobs'
-    evidence is missing, and the verdict is unknown, never fail (and never pass)."""
+def test_retried_and_failed_jobs_are_decoded_and_judged(valkey_server, bullmq_runs):
+    """BullMQ with attempts: a job whose handler throws is handed back for another attempt
+    (moveToDelayed after a backoff, retryJob at once: a ``retry`` event that ends the lease), and
+    one that fails its last attempt is finished as failed (a ``complete`` with target failed).
+    Every call is decoded, the verdict is a pass, and each retried job completes once, under a
+    higher attempt. (Before the dialect knew them, the retries were undecoded calls and the
+    verdict unknown.)"""
     run = BullMQRun(valkey_server, lease_ms=2000, stalled_ms=1000, workers=2,
                     job_options={"attempts": 3, "backoff": {"type": "fixed", "delay": 50}})
     bullmq_runs.append(run)
-    run.enqueue(8, handler_ms=20, fail_attempts=1)
+    at_once = BullMQQueue(run.node_url, run.queue_name, PREFIX, name="producer-2",
+                          job_options={"attempts": 2})  # no backoff: retried at once
+    try:
+        run.enqueue(6, handler_ms=20, fail_attempts=1)  # retried once, after a backoff
+        run.enqueue(2, handler_ms=20, fail_attempts=3)  # fails all 3 attempts: failed for good
+        run.enqueue(4, handler_ms=20, fail_attempts=1, producer=at_once)
+    finally:
+        at_once.close()
     drained = run.drain(timeout_s=20)
     verdict, events, health = run.finish(drained)
-    assert drained and health.undecoded_calls >= 8, health
-    blinded = {event.job_id for event in _of(events, "blind")}
-    assert blinded == set(run.enqueued), blinded
-    assert verdict.word == "unknown", {name: (result.status, result.examples[:1]) for
-                                       name, result in verdict.invariants.items()}
-    assert not verdict.failed_invariants()
-    assert verdict.evidence_missing and verdict.evidence_missing[0]["jobs"] == 8
-    # Judged without its blind events (as before they existed), the same history fails on
-    # offences only the missing calls can explain.
-    unaware = check([event for event in events if event.type != "blind"])
-    assert unaware.word == "fail" and unaware.invariants["exclusive_lease"].violations >= 8
+
+    assert drained and health.trustworthy and not health.undecoded_calls, health.problems()
+    assert verdict.word == "pass", {name: (result.status, result.examples[:1]) for
+                                    name, result in verdict.invariants.items()}
+    delayed, at_once_ids, failing = run.enqueued[:6], run.enqueued[8:], run.enqueued[6:8]
+    retries = {(event.job_id, event.attempt, event.extra["to"]) for event in _of(events, "retry")}
+    assert retries == ({(job_id, 1, "delayed") for job_id in delayed}
+                       | {(job_id, 1, "wait") for job_id in at_once_ids}
+                       | {(job_id, attempt, "delayed") for job_id in failing
+                          for attempt in (1, 2)}), retries
+    completes = {event.job_id: (event.attempt, event.extra.get("target"))
+                 for event in _of(events, "complete")}
+    assert completes == {**{job_id: (2, None) for job_id in delayed + at_once_ids},
+                         **{job_id: (3, "failed") for job_id in failing}}
+    assert verdict.jobs.completed == 12 and verdict.outcomes.completed == 12
+    # Judged without its retries (as if they were never decoded), the same history fails: the
+    # next attempt's claim reads as a claim of a job still leased.
+    unaware = check([event for event in events if event.type != "retry"])
+    assert unaware.word == "fail" and unaware.invariants["exclusive_lease"].violations >= 12

@@ -29,6 +29,7 @@ from chaos.check.checker import (
     store_fault_recovery,
 )
 from chaos.history.events import read_history
+from chaos.history.schema import Claim, Retry
 from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
 
 L, R, TOL = 1000, 250, 100
@@ -431,6 +432,89 @@ def test_a_claim_while_the_lease_is_live_breaks_exclusive_lease():
     assert result.violations == 1
     assert result.examples[0]["op"] == "claim"
     assert result.examples[0]["live_worker"] == "w1"
+
+
+def test_an_accepted_stray_complete_ends_the_job_and_closes_the_live_lease_with_it():
+    """An unfenced complete: w1's stale complete is accepted while w2 holds a. The job is done,
+    so w2's lease ends with it, whoever's call it was: its refused renewal and finish are no
+    refusals of a live lease, and it is not left lapsed and unreaped while the run goes on.
+    Only exclusive_lease fails; a reap of the closed lease would be premature."""
+    h = paused_holder_comes_back("extend_rejected", "complete", "complete_rejected")
+    h.extend_rejected("a", attempt=2, worker="w2", ts=1650, current_attempt=2)
+    h.phase("drain", ts=3000)  # the reaper ran long past w2's deadline (2110)
+    h.phase("end", ts=3100, drained=1, aborted=0)
+    verdict = check(h.events())
+    assert_fails_only(verdict, "exclusive_lease")
+    assert verdict.stranded == 1  # w1's, reaped: w2's lease never was
+    reaped = paused_holder_comes_back("extend_rejected", "complete", "complete_rejected")
+    reaped.reap("a", attempt=2, ts=2200)
+    assert_fails_only(check(reaped.events()), "exclusive_lease", "no_premature_reap")
+
+
+def test_a_retry_ends_the_lease_and_the_job_waits_for_its_next_attempt():
+    """BullMQ's retry (the handler threw, its attempts allow another): the holder hands the job
+    back, the lease ends, the next claim carries a higher attempt; the job must still complete."""
+    h = history()
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    h.write(Retry("a", 1, "w1", to="delayed"), ts=100)
+    h.claim("a", attempt=2, worker="w2", ts=200)
+    h.complete("a", attempt=2, worker="w2", ts=300)
+    h.phase("end", ts=400, drained=1, aborted=0)
+    verdict = check(h.events())
+    assert_fails_only(verdict)
+    assert verdict.invariants["no_loss"].figures["retried"] == 1
+    never = history()
+    never.enqueue("a", ts=0)
+    never.claim("a", attempt=1, worker="w1", ts=10)
+    never.write(Retry("a", 1, "w1", to="wait"), ts=100)
+    never.phase("end", ts=400, drained=1, aborted=0)
+    assert_fails_only(check(never.events()), "no_loss")  # handed back, never done
+
+
+def test_a_retry_from_a_lease_no_longer_live_breaks_exclusive_lease():
+    h = paused_holder_comes_back("extend_rejected", "complete_rejected", "complete")
+    h.write(Retry("a", 1, "w1", to="delayed"), ts=1550)  # accepted from the reaped lease
+    assert_fails_only(check(h.events()), "exclusive_lease")
+
+
+# --- live_lease_honoured ---------------------------------------------------------------------
+
+
+def refused_while_live(refusal: str, at_ts: int, attempt: int = 1) -> History:
+    """w1 holds a from 10 (deadline 1010); its ``refusal`` at ``at_ts``; then it completes."""
+    h = history()
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    getattr(h, refusal)("a", attempt=attempt, worker="w1", ts=at_ts)
+    h.complete("a", attempt=1, worker="w1", ts=at_ts + 1)
+    h.phase("end", ts=2000, drained=1, aborted=0)
+    return h
+
+
+@pytest.mark.parametrize("refusal", ["extend_rejected", "complete_rejected"])
+def test_the_live_holders_call_refused_with_no_fault_fails_live_lease_honoured(refusal: str):
+    verdict = check(refused_while_live(refusal, 500).events())
+    assert_fails_only(verdict, "live_lease_honoured")
+    (example,) = verdict.invariants["live_lease_honoured"].examples
+    assert (example["op"], example["before_deadline_ms"]) == (refusal, 510)
+    assert verdict.invariants["live_lease_honoured"].first_violation_ts == 500
+
+
+def test_a_refusal_at_the_deadline_or_of_another_attempt_or_under_a_fault_is_no_offence():
+    assert_fails_only(check(refused_while_live("extend_rejected", 1008).events()))  # < 2 ms
+    assert_fails_only(check(refused_while_live("extend_rejected", 500, attempt=7).events()))
+    h = history()
+    h.enqueue("a", ts=0)
+    h.claim("a", attempt=1, worker="w1", ts=10)
+    f1 = h.fault("latency", "w1", ts=100, cuts_off=False)  # the call came through a fault
+    h.extend_rejected("a", attempt=1, worker="w1", ts=500)
+    h.heal(f1, ts=600)
+    h.complete("a", attempt=1, worker="w1", ts=700)
+    h.phase("end", ts=2000, drained=1, aborted=0)
+    verdict = check(h.events())
+    assert_fails_only(verdict)
+    assert verdict.invariants["live_lease_honoured"].figures == {"refused_under_fault": 1}
 
 
 # --- figures ---------------------------------------------------------------------------------
@@ -1126,6 +1210,61 @@ def test_a_claim_with_a_lower_attempt_fails_attempts_monotonic_once_per_claim():
     result = check(h.events()).invariants["attempts_monotonic"]
     assert (result.ok, result.violations) == (False, 1)
     assert result.examples[0]["earlier_attempt"] == 3 and result.examples[0]["attempt"] == 1
+
+
+TOKEN = "9b2f0c1e-6d1c-4a7e-9d0e-3f1a2b3c4d5e:"
+
+
+def claim_with(h: History, job_id: str, attempt: int, worker: str, ts: int, token: str) -> None:
+    """A claim handing out a lock token of the queue's own (BullMQ)."""
+    h.write(Claim(job_id, attempt, worker, L, ts + L, token=TOKEN + token), ts)
+
+
+def test_a_token_handed_on_to_the_next_job_once_its_lock_is_gone_passes():
+    """BullMQ's finish fetches the next job with the finished one's token: no reuse."""
+    h = history()
+    for job_id in "abc":
+        h.enqueue(job_id, ts=0)
+    claim_with(h, "a", 1, "w1", 10, "0")
+    h.complete("a", 1, "w1", ts=100)
+    claim_with(h, "b", 1, "w1", 100, "0")  # the same call: the token handed on
+    h.complete("b", 1, "w1", ts=200)
+    claim_with(h, "c", 1, "w2", 200, "0")  # another worker's, once nothing holds it
+    h.complete("c", 1, "w2", ts=300)
+    h.phase("end", ts=400, drained=1, aborted=0)
+    assert_fails_only(check(h.events()))
+
+
+def test_a_token_a_live_lease_holds_handed_out_again_fails_attempts_monotonic():
+    h = history()
+    h.enqueue("a", ts=0)
+    h.enqueue("b", ts=0)
+    claim_with(h, "a", 1, "w1", 10, "0")
+    claim_with(h, "b", 1, "w2", 20, "0")  # while a's lock holds it
+    h.complete("a", 1, "w1", ts=100)
+    h.complete("b", 1, "w2", ts=110)
+    h.phase("end", ts=400, drained=1, aborted=0)
+    verdict = check(h.events())
+    assert_fails_only(verdict, "attempts_monotonic")
+    (example,) = verdict.invariants["attempts_monotonic"].examples
+    assert example["reason"] == "a lock token handed out while a live lease holds it"
+    assert (example["job"], example["held_by_job"], example["held_by_attempt"]) == ("b", "a", 1)
+
+
+def test_a_token_of_a_reaped_lease_handed_out_again_for_its_job_fails_attempts_monotonic():
+    """Its holder may still present it, and one lock check would let both through."""
+    h = history()
+    h.enqueue("a", ts=0)
+    claim_with(h, "a", 1, "w1", 10, "0")
+    h.fault("pause", "w1", ts=100)
+    h.reap("a", attempt=1, ts=1100)
+    claim_with(h, "a", 2, "w2", 1110, "0")
+    h.complete("a", 2, "w2", ts=1200)
+    h.phase("end", ts=1300, drained=1, aborted=0)
+    verdict = check(h.events())
+    assert_fails_only(verdict, "attempts_monotonic")
+    assert verdict.invariants["attempts_monotonic"].examples[0]["reason"] == (
+        "a lock token handed out again for a job whose lease with it was reaped")
 
 
 # --- store fault figures -------------------------------------------------------------------------

@@ -8,13 +8,13 @@ one for every job where its feed broke or a gap hid writes. ``BlindSpots`` colle
 replay meets them.
 
 Each invariant needs some evidence (``NEEDS``): every one needs the transitions, and those that
-ask who held a lease (exclusive_lease, recovery_bound, reap_prompt, needless_limit) need the
-holder too. An offence is *blinded* when it concerns a job that evidence it needs is missing
-for, from the time the offence was proven or earlier: the missing call may be what explains it
-(an undecoded claim makes the next holder's complete look stray, an undecoded complete makes a
-job look lost). An offence that stands on decoded evidence alone still fails the invariant. An
-invariant with no standing offence whose evidence is incomplete is neither passed nor failed:
-it is *blind*, and the run is ``unknown``.
+ask who held a lease (exclusive_lease, recovery_bound, reap_prompt, needless_limit,
+live_lease_honoured) need the holder too. An offence is *blinded* when it concerns a job that
+evidence it needs is missing for, from the time the offence was proven or earlier: the missing
+call may be what explains it (an undecoded claim makes the next holder's complete look stray, an
+undecoded complete makes a job look lost). An offence that stands on decoded evidence alone still
+fails the invariant. An invariant with no standing offence whose evidence is incomplete is
+neither passed nor failed: it is *blind*, and the run is ``unknown``.
 
 ``lease_length`` is the one invariant whose offence is its own evidence: a decoded grant of the
 wrong length is wrong whatever else ran, so its offences are never blinded (its pass still
@@ -42,6 +42,7 @@ NEEDS: dict[str, frozenset[str]] = {
     "attempts_monotonic": _TRANSITIONS,
     "stall_limit": _TRANSITIONS,
     "needless_limit": _BOTH,  # needless or needed: was the holder cut off
+    "live_lease_honoured": _BOTH,  # whether the refused call was the live holder's
 }
 assert tuple(NEEDS) == INVARIANTS, "every invariant says what evidence it needs"
 SELF_EVIDENT = frozenset(("lease_length",))  # offences that are their own evidence

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check.bullmq import bound_comparison
+from chaos.check.bullmq import StalledChecks, bound_comparison, checks_on_time_bound_ms
 from chaos.check.replay import LapsedLease, ReplayFacts
 from chaos.check.verdict import (
     EXAMPLES,
@@ -106,7 +106,8 @@ def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantR
     return InvariantResult.judged(
         offences, enqueued=len(facts.enqueued), completed=jobs.completed_enqueued,
         lost=len(jobs.lost) if final else 0,
-        undrained=len(jobs.undrained) if final else 0, judged=final)
+        undrained=len(jobs.undrained) if final else 0, judged=final,
+        **({"retried": facts.retried} if facts.retried else {}))  # handed back (BullMQ)
 
 
 def judge_no_double_completion(facts: ReplayFacts, jobs: Standing) -> InvariantResult:
@@ -125,8 +126,15 @@ def reap_latencies(facts: ReplayFacts) -> list[int]:
 def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
                          final: bool) -> InvariantResult:
     """Measured from the holder's last renewal (its lease's start), not from the fault: the time
-    between that renewal and the fault is no slack for a late reaper."""
+    between that renewal and the fault is no slack for a late reaper. A BullMQ history with its
+    stalled checks (``sweep`` events) is judged per recovery on the checks that really ran
+    (``chaos.check.bullmq.StalledChecks``)."""
     offences = facts.offences("recovery_bound")
+    checks = (StalledChecks(facts.sweeps, facts.windows, config.lease_ms,
+                            config.reap_interval_ms, config.tolerance_ms)
+              if config.dialect == "bullmq" else None)
+    per_recovery = checks is not None and bool(checks)
+    judged_on_checks = slowed_by_checks = late_checks = 0
     for item in facts.stranded:
         bound_ts = item.renewed_ts + config.bound_ms
         if item.reap_ts is None:
@@ -135,21 +143,48 @@ def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
                               "worker": item.worker, "renewed_ts": item.renewed_ts,
                               "fault_ts": item.fault_ts, "reason": "never recovered"}, bound_ts)
             continue
+        example: dict[str, Any] = {
+            "job": item.job_id, "attempt": item.attempt, "worker": item.worker,
+            "renewed_ts": item.renewed_ts, "fault_ts": item.fault_ts, "reap_ts": item.reap_ts,
+            "renewal_to_reap_ms": item.reap_ts - item.renewed_ts,
+            "fault_to_reap_ms": item.reap_ts - item.fault_ts}
+        if per_recovery:
+            assert checks is not None
+            judged = checks.recovery(item.renewed_ts, item.reap_ts)
+            bound_ts = item.renewed_ts + judged.bound_ms + config.tolerance_ms
+            judged_on_checks += judged.judged
+            slowed_by_checks += bool(judged.slow_gaps)
+            example["bound_ms"] = judged.bound_ms + config.tolerance_ms
+            if judged.late_checks:
+                late_checks += 1
+                first = min(judged.late_checks, key=lambda late: late["check_ts"])
+                offences.add({**example, "reason": "a stalled check it waited on came late",
+                              "late_checks": judged.late_checks[:3]},
+                             first["check_ts"] + first["allowed_ms"])
+                continue
         if item.reap_ts > bound_ts:
-            offences.add({"job": item.job_id, "attempt": item.attempt, "worker": item.worker,
-                          "renewed_ts": item.renewed_ts, "fault_ts": item.fault_ts,
-                          "reap_ts": item.reap_ts,
-                          "renewal_to_reap_ms": item.reap_ts - item.renewed_ts,
-                          "fault_to_reap_ms": item.reap_ts - item.fault_ts},
-                         bound_ts)  # broken the moment the bound passed
+            offences.add(example, bound_ts)  # broken the moment the bound passed
     extra: dict[str, Any] = {}
-    if config.dialect == "bullmq":  # the worst case against both formulas (chaos.check.bullmq)
+    if config.dialect == "bullmq":  # the worst case against every formula (chaos.check.bullmq)
         extra["bullmq"] = bound_comparison(
             config.lease_ms, config.reap_interval_ms,
             (item.reap_ts - item.renewed_ts for item in facts.stranded
              if item.reap_ts is not None))
+        extra["bullmq"]["judged_per_recovery"] = per_recovery
+        if per_recovery:
+            assert checks is not None
+            extra["bullmq"].update(
+                stalled_checks=len(checks.times),
+                stalled_checks_turned_away=len(facts.sweeps) - len(checks.times),
+                max_check_gap_ms=max(checks.gaps(), default=None),
+                max_worker_check_gap_ms=max(checks.cadence(), default=None),
+                recoveries_judged_on_checks=judged_on_checks,
+                recoveries_after_a_slow_gap=slowed_by_checks,
+                recoveries_with_late_checks=late_checks)
+    bound_ms = (checks_on_time_bound_ms(config.lease_ms, config.reap_interval_ms)
+                + config.tolerance_ms) if per_recovery else config.bound_ms
     return InvariantResult.judged(
-        offences, bound_ms=config.bound_ms, lease_ms=config.lease_ms,
+        offences, bound_ms=bound_ms, lease_ms=config.lease_ms,
         reap_interval_ms=config.reap_interval_ms, tolerance_ms=config.tolerance_ms,
         stranded=len(facts.stranded), slowed=facts.slowed,
         **asdict(LatencySummary.of(reap_latencies(facts))), **extra)
@@ -305,6 +340,14 @@ def judge_needless_limit(facts: ReplayFacts, config: CheckConfig) -> InvariantRe
     return InvariantResult.judged(offences, max_needless=limit, needless=needless)
 
 
+def judge_live_lease_honoured(facts: ReplayFacts) -> InvariantResult:
+    """A call of the live lease's holder (its attempt, before its deadline) that the store
+    refused while no fault touched the holder or the store: the queue took a lease away from a
+    holder that still held it (its handler runs on; another may be handed the job). Refusals
+    under a fault are counted apart: the call may have come from the other side of it."""
+    return InvariantResult.judged(facts.refused_live, refused_under_fault=facts.refused_under_fault)
+
+
 def judge_attempts_monotonic(facts: ReplayFacts) -> InvariantResult:
     return InvariantResult.judged(facts.stale_claims)
 
@@ -344,6 +387,7 @@ def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
         "attempts_monotonic": lambda: judge_attempts_monotonic(facts),
         "stall_limit": lambda: judge_stall_limit(facts, config.max_stalls),
         "needless_limit": lambda: judge_needless_limit(facts, config),
+        "live_lease_honoured": lambda: judge_live_lease_honoured(facts),
     }
     results = {}
     for name, judge in judges.items():

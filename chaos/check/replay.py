@@ -22,7 +22,7 @@ import msgspec
 from chaos.check.evidence import NEEDS, BlindSpots
 from chaos.check.verdict import EXAMPLES, Offences, Redeliveries, StrandedLease
 from chaos.history.events import Event
-from chaos.history.schema import Blind, Enqueue, Fault, FaultSkipped, Heal, Phase, Run
+from chaos.history.schema import Blind, Enqueue, Fault, FaultSkipped, Heal, Phase, Run, Sweep
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
 
@@ -110,21 +110,71 @@ class ReplayFacts:
     # attempts: of leases completed live, and of leases needlessly reaped first.
     ran_ms: dict[int, int] = field(default_factory=dict)
     ran_needless_ms: dict[int, int] = field(default_factory=dict)
+    retried: int = 0  # accepted retries: a holder handed its job back for another attempt
+    # The reapers' sweeps the history shows (``sweep`` events: BullMQ's stalled checks), as
+    # (server time, the worker whose connection made it, whether it ran), in history order.
+    sweeps: list[tuple[int, str, bool]] = field(default_factory=list)
+    refused_under_fault: int = 0  # live holders' calls refused while a fault touched them
     # What the history lacks (its blind events): offences that may be its doing are blinded.
     blind: BlindSpots = field(default_factory=BlindSpots)
     # Offences met on the way (``__post_init__``: each sees the blind spots):
-    stray_calls: Offences = field(init=False)  # claim/extend/complete vs the live lease
-    stale_claims: Offences = field(init=False)  # fencing token not above an earlier one
+    stray_calls: Offences = field(init=False)  # claim/extend/complete/retry vs the live lease
+    stale_claims: Offences = field(init=False)  # fencing token not above an earlier one, or a
+    # lock token handed out again while it may still be presented
     early_reaps: Offences = field(init=False)  # reap/dead of a non-live lease, or early
+    refused_live: Offences = field(init=False)  # the live holder's call refused, no fault
 
     def __post_init__(self) -> None:
         self.stray_calls = self.offences("exclusive_lease")
         self.stale_claims = self.offences("attempts_monotonic")
         self.early_reaps = self.offences("no_premature_reap")
+        self.refused_live = self.offences("live_lease_honoured")
 
     def offences(self, invariant: str) -> Offences:
         """An empty tally of ``invariant``'s offences that knows what evidence it needs."""
         return Offences(blind=self.blind, needs=NEEDS[invariant])
+
+
+# A refusal this long before the live lease's deadline proves it was refused while live: MONITOR
+# stamps are floored to ms, and a script reads the clock once, at its start.
+CLOCK_SLACK_MS = 2
+
+
+class LockTokens:
+    """The lock tokens claims handed out, where the queue has tokens of its own (BullMQ): a
+    token is handed out again only once the lease that held it ended by its holder's own call
+    (BullMQ's finish hands its token to the next job it fetches). Handed out while another live
+    lease holds it, or for a job whose lease with it was reaped (its holder may still present
+    it), one lock check lets two holders through."""
+
+    def __init__(self) -> None:
+        self.last: dict[str, tuple[str, int]] = {}  # token -> (job, attempt) of its last claim
+        self.live: dict[str, str] = {}  # job -> the token its live lease holds
+        self.reaped: set[tuple[str, str]] = set()  # (job, token) of leases reaped
+
+    def claimed(self, job_id: str, attempt: int, token: str,
+                leases: dict[str, Lease]) -> dict[str, Any] | None:
+        """A claim handing ``token`` out; what it reuses, if anything (before the claim's own
+        lease is recorded)."""
+        reuse: dict[str, Any] | None = None
+        held = self.last.get(token)
+        if held is not None:
+            lease = leases.get(held[0])
+            if lease is not None and lease.attempt == held[1] \
+                    and self.live.get(held[0]) == token:
+                reuse = {"token": token, "held_by_job": held[0], "held_by_attempt": held[1],
+                         "reason": "a lock token handed out while a live lease holds it"}
+        if reuse is None and (job_id, token) in self.reaped:
+            reuse = {"token": token, "reason": "a lock token handed out again for a job whose "
+                     "lease with it was reaped"}
+        self.last[token] = (job_id, attempt)
+        self.live[job_id] = token
+        return reuse
+
+    def ended(self, job_id: str, reaped: bool) -> None:
+        token = self.live.pop(job_id, None)
+        if reaped and token is not None:
+            self.reaped.add((job_id, token))
 
 
 def replay(events: Iterable[Event]) -> ReplayFacts:
@@ -155,6 +205,8 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     run_lease_ms = -1  # no length is -1 (nor None) until the run event says
     run_length_grants = 0
     event_count = 0
+    tokens = LockTokens()
+    sweeps = facts.sweeps
     # bound methods as locals: the loop below runs once per event
     enqueue_job, lease_of, highest_of, completes_of = (enqueued.setdefault, leases.get,
                                                        enqueued.get, completes.get)
@@ -200,6 +252,30 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 facts.misrecorded_examples.append(
                     {**example, "reason": "the recorded lease_ms disagrees with the deadline "
                                           "written to active"})
+
+    def refused(event: Event, lease: Lease) -> None:
+        """A call of the live lease's holder, refused before its deadline: an offence unless a
+        fault touched the holder (or the store) since the lease's last renewal."""
+        start, end = lease.renewed_ts, event.ts
+        if any(window.overlaps_ts(start, end) for window in windows.of(lease.worker)) or any(
+                window.fault.is_store and window.overlaps_ts(start, end)
+                for window in windows.windows):
+            facts.refused_under_fault += 1
+            return
+        facts.refused_live.add({
+            "job": event.job_id, "op": event.type, "attempt": event.attempt,
+            "worker": event.worker, "seq": event.seq, "deadline": lease.deadline,
+            "before_deadline_ms": lease.deadline - event.ts,
+            "target": event.extra.get("target") or None}, event.ts)
+
+    def lease_ended(job_id: str) -> None:
+        """An accepted finish (or retry) ends every lease on the job, whoever's call it was:
+        the store took it out of the active set (the caller drops the live lease itself), so
+        its token is free again and no lease of it is left to recover."""
+        if tokens.live:
+            tokens.ended(job_id, False)
+        for item in open_stranded.pop(job_id, []):
+            item.dismissed = True
 
     def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
         """The holder acted after its fault: it was back, the lease was not stranded."""
@@ -254,6 +330,11 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 enqueued[job_id] = attempt
             else:
                 stale_claim(event, attempt, worker, highest)
+            if event.extra and (token := event.extra.get("token")):
+                reuse = tokens.claimed(job_id, attempt, token, leases)
+                if reuse is not None:
+                    stale_claims.add({"job": job_id, "attempt": attempt, "worker": worker,
+                                      "seq": event.seq, **reuse}, ts)
             deadline = event.deadline  # lease_deadline(event), inlined: the hot path
             if deadline is None:
                 deadline = lease_deadline(event)
@@ -268,7 +349,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     item.reclaim_ts = ts
                     awaiting_recomplete.setdefault(job_id, []).append(item)
 
-        elif kind == "complete" or kind == "extend":
+        elif kind == "complete" or kind == "extend" or kind == "retry":
             lease = lease_of(job_id)
             # live: the call carries the live lease's attempt, so the store acted on it; it is
             # the holder's only if the worker matches too (a token reused by another worker).
@@ -304,6 +385,12 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                         run_length_grants += 1
                     else:
                         odd_grant(event, deadline)
+            elif kind == "retry":  # handed back: the job waits for another attempt
+                facts.retried += 1
+                if lease is not None:
+                    del leases[job_id]
+                lease_ended(job_id)
+                continue
             else:
                 count = completes_of(job_id, 0) + 1
                 completes[job_id] = count
@@ -315,12 +402,16 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     if lease.worker == event.worker:
                         ran = ts - lease.claimed_ts
                         ran_ms[ran] = ran_ms.get(ran, 0) + 1
-                    del leases[job_id]
                 elif lapsed:
                     ended_late(event)
                 if awaiting_recomplete and job_id in awaiting_recomplete:
                     for item in awaiting_recomplete.pop(job_id):
                         item.recomplete_ts = ts
+                if lease is not None:  # a completed job closes every lease on it
+                    del leases[job_id]
+                    if tokens.live or open_stranded and job_id in open_stranded:
+                        lease_ended(job_id)
+                continue
             if open_stranded and job_id in open_stranded:
                 holder_acted(job_id, event.attempt, event.worker)
 
@@ -361,6 +452,8 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             else:
                 dead[job_id] = (len(reap_times.get(job_id, [])), ts)
             leases.pop(job_id, None)
+            if tokens.live:
+                tokens.ended(job_id, True)
             for item in open_stranded.pop(job_id, []):
                 if item.attempt == event.attempt:
                     item.reap_ts = ts
@@ -392,6 +485,10 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
         elif kind == Blind.TYPE:
             facts.blind.note(Blind.decode(event))
 
+        elif kind == Sweep.TYPE:
+            sweeps.append((ts, event.worker or UNKNOWN_WORKER,
+                           not event.extra or event.extra.get("ran") != "0"))
+
         elif kind == FaultSkipped.TYPE:
             facts.faults_skipped.append(FaultSkipped.decode(event))
 
@@ -399,6 +496,11 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             rejected[kind] += 1
             if kind == "complete_rejected" and lapsed:
                 ended_late(event)
+            lease = lease_of(job_id)
+            if (lease is not None and lease.attempt == event.attempt
+                    and lease.worker == (event.worker or UNKNOWN_WORKER)
+                    and ts + CLOCK_SLACK_MS < lease.deadline):
+                refused(event, lease)
 
         elif kind == Run.TYPE and facts.run is None:
             facts.run = Run.decode(event)

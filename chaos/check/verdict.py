@@ -43,6 +43,8 @@ WHAT_IT_CHECKS = {
                    "dead-lettered only after exactly max_stalls",
     "needless_limit": "with max_needless set, at most that many needless redeliveries (a "
                       "lease reaped from a holder no fault cut off)",
+    "live_lease_honoured": "no extend or finish of the live lease's holder is refused before "
+                           "its deadline while no fault touches the holder or the store",
 }
 assert tuple(WHAT_IT_CHECKS) == INVARIANTS, "chaos.names lists the invariants judged here"
 # Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).

@@ -1,5 +1,6 @@
-"""Real BullMQ under test (docs/bullmq.md): its own keys, its own add script (through
-``sut/bullmq/producer.js``), its own backlog and lock holders."""
+"""Real BullMQ under test (docs/bullmq.md): its own keys, its own add script (through the
+``producer.js`` of the scenario's ``[sut] cwd``, ``sut/bullmq`` in the shipped scenarios), its own
+backlog and lock holders."""
 
 from __future__ import annotations
 
@@ -27,9 +28,10 @@ class BullMQFamily(QueueFamily):
     name = "bullmq"
 
     def producer(self, runtime: RuntimeBase, load: Load) -> LoadSource:
+        # producer.js from the folder the workers run from: their own bullmq adds the jobs
         return BullMQProducer(
             BullMQQueue(admin_url(runtime.url, runtime.password), self.keys.queue,
-                        self.keys.prefix),
+                        self.keys.prefix, folder=Path(self.scenario.sut.cwd)),
             load, AckLedger(runtime.ack_ledger_path("producer")),
             payload_maker(self.scenario.topology.handler, load, self.scenario.seed))
 

@@ -59,7 +59,10 @@ class Enqueue:
 
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """A lease handed out: ``attempt`` is its fencing token, it runs to ``deadline``."""
+    """A lease handed out: ``attempt`` is its fencing token, it runs to ``deadline``.
+    ``token``: the lock token the queue handed out with it, where the queue has one of its own
+    (BullMQ: ``<worker uuid>:<n>``, what its lock check compares); "" where the attempt is the
+    token (echomq)."""
 
     TYPE: ClassVar[str] = "claim"
     job_id: str
@@ -67,18 +70,19 @@ class Claim:
     worker: str
     lease_ms: int | None = None
     deadline: int | None = None
+    token: str = ""
     ts: int = 0
     seq: str = ""
 
     def fields(self) -> dict[str, Any]:
         return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
                                    ("worker", self.worker), ("lease_ms", self.lease_ms),
-                                   ("deadline", self.deadline)))
+                                   ("deadline", self.deadline), ("token", self.token or None)))
 
     @classmethod
     def decode(cls, event: Event) -> Claim:
         return cls(event.job_id or "", event.attempt or 0, event.worker or "", event.lease_ms,
-                   event.deadline, event.ts, event.seq)
+                   event.deadline, event.extra.get("token", ""), event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,42 +136,76 @@ class ExtendRejected:
 
 @dataclass(frozen=True, slots=True)
 class Complete:
+    """The holder's finish, accepted: the job is done. ``target``: "" (completed) or, where the
+    queue lets a handler fail a job for good (BullMQ, its last attempt failed), ``failed``:
+    finished all the same, neither lost nor to be run again."""
+
     TYPE: ClassVar[str] = "complete"
     job_id: str
     attempt: int
     worker: str
+    target: str = ""
     ts: int = 0
     seq: str = ""
 
     def fields(self) -> dict[str, Any]:
         return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
-                                   ("worker", self.worker)))
+                                   ("worker", self.worker), ("target", self.target or None)))
 
     @classmethod
     def decode(cls, event: Event) -> Complete:
-        return cls(event.job_id or "", event.attempt or 0, event.worker or "", event.ts,
-                   event.seq)
+        return cls(event.job_id or "", event.attempt or 0, event.worker or "",
+                   event.extra.get("target", ""), event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)
 class CompleteRejected:
+    """A finish refused. ``target`` (BullMQ): what the holder asked for: ``completed``,
+    ``failed``, or a retry (``delayed``, ``wait``); "" for echomq's complete."""
+
     TYPE: ClassVar[str] = "complete_rejected"
     job_id: str
     attempt: int
     worker: str
     current_attempt: int | None = None
+    target: str = ""
     ts: int = 0
     seq: str = ""
 
     def fields(self) -> dict[str, Any]:
         return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
                                    ("current_attempt", self.current_attempt),
-                                   ("worker", self.worker)))
+                                   ("worker", self.worker), ("target", self.target or None)))
 
     @classmethod
     def decode(cls, event: Event) -> CompleteRejected:
         return cls(event.job_id or "", event.attempt or 0, event.worker or "",
-                   event.current_attempt, event.ts, event.seq)
+                   event.current_attempt, event.extra.get("target", ""), event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """The holder handed its job back for another attempt, accepted (BullMQ: its handler threw
+    and the job's ``attempts`` allow another): the lease ends, the job waits again, ``to`` says
+    where (``delayed``: after a backoff; ``wait``: at once). It is not finished: it must still
+    be completed (or dead-lettered) later, under a higher attempt."""
+
+    TYPE: ClassVar[str] = "retry"
+    job_id: str
+    attempt: int
+    worker: str
+    to: str = ""
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
+                                   ("worker", self.worker), ("to", self.to or None)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Retry:
+        return cls(event.job_id or "", event.attempt or 0, event.worker or "",
+                   event.extra.get("to", ""), event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,6 +260,29 @@ class HandlerHog:
     def decode(cls, event: Event) -> HandlerHog:
         return cls(event.job_id or "", event.attempt or 0, event.worker or "",
                    _int(event.extra.get("duration_ms")), event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Sweep:
+    """A reaper's sweep, on ``worker``'s connection (the recorder's view of who made the call).
+    Written where the history source sees every sweep, those that recover nothing too: the
+    bullmq dialect, for every ``moveStalledJobsToWait`` call, with ``ran`` false for one BullMQ's
+    ``stalled-check`` key turned away (another worker's check ran less than stalledInterval
+    before). The checker judges each BullMQ recovery on the sweeps that really ran
+    (``chaos.check.bullmq``)."""
+
+    TYPE: ClassVar[str] = "sweep"
+    worker: str
+    ran: bool = True
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("worker", self.worker), ("ran", None if self.ran else 0)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Sweep:
+        return cls(event.worker or "", event.extra.get("ran", "1") != "0", event.ts, event.seq)
 
 
 def rtt_ms(event: Event) -> int | None:
@@ -449,16 +510,17 @@ class Blind:
 TRANSITION_EVIDENCE, HOLDER_EVIDENCE = "transition", "holder"  # what a Blind event lacks
 
 
-TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Reap
-              | Dead | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped | Blind)
+TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Retry
+              | Reap | Dead | Sweep | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped
+              | Blind)
 TRANSITIONS: tuple[type[TypedEvent], ...] = (
-    Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Reap, Dead)
+    Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Retry, Reap, Dead)
 RUNNER_EVENTS: tuple[type[TypedEvent], ...] = (Run, Phase, Fault, Heal, FaultSkipped)
 EVENT_TYPES: dict[str, type[TypedEvent]] = {
-    kind.TYPE: kind for kind in (*TRANSITIONS, HandlerHog, *RUNNER_EVENTS, Blind)}
+    kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, HandlerHog, *RUNNER_EVENTS, Blind)}
 # A worker's own calls on a lease it was handed (accepted or rejected): each one reached the store.
 CLIENT_CALLS = (Claim.TYPE, Extend.TYPE, Complete.TYPE, ExtendRejected.TYPE,
-                CompleteRejected.TYPE)
+                CompleteRejected.TYPE, Retry.TYPE)
 
 
 def decode(event: Event) -> TypedEvent | None:

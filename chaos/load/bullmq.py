@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import chaos
+from chaos.errors import InfraError
 from chaos.load.sources import LocustLoad, Producer
 from chaos.load.sources import locust_argv as echomq_locust_argv
 from chaos.protocol.client import QueueClient
@@ -37,18 +38,24 @@ def sut_dir() -> Path:
     return Path(chaos.__file__).resolve().parent.parent / "sut" / "bullmq"
 
 
-class BullMQUnavailable(RuntimeError):
-    """Node or the installed bullmq package is missing, or the producer would not start."""
+class BullMQUnavailable(InfraError):
+    """Node or the installed bullmq package is missing, or the producer would not start (an
+    infrastructure error: exit code 3)."""
 
 
 def require_installed(folder: Path | None = None) -> Path:
-    """``sut/bullmq``, after checking node is on PATH and ``npm ci`` was run there."""
+    """The folder the workers run from (a scenario's ``[sut] cwd``; ``sut/bullmq`` by
+    default), after checking node is on PATH, ``npm ci`` was run there and it holds
+    ``producer.js``: the jobs go in through the workers' own bullmq package."""
     folder = folder or sut_dir()
     if shutil.which("node") is None:
         raise BullMQUnavailable("node is not on PATH (BullMQ runs on Node >= 18)")
     if not (folder / "node_modules" / "bullmq" / "package.json").exists():
         raise BullMQUnavailable(f"{folder}/node_modules has no bullmq: run "
                                 f"`npm ci --prefix {folder}`")
+    if not (folder / "producer.js").is_file():
+        raise BullMQUnavailable(f"{folder} has no producer.js (the jobs are added through the "
+                                f"workers' own bullmq): copy {sut_dir() / 'producer.js'} there")
     return folder
 
 
@@ -249,9 +256,10 @@ class BullMQLocustLoad(LocustLoad):
     """Locust with ``loadtests/bullmq.py``'s producer users; ready once BullMQ counts an add."""
 
     def start(self) -> None:
-        extra = ["--wait-replicas", str(self.runtime.scenario.wait_replicas),
-                 "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent)]
         scenario = self.runtime.scenario
+        extra = ["--wait-replicas", str(scenario.wait_replicas),
+                 "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent),
+                 "--bullmq-dir", str(require_installed(Path(scenario.sut.cwd)))]
         argv = locust_argv(echomq_locust_argv(
             self.load, self.runtime.url, self.keys, self.lease_ms, self.protocol,
             self.run_dir / self.prefix, extra, scenario.topology.handler, scenario.seed))

@@ -114,7 +114,7 @@ def summary_text(report: dict[str, Any]) -> str:
     lines.append(
         f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
         f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {formula.bound_ms} "
-        f"({formula.terms} + tolerance {formula.tolerance_ms})"
+        f"({formula.terms} + tolerance {formula.tolerance_ms}{formula.beyond})"
     )
     if formula.bullmq:  # the measured worst case against every formula (chaos.check.bullmq)
         both = bound["bullmq"]
@@ -124,6 +124,14 @@ def summary_text(report: dict[str, Any]) -> str:
             f"{_within(both['within_lease_plus_interval'])}, S + max(L, S) "
             f"{both['checks_on_time_ms']} {_within(both['within_checks_on_time'])}, "
             f"2S + max(L, S) {both['bullmq_bound_ms']} {_within(both['within_bullmq_bound'])}")
+        if formula.per_check:
+            lines.append(
+                f"  checks    stalled checks ran {both['stalled_checks']}, turned away "
+                f"{both['stalled_checks_turned_away']}; longest gap {both['max_check_gap_ms']} "
+                f"ms between checks that ran, {both['max_worker_check_gap_ms']} ms between one "
+                f"worker's (limit {bound['reap_interval_ms'] + bound['tolerance_ms']}); "
+                f"recoveries behind a gap over S {both['recoveries_after_a_slow_gap']}, on late "
+                f"checks {both['recoveries_with_late_checks']}")
     prompt = invariants.get("reap_prompt")
     if prompt is not None:  # every lease, faulted or not
         lines.append(

@@ -35,11 +35,15 @@ class BoundFormula:
     reap_interval_ms: int
     tolerance_ms: int
     bound_ms: int
+    # BullMQ judged per recovery on the stalled checks that ran (the history has its sweeps):
+    # S + max(L, S) + each gap between checks beyond S; else the worst case for every job
+    per_check: bool = False
 
     @classmethod
     def of(cls, bound: dict[str, Any]) -> BoundFormula:
         return cls(BULLMQ in bound, int(bound["lease_ms"]), int(bound["reap_interval_ms"]),
-                   int(bound["tolerance_ms"]), int(bound["bound_ms"]))
+                   int(bound["tolerance_ms"]), int(bound["bound_ms"]),
+                   bool((bound.get(BULLMQ) or {}).get("judged_per_recovery")))
 
     @property
     def base_ms(self) -> int:
@@ -49,21 +53,33 @@ class BoundFormula:
     @property
     def name(self) -> str:
         """The formula in the queue's own names, without figures."""
+        if self.per_check:
+            return ("stalledInterval + max(lockDuration, stalledInterval) + each gap between "
+                    "the stalled checks that ran beyond stalledInterval")
         return ("2 x stalledInterval + max(lockDuration, stalledInterval)" if self.bullmq
                 else "lease_ms + reap_interval_ms")
 
     @property
     def terms(self) -> str:
         """The formula with its figures, before the tolerance (the summary's words)."""
+        if self.per_check:
+            return (f"BullMQ, per recovery on the stalled checks that ran: stalledInterval "
+                    f"{self.reap_interval_ms} + max(lockDuration {self.lease_ms}, "
+                    "stalledInterval)")
         if self.bullmq:
             return (f"BullMQ: 2 x stalledInterval {self.reap_interval_ms} + max(lockDuration "
                     f"{self.lease_ms}, stalledInterval)")
         return f"lease {self.lease_ms} + reap {self.reap_interval_ms}"
 
     @property
+    def beyond(self) -> str:
+        """What a per-recovery bound adds past the tolerance (empty otherwise)."""
+        return ", + each gap between them beyond stalledInterval" if self.per_check else ""
+
+    @property
     def text(self) -> str:
         """``<bound> ms = <formula with figures> + tolerance <t>``."""
-        return f"{self.bound_ms} ms = {self.terms} + tolerance {self.tolerance_ms}"
+        return f"{self.bound_ms} ms = {self.terms} + tolerance {self.tolerance_ms}{self.beyond}"
 
 
 # What recovery_bound and reap_prompt check on a BullMQ history, in place of the reference

@@ -13,10 +13,18 @@
 //                              first stall", so unlimited is passed as a very large count)
 //   CHAOS_CONCURRENCY       -> concurrency
 //   CHAOS_BULLMQ_BREAK      (or the argument --break NAME) a broken variant, for proving the
-//                           checker can fail:
+//                           checker can fail (a script is patched in memory at start-up, never
+//                           on disk):
 //                             skip-stalled-check  every worker started with skipStalledCheck
-//                             unfenced-finish     moveToFinished's lock check skipped (the script
-//                                                 is patched in memory at start-up, never on disk)
+//                             slow-stalled-check  stalledInterval is twice CHAOS_REAP_INTERVAL_MS:
+//                                                 the stalled check runs at half the rate the
+//                                                 run says
+//                             unfenced-finish     moveToFinished's lock check skipped
+//                             refused-renewal     extendLocks compares the lock with the job id
+//                                                 instead of the token: every renewal refused
+//                             shared-token        every worker hands out one lock token for
+//                                                 every job it fetches
+//                             unexpiring-renewal  extendLocks sets the lock without its PX
 // A job's data is {"handler_ms": <int>, "crash": <bool>, "pad": "..."}: the handler sleeps
 // handler_ms, or SIGKILLs its own process when crash is true (a poison pill); with
 // "fail_attempts": N it throws on the job's first N attempts (BullMQ retries it, given attempts).
@@ -25,7 +33,9 @@
 const { Worker } = require('bullmq');
 const bullmqScripts = require('bullmq/dist/cjs/scripts');
 
-const BREAKS = ['', 'skip-stalled-check', 'unfenced-finish'];
+const BREAKS = ['', 'skip-stalled-check', 'slow-stalled-check', 'unfenced-finish',
+  'refused-renewal', 'shared-token', 'unexpiring-renewal'];
+const SHARED_TOKEN = '00000000-0000-4000-8000-000000000000:0';
 const UNLIMITED_STALLS = 1e9;
 
 function setting(name, fallback) {
@@ -55,12 +65,27 @@ function fail(message) {
 const LOCK_CHECK = 'local errorCode = removeLock(jobIdKey, KEYS[5], token, ARGV[1])';
 const NO_LOCK_CHECK = 'rcall("DEL", jobIdKey .. ":lock") local errorCode = 0';
 
-function unfenceFinish() {
-  const script = bullmqScripts.moveToFinished;
-  if (!script || !script.content.includes(LOCK_CHECK)) {
-    fail("unfenced-finish: this bullmq's moveToFinished has no lock check to skip");
+// extendLocks' check and its renewal (the script text of bullmq 6.x).
+const RENEWAL_CHECK = 'if currentToken == token then';
+const RENEWAL = 'rcall("SET", lockKey, token, "PX", lockDuration)';
+
+// Patch a script's text in memory, before the worker defines its commands.
+function patch(name, broken, from, to) {
+  const script = bullmqScripts[name];
+  if (!script || !script.content.includes(from)) {
+    fail(`${broken}: this bullmq's ${name} has no ${JSON.stringify(from)} to patch`);
   }
-  script.content = script.content.replace(LOCK_CHECK, NO_LOCK_CHECK);
+  script.content = script.content.replace(from, to);
+}
+
+function breakScripts(broken) {
+  if (broken === 'unfenced-finish') patch('moveToFinished', broken, LOCK_CHECK, NO_LOCK_CHECK);
+  if (broken === 'refused-renewal') {
+    patch('extendLocks', broken, RENEWAL_CHECK, 'if currentToken == jobId then');
+  }
+  if (broken === 'unexpiring-renewal') {
+    patch('extendLocks', broken, RENEWAL, 'rcall("SET", lockKey, token)');
+  }
 }
 
 function sleep(ms) {
@@ -95,7 +120,7 @@ function main() {
   if (!BREAKS.includes(broken)) {
     fail(`CHAOS_BULLMQ_BREAK=${JSON.stringify(broken)}: expected one of ${BREAKS.join(', ')}`);
   }
-  if (broken === 'unfenced-finish') unfenceFinish();
+  breakScripts(broken);
 
   const worker = new Worker(queue, handle, {
     // connectionName: CLIENT SETNAME, so the recorder can attribute calls by name as well as
@@ -105,13 +130,21 @@ function main() {
     name,
     concurrency,
     lockDuration,
-    stalledInterval,
+    stalledInterval: broken === 'slow-stalled-check' ? 2 * stalledInterval : stalledInterval,
     lockRenewTime: heartbeat || undefined,
     maxStalledCount: maxStalls === 0 ? UNLIMITED_STALLS : maxStalls,
     skipStalledCheck: broken === 'skip-stalled-check',
+    autorun: false, // run() below, once a broken variant has had its say
   });
   worker.on('error', error => process.stderr.write(`bullmq worker ${name}: ${error.message}\n`));
   worker.on('ready', () => process.stdout.write(`bullmq worker ${name} ready\n`));
+  if (broken === 'shared-token') {
+    // The main loop makes a token per fetch (<worker id>:<n>); the job keeps the one it was
+    // fetched with for its lock, its renewals and its finish: fetch every job with one token.
+    const fetch = worker._getNextJob.bind(worker);
+    worker._getNextJob = (token, options) => fetch(SHARED_TOKEN, options);
+  }
+  worker.run().catch(error => worker.emit('error', error)); // as BullMQ's own autorun does
   const stop = () => worker.close().then(() => process.exit(0), () => process.exit(1));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);

@@ -10,18 +10,30 @@ lock. What happened is read from the commands a script ran, never from its event
 
     enqueue    HMSET <job> name .. data ..            (any add script)
     claim      SET <job>:lock <token> PX <L> + HINCRBY <job> ats 1   (moveToActive, and the
-               next-job fetch inside moveToFinished); attempt = ats, holder = the job's ``pb``
-               (the worker's name; a worker started by ``sut/bullmq`` names its connection the same)
+               next-job fetch inside moveToFinished and moveToDelayed); attempt = ats, holder =
+               the job's ``pb`` (the worker's name; a worker started by ``sut/bullmq`` names its
+               connection the same), ``token`` = the lock's value
     extend     extendLock / extendLocks: GET <lock> then SET <lock> <token> PX <L>; a GET with no
                SET after it: extend_rejected
-    complete   moveToFinished target completed: HINCRBY <job> atm 1 (written only once the lock
-               matched and the job left the active list); none: complete_rejected
+    complete   moveToFinished: HINCRBY <job> atm 1 (written only once the lock matched and the
+               job left the active list); target failed (the handler failed its last attempt):
+               a complete with ``target = failed``; nothing written: complete_rejected (target)
+    retry      moveToDelayed (a backoff) / retryJob (at once): HINCRBY <job> atm 1 (or, with
+               skipAttempt, ZADD delayed <job>) once the lock matched; ``to`` = delayed | wait;
+               nothing written: complete_rejected with target = delayed | wait
+    sweep      every moveStalledJobsToWait: worker = the calling connection; ``ran`` = 0 when
+               the stalled-check key turned it away (EXISTS stalled-check, nothing else), else
+               at its SET stalled-check <ts> PX <S>
     reap       moveStalledJobsToWait: HINCRBY <job> stc 1 (the lock was gone), ``stalls`` = stc;
     dead       the same with HSET <job> defa (stc past maxStalledCount): BullMQ then fails the job
                through a claim and a moveToFinished target failed, which decode to nothing
 
 A call's token (whose lease it speaks for) is read from its arguments: plain for extendLock,
-inside MessagePack for extendLocks and moveToFinished, where its text survives MONITOR's escaping.
+moveToDelayed and retryJob, inside MessagePack for extendLocks and moveToFinished, where its text
+survives MONITOR's escaping. A lease is known by its job and token together (BullMQ hands the
+same token to the next job a finish fetches, and a broken worker may hand one out twice). A
+write to a lock the dialect does not know (a SET without PX, a PEXPIRE, a DEL outside a finish)
+or to a job's ``ats``/``atm``/``stc``/``defa`` that decodes to nothing makes the call undecoded.
 Runner events (run, phase, fault, ...) are the echomq ``record`` script's calls, decoded by the
 ``echomq`` dialect.
 """
@@ -44,6 +56,8 @@ _QUEUE_KEYS = frozenset((
     "wait", "paused", "meta", "id", "completed", "failed", "delayed", "active", "events",
     "marker", "prioritized", "pc", "stalled", "stalled-check", "limiter", "repeat", "metrics",
     "waiting-children", "de", "qe"))
+# Commands on a lock key that change nothing.
+_LOCK_READS = frozenset(("GET", "EXISTS", "PTTL", "TTL", "TYPE", "STRLEN"))
 # The queue's sets and lists whose members are job ids.
 _JOB_LISTS = ("wait", "paused", "active", "delayed", "prioritized", "completed", "failed",
               "stalled", "waiting-children")
@@ -69,12 +83,17 @@ class BullMQ:
         self.base = bullmq_base(prefix, queue)
         self.active = self.base + "active"
         self.stalled = self.base + "stalled"
+        self.stalled_check = self.base + "stalled-check"
+        self.wait = self.base + "wait"
+        self.delayed = self.base + "delayed"
+        self.marker = self.base + "marker"
         self.runner = EchoMQ(prefix, queue)  # the runner's own events (record.lua)
         # The shadow: what replies would have told.
         self.attempts: dict[str, int] = {}  # job id -> ats
         self.stalls: dict[str, int] = {}  # job id -> stc
-        self.tokens: dict[str, tuple[str, str]] = {}  # token -> (job id, attempt)
-        self.owners: dict[str, str] = {}  # worker uuid -> worker name (from claims)
+        # (job id, token) -> (attempt, holder): the lease a token stands for on a job
+        self.tokens: dict[tuple[str, str], tuple[str, str]] = {}
+        self.owners: dict[str, str] = {}  # worker uuid -> worker name (from claims): a fallback
         self.leases: dict[str, _Lease] = {}  # job id -> the lease its lock key holds
         self.dead: set[str] = set()  # failed by the stalled check (defa)
 
@@ -96,8 +115,13 @@ class BullMQ:
             return None
         return self._job(self.base + key[len(self.base):].partition(":")[0])
 
-    def _owner(self, token: str) -> str:
-        return self.owners.get(token.rpartition(":")[0], "")
+    def _holder(self, job_id: str, token: str) -> tuple[str, str]:
+        """(attempt, holder) of the lease ``token`` stands for on ``job_id``: the claim that
+        handed it out; else no attempt, and the worker whose uuid the token carries."""
+        known = self.tokens.get((job_id, token))
+        if known is not None:
+            return known
+        return "", self.owners.get(token.rpartition(":")[0], "")
 
     # --- decoding -----------------------------------------------------------------------
     def decode(self, call: Call) -> Decoded:
@@ -117,19 +141,36 @@ class BullMQ:
         keys, argv = call.args[3:3 + numkeys], call.args[3 + numkeys:]
         if not any(key.startswith(self.base) for key in keys):
             return self.runner.decode(call) if command.startswith("EVAL") else Decoded([])
+        if not call.commands:  # it ran nothing (NOSCRIPT ...): every BullMQ script we decode
+            return Decoded([], not_run=True)  # runs a command first; no refusal to invent
         try:
             return self._decode(call, keys, argv)
         except (IndexError, ValueError, KeyError):
             return Decoded([], undecoded=True)
 
+    def _ending(self, keys: list[str], argv: list[str]) -> tuple[str, str, str] | None:
+        """(job id, token, target) of a call that ends its lease (moveToFinished: completed or
+        failed; moveToDelayed: delayed; retryJob: wait), else None."""
+        if len(keys) == 14 and keys[1] == self.active:  # moveToFinished
+            return (self._job(keys[11]) or "", next(iter(_TOKEN.findall(argv[7])), ""),
+                    argv[4])
+        if len(keys) == 11 and keys[0] == self.marker and keys[1] == self.active \
+                and keys[3] == self.delayed:  # moveToDelayed
+            return self._job(keys[4]) or "", argv[3], "delayed"
+        if len(keys) == 11 and keys[0] == self.active and keys[1] == self.wait:  # retryJob
+            return self._job(keys[3]) or "", argv[4], "wait"
+        return None
+
     def _decode(self, call: Call, keys: list[str], argv: list[str]) -> Decoded:
-        finishing = len(keys) == 14 and keys[1] == self.active  # moveToFinished
+        ending = self._ending(keys, argv)
+        end_job, end_token, target = ending or ("", "", "")
         extending = len(keys) <= 2 and keys[-1] == self.stalled  # extendLock(s)
+        checking = len(keys) == 9 and keys[0] == self.stalled and keys[3] == self.stalled_check
+        attempted = ""  # the stamp of a stalled check's look at its key (ms)
+        swept = False
         events: list[dict[str, str]] = []
         leftover = False  # a lease-changing write nothing below accounted for
         tokens = iter(_TOKEN.findall(argv[1] if extending and len(keys) == 1 else ""))
-        finish_token = next(iter(_TOKEN.findall(argv[7])), "") if finishing else ""
-        target = argv[4] if finishing else ""
         checked: tuple[str, str] | None = None  # (job id, ms): an extend's GET awaiting its SET
         pending_claim: dict[str, str] | None = None
         finished = False
@@ -137,26 +178,42 @@ class BullMQ:
             name, key = args[0].upper(), args[1] if len(args) > 1 else ""
             ms = str(stamp // 1000)
             lock_of = self._job(key, ":lock")
-            if name == "GET" and lock_of is not None and extending:
-                if checked is not None:
-                    events.append(self._extend_rejected(*checked, argv, tokens, len(keys)))
-                checked = (lock_of, ms)
-            elif name == "SET" and lock_of is not None and len(args) >= 5:
-                token, px = args[2], args[4]
-                deadline = str(int(ms) + int(px))
-                if extending and checked is not None and checked[0] == lock_of:
-                    checked = None
-                    next(tokens, None)
-                    job, attempt = self.tokens.get(token, (lock_of, ""))
-                    lease = self.leases.get(lock_of)
-                    if lease is not None:
-                        lease.deadline = deadline
-                    events.append({"type": "extend", "id": lock_of, "attempt": attempt,
-                                   "worker": self._owner(token), "lease_ms": px,
-                                   "deadline": deadline, "ts": ms})
-                else:  # a claim: its attempt comes with the HINCRBY ats that follows
-                    pending_claim = {"type": "claim", "id": lock_of, "token": token,
-                                     "lease_ms": px, "deadline": deadline, "ts": ms}
+            if lock_of is not None:
+                if name == "GET" and extending:
+                    if checked is not None:
+                        events.append(self._extend_rejected(*checked, argv, tokens, len(keys)))
+                    checked = (lock_of, ms)
+                elif name == "SET":
+                    renewing = extending and checked is not None and checked[0] == lock_of
+                    if renewing:  # the GET's answer: a SET follows, so not a refusal
+                        checked = None
+                        next(tokens, None)
+                    if len(args) != 5 or args[3].upper() != "PX" or not args[4].isdigit():
+                        leftover = True  # a lock written some other way: no lease we know
+                        continue
+                    token, px = args[2], args[4]
+                    deadline = str(int(ms) + int(px))
+                    if renewing:
+                        attempt, worker = self._holder(lock_of, token)
+                        lease = self.leases.get(lock_of)
+                        if lease is not None:
+                            lease.deadline = deadline
+                        events.append({"type": "extend", "id": lock_of, "attempt": attempt,
+                                       "worker": worker, "lease_ms": px,
+                                       "deadline": deadline, "ts": ms})
+                    else:  # a claim: its attempt comes with the HINCRBY ats that follows
+                        pending_claim = {"type": "claim", "id": lock_of, "token": token,
+                                         "lease_ms": px, "deadline": deadline, "ts": ms}
+                elif name == "DEL":
+                    leftover = leftover or ending is None  # a lock dropped outside a finish
+                elif name not in _LOCK_READS:
+                    leftover = True
+            elif key == self.stalled_check and checking:
+                if name == "EXISTS":
+                    attempted = attempted or ms
+                elif name == "SET":
+                    swept = True
+                    events.append({"type": "sweep", "worker": call.conn or "", "ts": ms})
             elif name in ("HMSET", "HSET") and (job_id := self._job(key)) is not None:
                 fields = dict(zip(args[2::2], args[3::2], strict=False))
                 if "data" in fields and "name" in fields and "opts" in fields:
@@ -169,7 +226,7 @@ class BullMQ:
                 if "defa" in fields:
                     self.dead.add(job_id)
                     for event in reversed(events):  # the reap this stall check just made
-                        if event["id"] == job_id and event["type"] == "reap":
+                        if event.get("id") == job_id and event["type"] == "reap":
                             event["type"] = "dead"
                             break
             elif name == "HINCRBY" and len(args) == 4 and (job_id := self._job(key)):
@@ -189,28 +246,35 @@ class BullMQ:
                                    "worker": lease.worker if lease else "",
                                    "deadline": lease.deadline if lease else "",
                                    "stalls": str(self.stalls[job_id]), "ts": ms})
-                elif field == "atm" and finishing:
+                elif field == "atm" and job_id == end_job and not finished:
                     finished = True
-                    events.extend(self._finish(job_id, finish_token, target, ms, True))
+                    events.extend(self._finish(job_id, end_token, target, ms, True))
                 elif field in _LEASE_FIELDS:
                     leftover = True
+            elif (name == "ZADD" and key == self.delayed and target == "delayed"
+                  and not finished and end_job in args[3::2]):
+                finished = True  # moveToDelayed with skipAttempt: no atm, the ZADD says it
+                events.extend(self._finish(end_job, end_token, target, ms, True))
         if extending and checked is not None:
             events.append(self._extend_rejected(*checked, argv, tokens, len(keys)))
-        if finishing and not finished:
-            job_id = self._job(keys[11]) or ""
-            events.extend(self._finish(job_id, finish_token, target,
+        if attempted and not swept:  # turned away: another check ran less than S before
+            events.append({"type": "sweep", "worker": call.conn or "", "ran": "0",
+                           "ts": attempted})
+        if ending is not None and not finished:
+            events.extend(self._finish(end_job, end_token, target,
                                        str(call.commands[-1][0] // 1000 if call.commands
                                            else call.stamp_us // 1000), False))
-        empty = (len(keys) == 11 and keys[1] == self.active and not events and not leftover
+        empty = (len(keys) == 11 and keys[0] == self.wait and keys[1] == self.active
+                 and not events and not leftover
                  and pending_claim is None)  # moveToActive found nothing to hand out
         return Decoded(events, undecoded=leftover or pending_claim is not None,
                        empty_claim=empty)
 
     def _claim(self, claim: dict[str, str], job_id: str) -> list[dict[str, str]]:
-        token = claim.pop("token")
+        token = claim["token"]
         attempt = str(self.attempts[job_id])
-        worker = claim.get("worker") or self._owner(token)
-        self.tokens[token] = (job_id, attempt)
+        worker = claim.get("worker") or self._holder(job_id, token)[1]
+        self.tokens[(job_id, token)] = (attempt, worker)
         self.owners.setdefault(token.rpartition(":")[0], worker)
         self.leases[job_id] = _Lease(attempt, worker, claim["deadline"])
         if job_id in self.dead:  # BullMQ fetches a deferred failure only to fail it
@@ -220,26 +284,30 @@ class BullMQ:
     def _extend_rejected(self, job_id: str, ts: str, argv: list[str], tokens: Iterator[str],
                          numkeys: int) -> dict[str, str]:
         token = argv[0] if numkeys == 2 else next(tokens, "")
-        return {"type": "extend_rejected", "id": job_id,
-                "attempt": self.tokens.get(token, ("", ""))[1],
-                "current_attempt": str(self.attempts.get(job_id, "")),
-                "worker": self._owner(token), "ts": ts}
+        attempt, worker = self._holder(job_id, token)
+        return {"type": "extend_rejected", "id": job_id, "attempt": attempt,
+                "current_attempt": str(self.attempts.get(job_id, "")), "worker": worker,
+                "ts": ts}
 
     def _finish(self, job_id: str, token: str, target: str, ts: str,
                 accepted: bool) -> list[dict[str, str]]:
-        attempt = self.tokens.get(token, ("", ""))[1]
-        worker = self._owner(token)
+        """The end of a lease by its holder's call: ``target`` completed or failed
+        (moveToFinished), delayed or wait (a retry)."""
+        attempt, worker = self._holder(job_id, token)
         if job_id in self.dead:
             return []  # the deferred failure of a job already recorded dead
         if not accepted:
-            # ``target``: BullMQ answers a refused completion by trying to fail the job, which
-            # is refused the same way: two rejections, completed then failed.
+            # ``target``: BullMQ answers a refused completion by trying to fail the job (or to
+            # retry it), which is refused the same way: two rejections.
             return [{"type": "complete_rejected", "id": job_id, "attempt": attempt,
                      "current_attempt": str(self.attempts.get(job_id, "")), "worker": worker,
                      "target": target, "ts": ts}]
         self.leases.pop(job_id, None)
-        if target == "failed":  # the handler failed it: out of the queue, never completed
-            return [{"type": "dead", "id": job_id, "attempt": attempt, "worker": worker,
-                     "deadline": "", "stalls": str(self.stalls.get(job_id, 0)), "ts": ts}]
-        return [{"type": "complete", "id": job_id, "attempt": attempt, "worker": worker,
-                 "ts": ts}]
+        if target in ("delayed", "wait"):  # handed back for another attempt
+            return [{"type": "retry", "id": job_id, "attempt": attempt, "worker": worker,
+                     "to": target, "ts": ts}]
+        event = {"type": "complete", "id": job_id, "attempt": attempt, "worker": worker,
+                 "ts": ts}
+        if target == "failed":  # its last attempt failed: finished, not lost, not run again
+            event["target"] = target
+        return [event]
