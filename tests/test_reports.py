@@ -315,7 +315,8 @@ def test_a_bullmq_report_states_bullmqs_bound_in_bullmqs_names():
     assert f"<th>recovery bound</th><td>{bound} + tolerance 100</td>" in page
     assert "<th>lockDuration (lease_ms)</th><td>300</td>" in page
     assert "<th>stalledInterval (reap_interval_ms)</th><td>1000</td>" in page
-    assert "returned by BullMQ&#x27;s stalled check within 2 x stalledInterval" in page
+    assert ("returned by BullMQ&#x27;s stalled check within stalledInterval + "
+            "max(lockDuration, stalledInterval)") in page
     assert "lease_ms + reap_interval_ms" not in page and "lease + reap" not in page
     # whose queue it was, and no protocol variant of the reference worker's
     assert ("<th>system under test</th><td>own workers node worker.js, no reaper (the workers "

@@ -86,9 +86,11 @@ class BoundFormula:
 # protocol's lines (``chaos.check.verdict.WHAT_IT_CHECKS``): the bound BullMQ has.
 BULLMQ_CHECKS = {
     "recovery_bound": "every lease stranded by a cut-off fault (kill, pause, partition) is "
-                      "returned by BullMQ's stalled check within 2 x stalledInterval + "
+                      "returned by BullMQ's stalled check within stalledInterval + "
                       "max(lockDuration, stalledInterval) + tolerance_ms of its holder's last "
-                      "renewal",
+                      "renewal, plus each gap between the stalled checks that ran beyond "
+                      "stalledInterval (2 x stalledInterval + ... without their record), while "
+                      "every worker's checks run at most stalledInterval + tolerance_ms apart",
     "reap_prompt": "every lapsed lock, faulted or not, is returned within 2 x stalledInterval "
                    "+ max(lockDuration, stalledInterval) - lockDuration + reap_allowance_ms of "
                    "its deadline (server clock); a lock never returned counts as late once the "
