@@ -21,7 +21,7 @@ import pytest
 from chaos.names import INVARIANTS, PROTOCOLS
 from chaos.scenario.loading import load_scenario
 from chaos.scenario.sut import COOPERATIVE_FAULTS
-from chaos.tools.certify import BATTERY, BUG_CLASSES, CertifyRun, classify
+from chaos.tools.certify import BATTERY, BUG_CLASSES, CertifyRun, Target, classify, plan_battery
 
 ROOT = Path(__file__).resolve().parent.parent
 BATTERY_DIR = ROOT / "scenarios" / "certify"
@@ -99,6 +99,19 @@ def test_a_run_that_could_not_decide_leaves_its_classes_undecided():
     assert classify(bug, [], skipped, set()).status == "not run"
     everything_skipped = {"kill-in-claim-gap": "-", "kill-busy-workers": "-"}
     assert classify(bug, [], everything_skipped, set()).status == "not applicable"
+
+
+def test_a_scenario_the_queue_cannot_run_is_not_applicable_not_an_error():
+    """The reference-only scenarios against a SUT of its own; a fault on the reaper of a queue
+    that runs none."""
+    node = {run.entry.name: run.skipped for run in
+            plan_battery(Target.from_file(NODE_SCENARIO, None), seeds=1)}
+    assert node["kill-in-claim-gap"] and "claim-gap hook" in node["kill-in-claim-gap"]
+    assert node["skewed-reaper-clock"] and "clock offset file" in node["skewed-reaper-clock"]
+    assert not node["lone-worker-frozen"]
+    no_reaper = {run.entry.name: run.skipped for run in
+                 plan_battery(Target.reference("no-reaper"), seeds=1)}
+    assert [name for name, why in no_reaper.items() if why] == ["skewed-reaper-clock"]
 
 
 # --- bad input -----------------------------------------------------------------------------------

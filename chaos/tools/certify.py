@@ -148,6 +148,13 @@ class Target:
     protocol: str  # the reference queue's variant ("sound" for a foreign SUT)
     parts: dict[str, Any]  # top-level fields merged into every battery scenario
 
+    @property
+    def runs_reaper(self) -> bool:
+        """Does the queue run reaper processes (a fault can target)?"""
+        if self.foreign:
+            return bool(self.parts["sut"]["reaper"] != "none")
+        return self.protocol != "no-reaper"
+
     @classmethod
     def reference(cls, protocol: str | None) -> Target:
         protocol = protocol or "sound"
@@ -186,13 +193,14 @@ class Target:
 
 def not_applicable(scenario: Scenario, target: Target) -> str | None:
     """Why a battery scenario cannot run against this target (None: it can): a fault only the
-    reference worker carries out, against a SUT of the user's own."""
-    if not target.foreign:
-        return None
+    reference worker carries out, against a SUT of the user's own; a fault aimed at the reaper
+    of a queue that runs none (no-reaper, or a SUT whose workers reap)."""
     for fault in scenario.faults:
         why = COOPERATIVE_FAULTS.get(fault.kind)
-        if why is not None:
+        if target.foreign and why is not None:
             return f"its {fault.kind} fault needs {why}"
+        if not target.runs_reaper and fault.target in scenario.topology.reaper_names:
+            return f"its {fault.kind} fault targets the reaper, and {target.label} runs none"
     return None
 
 
@@ -252,9 +260,9 @@ def plan_battery(target: Target, seeds: int, only: Sequence[str] | None = None,
         planned.append(PlannedRun(entry, scenario,
                                   tuple(scenario.seed + k for k in range(count))))
     if not any(run.scenario is not None for run in planned):
-        raise ScenarioError("nothing to run: every battery scenario chosen needs the reference "
-                            "queue (" + "; ".join(f"{run.entry.name}: {run.skipped}"
-                                                  for run in planned) + ")")
+        raise ScenarioError(f"nothing to run: no battery scenario chosen can run against "
+                            f"{target.label} (" + "; ".join(f"{run.entry.name}: {run.skipped}"
+                                                            for run in planned) + ")")
     return planned
 
 
