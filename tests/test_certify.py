@@ -21,7 +21,16 @@ import pytest
 from chaos.names import INVARIANTS, PROTOCOLS
 from chaos.scenario.loading import load_scenario
 from chaos.scenario.sut import COOPERATIVE_FAULTS
-from chaos.tools.certify import BATTERY, BUG_CLASSES, CertifyRun, Target, classify, plan_battery
+from chaos.tools.certify import (
+    BATTERY,
+    BUG_CLASSES,
+    CertifyResult,
+    CertifyRun,
+    Target,
+    classify,
+    plan_battery,
+    table,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 BATTERY_DIR = ROOT / "scenarios" / "certify"
@@ -99,6 +108,23 @@ def test_a_run_that_could_not_decide_leaves_its_classes_undecided():
     assert classify(bug, [], skipped, set()).status == "not run"
     everything_skipped = {"kill-in-claim-gap": "-", "kill-busy-workers": "-"}
     assert classify(bug, [], everything_skipped, set()).status == "not applicable"
+
+
+def test_the_table_says_per_class_what_each_scenario_found_and_the_exit_code_is_the_worst():
+    runs = [made_up("lone-worker-frozen", "fail", ("exclusive_lease",)),
+            *(made_up("staggered-lapses", "fail", ("exclusive_lease",)) for _ in range(2)),
+            made_up("slow-link", "unknown")]
+    runs[1].seed, runs[2].seed = 7, 8
+    runs[0].exit_code = runs[1].exit_code = runs[2].exit_code = 1
+    runs[3].exit_code = 4
+    result = CertifyResult("a queue", "sound", 2, runs, {"kill-in-claim-gap": "why not"})
+    assert result.exit_code == 1 and result.word == "FAIL"
+    text = table(result)
+    assert "  resurrected lease [exclusive_lease]: SEEN" in text
+    assert "also failed elsewhere: staggered-lapses seeds 7, 8 (exclusive_lease)" in text
+    assert "lapse judged by the client's clock [no_premature_reap, lease_length]: undecided" in text
+    assert "kill-in-claim-gap           n/a: why not" in text
+    assert text.endswith("certify: FAIL (4 runs, 3 failed)")
 
 
 def test_a_scenario_the_queue_cannot_run_is_not_applicable_not_an_error():

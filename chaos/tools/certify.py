@@ -427,6 +427,18 @@ def _found(run: CertifyRun) -> str:
     return f"{word}{f' ({run.error})' if run.error and not run.decided else ''}"
 
 
+def _elsewhere(finding: ClassFinding) -> str:
+    """Other scenarios' runs that failed one of the class's invariants, a scenario's seeds
+    together: ``staggered-lapses seeds 37, 38 (exclusive_lease)``."""
+    seeds: dict[tuple[str, tuple[str, ...]], list[int]] = {}
+    for run in finding.elsewhere:
+        failed = tuple(sorted(set(run.failed) & set(finding.bug.invariants)))
+        seeds.setdefault((run.scenario, failed), []).append(run.seed)
+    return "; ".join(
+        f"{scenario} seed{'s' if len(found) > 1 else ''} {', '.join(map(str, found))} "
+        f"({', '.join(failed)})" for (scenario, failed), found in seeds.items())
+
+
 def table(result: CertifyResult) -> str:
     """The runs, then per bug class what the scenarios built for it found."""
     lines = [f"certify {result.target}", ""]
@@ -447,11 +459,7 @@ def table(result: CertifyResult) -> str:
         for name, why in finding.not_applicable.items():
             lines.append(f"      {name.ljust(width)}  n/a: {why}")
         if finding.elsewhere:
-            seen = "; ".join(
-                f"{run.scenario} seed {run.seed} "
-                f"({', '.join(sorted(set(run.failed) & set(bug.invariants)))})"
-                for run in finding.elsewhere)
-            lines.append(f"      also failed elsewhere: {seen}")
+            lines.append(f"      also failed elsewhere: {_elsewhere(finding)}")
     other = sorted({name for run in result.runs for name in run.failed}
                    - {name for bug in BUG_CLASSES for name in bug.invariants})
     if other:
