@@ -132,10 +132,11 @@ def _sut_cwd_beside(data: dict[str, Any], path: Path) -> None:
             sut["cwd"] = str((path.parent / cwd).resolve())
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+def read_scenario_file(path: str | Path) -> dict[str, Any]:
+    """A scenario file's TOML as a table, not yet validated (errors name the file: exit 2)."""
     source = str(path)
     try:
-        data = tomllib.loads(Path(path).read_text())
+        return tomllib.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ScenarioError(f"{source}: no such file") from None
     except (OSError, UnicodeDecodeError) as error:
@@ -145,14 +146,28 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
     except RecursionError:
         raise ScenarioError(f"{source}: not valid TOML: arrays or tables nested too deeply") \
             from None
-    for assignment in overrides or []:
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str], source: str) -> None:
+    """``--set`` assignments applied to a scenario's table, in order."""
+    for assignment in overrides:
         try:
             field_path, value = parse_override(assignment)
         except ScenarioError as error:
             raise ScenarioError(f"{source}: {error}") from None
         apply_override(data, field_path, value, f"{source}: --set {assignment}")
-    _sut_cwd_beside(data, Path(path))
+
+
+def validated(data: dict[str, Any], source: str) -> Scenario:
+    """A scenario's table validated (``source`` names it in every error)."""
     try:
         return scenario_from_dict(data, source)
     except RecursionError:
         raise ScenarioError(f"{source}: invalid scenario: values nested too deeply") from None
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    data = read_scenario_file(path)
+    apply_overrides(data, overrides or [], str(path))
+    _sut_cwd_beside(data, Path(path))
+    return validated(data, str(path))

@@ -1,0 +1,243 @@
+"""``echomq-chaos certify`` (docs/certify.md): the battery against one queue, read per bug class.
+
+The static tables agree with the battery's files and cover the mutant zoo; the per-class reading
+is checked on runs made up by hand; then, end to end (real valkey-server, real processes, really
+frozen and killed), a short battery passes on the reference queue, a mutant fails with its class,
+the Node example passes and its broken switch is caught, and bad input exits 2 naming the field.
+The full battery over every variant is measured in docs/certify.md, not here (minutes).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from chaos.names import INVARIANTS, PROTOCOLS
+from chaos.scenario.loading import load_scenario
+from chaos.scenario.sut import COOPERATIVE_FAULTS
+from chaos.tools.certify import (
+    BATTERY,
+    BUG_CLASSES,
+    CertifyResult,
+    CertifyRun,
+    Target,
+    classify,
+    plan_battery,
+    table,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+BATTERY_DIR = ROOT / "scenarios" / "certify"
+NODE_SUT = ROOT / "sut" / "node-echomq"
+NODE_SCENARIO = ROOT / "scenarios" / "node" / "kill-worker.toml"
+BY_KEY = {bug.key: bug for bug in BUG_CLASSES}
+
+
+def certify(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "chaos", "certify", *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def made_up(scenario: str, verdict: str = "pass", failed: tuple[str, ...] = (),
+            undecided: tuple[str, ...] = ()) -> CertifyRun:
+    return CertifyRun(scenario, 1, verdict, 0, list(failed), list(undecided), 1000, "-")
+
+
+# --- the tables ----------------------------------------------------------------------------------
+
+def test_the_battery_table_names_exactly_the_battery_files():
+    assert sorted(path.stem for path in BATTERY_DIR.glob("*.toml")) == \
+        sorted(entry.name for entry in BATTERY)
+    for entry in BATTERY:
+        scenario = load_scenario(BATTERY_DIR / f"{entry.name}.toml")
+        assert scenario.name == entry.name and scenario.protocol == "sound"
+        assert scenario.faults or scenario.check.max_needless == 0, entry.name  # it tests something
+
+
+def test_every_class_is_seen_by_invariants_and_every_zoo_variant_has_a_class():
+    for bug in BUG_CLASSES:
+        assert bug.scenarios and bug.invariants and set(bug.invariants) <= set(INVARIANTS)
+    zoo = {load_scenario(path).protocol for path in (ROOT / "scenarios" / "mutants").glob("*.toml")}
+    assert zoo == set(PROTOCOLS) - {"sound"}
+    assert {variant for bug in BUG_CLASSES for variant in bug.zoo} == zoo
+
+
+def test_every_class_has_a_scenario_a_foreign_sut_can_run():
+    """Reference-only scenarios (a fault the reference worker carries out on itself) may add
+    certainty, but no class may depend on them alone."""
+    reference_only = {entry.name for entry in BATTERY
+                      if any(fault.kind in COOPERATIVE_FAULTS for fault in
+                             load_scenario(BATTERY_DIR / f"{entry.name}.toml").faults)}
+    assert reference_only  # the check below can fail
+    for bug in BUG_CLASSES:
+        assert set(bug.scenarios) - reference_only, bug.key
+
+
+# --- reading runs per class ----------------------------------------------------------------------
+
+def test_a_class_is_seen_only_by_its_invariants_in_its_own_scenarios():
+    runs = [made_up("lone-worker-frozen", "fail", ("exclusive_lease",)),
+            made_up("all-workers-frozen"),
+            made_up("long-handlers", "fail", ("no_double_completion", "needless_limit"))]
+    ran = {run.scenario for run in runs}
+    skips_active = classify(BY_KEY["complete-skips-active"], runs, {}, ran)
+    assert skips_active.status == "SEEN" and len(skips_active.runs) == 2
+    assert [run.scenario for run in skips_active.elsewhere] == ["long-handlers"]
+    # exclusive_lease is not the double completion's invariant; its other scenario never ran
+    double = classify(BY_KEY["double-completion"], runs, {}, ran)
+    assert double.status == "not seen (1 of its 3 scenarios not run)"
+    assert double.not_run == ["stale-finish-during-rework"]
+    assert classify(BY_KEY["non-renewing"], runs, {}, ran).status == "SEEN"
+    assert classify(BY_KEY["single-batch-reaper"], runs, {}, ran).status == "not run"
+
+
+def test_a_run_that_could_not_decide_leaves_its_classes_undecided():
+    bug = BY_KEY["lost-job"]
+    runs = [made_up("kill-busy-workers", "unknown")]
+    skipped = {"kill-in-claim-gap": "its kill_in_claim_gap fault needs the claim-gap hook"}
+    found = classify(bug, runs, skipped, {"kill-busy-workers"})
+    assert found.status == "undecided" and found.not_applicable == skipped
+    blind = [made_up("kill-busy-workers", "fail", ("recovery_bound",), ("no_loss",))]
+    assert classify(bug, blind, skipped, {"kill-busy-workers"}).status == "undecided"
+    assert classify(bug, [], skipped, set()).status == "not run"
+    everything_skipped = {"kill-in-claim-gap": "-", "kill-busy-workers": "-"}
+    assert classify(bug, [], everything_skipped, set()).status == "not applicable"
+
+
+def test_the_table_says_per_class_what_each_scenario_found_and_the_exit_code_is_the_worst():
+    runs = [made_up("lone-worker-frozen", "fail", ("exclusive_lease",)),
+            *(made_up("staggered-lapses", "fail", ("exclusive_lease",)) for _ in range(2)),
+            made_up("slow-link", "unknown")]
+    runs[1].seed, runs[2].seed = 7, 8
+    runs[0].exit_code = runs[1].exit_code = runs[2].exit_code = 1
+    runs[3].exit_code = 4
+    result = CertifyResult("a queue", "sound", 2, runs, {"kill-in-claim-gap": "why not"})
+    assert result.exit_code == 1 and result.word == "FAIL"
+    text = table(result)
+    assert "  resurrected lease [exclusive_lease]: SEEN" in text
+    assert "also failed elsewhere: staggered-lapses seeds 7, 8 (exclusive_lease)" in text
+    assert "lapse judged by the client's clock [no_premature_reap, lease_length]: undecided" in text
+    assert "kill-in-claim-gap           n/a: why not" in text
+    assert text.endswith("certify: FAIL (4 runs, 3 failed)")
+
+
+def test_a_scenario_the_queue_cannot_run_is_not_applicable_not_an_error():
+    """The reference-only scenarios against a SUT of its own; a fault on the reaper of a queue
+    that runs none."""
+    node = {run.entry.name: run.skipped for run in
+            plan_battery(Target.from_file(NODE_SCENARIO, None), seeds=1)}
+    assert node["kill-in-claim-gap"] and "claim-gap hook" in node["kill-in-claim-gap"]
+    assert node["skewed-reaper-clock"] and "clock offset file" in node["skewed-reaper-clock"]
+    assert not node["lone-worker-frozen"]
+    no_reaper = {run.entry.name: run.skipped for run in
+                 plan_battery(Target.reference("no-reaper"), seeds=1)}
+    assert [name for name, why in no_reaper.items() if why] == ["skewed-reaper-clock"]
+
+
+# --- bad input -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("args", "named"), [
+    (["scenarios/kill-worker.toml"], "[sut]"),
+    (["--protocol", "bogus"], "--protocol 'bogus': unknown protocol"),
+    (["scenarios/no-such-file.toml"], "no such file"),
+    (["scenarios/node/kill-worker.toml", "--protocol", "unfenced-complete"], "--protocol"),
+    (["--only", "no-such-scenario"], "--only no-such-scenario"),
+    (["--seeds", "0"], "--seeds 0"),
+    (["--set", "topology.workers=0", "--only", "slow-link"], "topology.workers = 0"),
+], ids=["no-sut", "unknown-protocol", "no-file", "protocol-with-sut", "only", "seeds", "set"])
+def test_bad_input_exits_2_naming_the_field(args: list[str], named: str, tmp_path: Path):
+    out = tmp_path / "out"
+    result = certify(*args, "--out", str(out), timeout=60)
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert named in result.stderr
+    assert not out.exists()  # refused before anything ran
+
+
+# --- end to end ----------------------------------------------------------------------------------
+
+def read_summary(out: Path) -> tuple[dict, dict[str, dict]]:
+    summary = json.loads((out / "certify.json").read_text())
+    return summary, {found["class"]: found for found in summary["classes"]}
+
+
+@pytest.mark.integration
+def test_a_short_battery_on_the_reference_queue_passes(tmp_path: Path):
+    out = tmp_path / "certify"
+    result = certify("--only", "stale-finish-during-rework", "--only", "lone-worker-frozen",
+                     "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    summary, classes = read_summary(out)
+    assert summary["verdict"] == "PASS" and summary["protocol"] == "sound"
+    assert [(run["scenario"], run["verdict"]) for run in summary["runs"]] == [
+        ("stale-finish-during-rework", "pass"), ("lone-worker-frozen", "pass")]
+    assert classes["stale-finish"]["status"].startswith("not seen")
+    assert classes["resurrected-lease"]["status"] == "not seen"
+    assert classes["lost-job"]["status"] == "not run"
+    assert "certify: PASS (2 runs, 0 failed)" in result.stdout
+
+
+@pytest.mark.integration
+def test_a_mutant_fails_certify_with_its_class(tmp_path: Path):
+    out = tmp_path / "certify"
+    result = certify("--protocol", "complete-skips-active", "--only", "lone-worker-frozen",
+                     "--out", str(out))
+    assert result.returncode == 1, result.stdout + result.stderr[-3000:]
+    summary, classes = read_summary(out)
+    assert summary["verdict"] == "FAIL"
+    assert classes["complete-skips-active"]["status"] == "SEEN (1 of its 2 scenarios not run)"
+    (run,) = classes["complete-skips-active"]["runs"]
+    assert "exclusive_lease" in run["failed"]
+    assert "complete that skips the active check [exclusive_lease, no_double_completion]: SEEN" \
+        in result.stdout
+
+
+def node_missing() -> str | None:
+    if shutil.which("node") is None:
+        return "node is not on PATH"
+    if not (NODE_SUT / "node_modules").is_dir():
+        return f"{NODE_SUT}/node_modules is absent: run `npm ci` in sut/node-echomq"
+    return None
+
+
+def processes_in(directory: Path) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if Path(os.readlink(entry / "cwd")) == directory:
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.integration
+def test_the_node_example_passes_and_its_broken_switch_is_caught(tmp_path: Path):
+    problem = node_missing()
+    if problem is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI=true but {problem}")
+        pytest.skip(problem)
+    sound = certify(str(NODE_SCENARIO), "--only", "lone-worker-frozen",
+                    "--out", str(tmp_path / "sound"))
+    assert sound.returncode == 0, sound.stdout + sound.stderr[-3000:]
+    summary, _ = read_summary(tmp_path / "sound")
+    assert "scenarios/node/kill-worker.toml [sut]: node worker.js" in summary["target"]
+    assert summary["not_applicable"] == {}  # lone-worker-frozen needs nothing of the reference
+    broken = certify(str(NODE_SCENARIO), "--only", "lone-worker-frozen", "--set",
+                     'sut.workers=["node", "worker.js", "--break", "unfenced-complete"]',
+                     "--out", str(tmp_path / "broken"))
+    assert broken.returncode == 1, broken.stdout + broken.stderr[-3000:]
+    summary, classes = read_summary(tmp_path / "broken")
+    assert classes["stale-finish"]["status"].startswith("SEEN")
+    # The runs judged the Node processes, on the recorder's history, and left none behind.
+    (run,) = summary["runs"]
+    report = json.loads((Path(run["run_dir"]) / "report.json").read_text())
+    assert report["history_recorder"]["source"] == "monitor"
+    assert processes_in(NODE_SUT.resolve()) == []
