@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -31,10 +30,11 @@ from chaos.tools.certify import (
     plan_battery,
     table,
 )
+from tests.test_sut_node import NODE_SUT, processes_in
+from tests.test_sut_node import _missing as node_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 BATTERY_DIR = ROOT / "scenarios" / "certify"
-NODE_SUT = ROOT / "sut" / "node-echomq"
 NODE_SCENARIO = ROOT / "scenarios" / "node" / "kill-worker.toml"
 BY_KEY = {bug.key: bug for bug in BUG_CLASSES}
 
@@ -195,26 +195,6 @@ def test_a_mutant_fails_certify_with_its_class(tmp_path: Path):
     assert "exclusive_lease" in run["failed"]
     assert "complete that skips the active check [exclusive_lease, no_double_completion]: SEEN" \
         in result.stdout
-
-
-def node_missing() -> str | None:
-    if shutil.which("node") is None:
-        return "node is not on PATH"
-    if not (NODE_SUT / "node_modules").is_dir():
-        return f"{NODE_SUT}/node_modules is absent: run `npm ci` in sut/node-echomq"
-    return None
-
-
-def processes_in(directory: Path) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if Path(os.readlink(entry / "cwd")) == directory:
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 @pytest.mark.integration
