@@ -17,7 +17,7 @@ import secrets
 import signal
 import subprocess
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -371,6 +371,19 @@ class RuntimeBase(ABC):
             self._network().remove_toxics(link, toxics)
         except NetworkError as error:
             raise InfraError(str(error)) from None
+
+    def partition(self, name: str, fault_id: str, mode: str | None) -> Callable[[], None]:
+        """Cut ``name`` off from the server; returns what heals it. Through its own proxy: a
+        timeout-0 toxic both ways (``mode`` timeout: nothing passes, nothing closes; removing it
+        closes those connections, so the target reconnects), or the proxy disabled (refuses
+        new connections, drops open ones at once)."""
+        if mode == "disable":
+            self.set_link_enabled(name, False)
+            return lambda: self.set_link_enabled(name, True)
+        toxics = [ToxicSpec(f"{fault_id}_timeout_{stream}", "timeout", stream, {"timeout": 0})
+                  for stream in ("upstream", "downstream")]
+        self.add_toxics(name, toxics)
+        return lambda: self.remove_toxics(name, toxics)
 
     def set_link_enabled(self, link: str, enabled: bool) -> None:
         try:
