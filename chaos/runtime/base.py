@@ -16,6 +16,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -37,7 +38,7 @@ from chaos.network.client import (
     wait_for_api,
 )
 from chaos.protocol.acks import ACKS_DIR
-from chaos.protocol.client import connect
+from chaos.protocol.client import QueueClient, connect
 from chaos.protocol.clock import write_offset
 from chaos.reference.config import CLAIM_GAP_SUFFIX
 from chaos.runtime.pids import forget_process, record_process
@@ -126,6 +127,8 @@ class RuntimeBase(ABC):
     children: dict[str, Child] = field(default_factory=dict)
     # A foreign SUT's processes: each its own ACL user (named after it) and password
     sut_users: dict[str, str] = field(default_factory=dict)
+    # How the runtime tells the user something mid-run (the runner's progress line)
+    say: Callable[[str], None] = field(default=lambda text: print(text, file=sys.stderr))
 
     def __post_init__(self) -> None:
         _LIVE_RUNTIMES.append(self)
@@ -183,6 +186,23 @@ class RuntimeBase(ABC):
     def server_names(self) -> set[str]:
         """The store's processes (Valkey nodes, Sentinel): only a planned fault may stop one."""
         return {"valkey"}
+
+    def start_timeout(self) -> float | None:
+        """How long its processes have to connect (None: the runner's default for as many
+        reference processes): a foreign SUT's ``sut.start_timeout_s``."""
+        return self.scenario.sut.start_timeout_s if self.sut_users else None
+
+    def admit_queue(self, queue: QueueClient, backlog: Callable[[], tuple[int, int]],
+                    key_base: str) -> None:
+        """Before anything is recorded: is the queue fit for this run? A run that starts its
+        workers wants a queue no one has used (InfraError otherwise); the attach runtime
+        checks the deployed queue its own way. ``backlog``: (waiting, leased) now;
+        ``key_base``: how the queue's keys start."""
+        if queue.queue_exists():
+            raise InfraError(
+                f"queue {queue.keys.base!r} on {self.url} already has keys; "
+                "point the scenario at a fresh queue name (valkey.queue)"
+            )
 
     def restart_valkey(self, down_ms: int) -> StoreFault:
         raise InfraError(f"valkey_restart is not supported by the {self.scenario.runtime} "
