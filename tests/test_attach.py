@@ -39,6 +39,7 @@ from attach_support import (
 from chaos.errors import InfraError
 from chaos.lifeline import die_with_parent
 from chaos.protocol.client import QueueClient, QueueKeys, redis_client
+from chaos.runtime.attach import AttachRuntime
 from chaos.runtime.drivers import ActionLog, CommandDriver
 from chaos.runtime.valkey import ValkeyServer
 from chaos.scenario.loading import ScenarioError, load_scenario
@@ -357,12 +358,20 @@ def test_attached_processes_with_the_unfenced_complete_break_fail(
     assert set(deployment.states().values()) <= {"S", "R"}
 
 
-def test_ctrl_c_while_a_member_is_frozen_thaws_it(deploy: Callable[..., Processes],
-                                                  tmp_path: Path):
+@pytest.mark.parametrize("how", ["ctrl-c", "error"])
+def test_a_frozen_member_is_thawed_on_every_way_out(deploy: Callable[..., Processes],
+                                                    tmp_path: Path, how: str):
+    """Ctrl-C (the orderly teardown), Ctrl-C twice (the forced exit: it thaws before it goes)
+    and an error (worker-1's kill command fails while worker-2 is frozen): worker-2 runs on."""
     deployment = deploy("interrupted", members=("worker-1", "worker-2", "reaper"))
+    members = deployment.members(("worker-1", "worker-2", "reaper"))
+    faults = PAUSE.replace("duration_ms = 2000", "duration_ms = 2500")
+    if how == "error":
+        worker_1 = f'values = {{ pid = "{deployment.pid("worker-1")}" }}\n'
+        members = members.replace(worker_1, worker_1 + 'kill = ["false"]\n')
+        faults += '[[faults]]\nkind = "kill"\ntarget = "worker-1"\nat_ms = 800\n'
     path = scenario_file(tmp_path / "long.toml", "attach-interrupted", deployment.url,
-                         "interrupted", deployment.members(("worker-1", "worker-2", "reaper")),
-                         PAUSE.replace("duration_ms = 2000", "duration_ms = 2500"), COMMANDS)
+                         "interrupted", members, faults, COMMANDS)
     run_dir = tmp_path / "interrupted"
     runner = subprocess.Popen(
         [sys.executable, "-m", "chaos", "run", str(path), "--out", str(run_dir)],
@@ -372,15 +381,65 @@ def test_ctrl_c_while_a_member_is_frozen_thaws_it(deploy: Callable[..., Processe
         wait_until(lambda: any(a["action"] == "pause" for a in actions(run_dir)),
                    "worker-2 paused", timeout_s=60)
         assert deployment.states()["worker-2"] == "T"
-        runner.send_signal(signal.SIGINT)
+        if how.startswith("ctrl-c"):
+            runner.send_signal(signal.SIGINT)
         _, stderr = runner.communicate(timeout=60)
     finally:
         if runner.poll() is None:
             runner.kill()
-    assert runner.returncode == 130, stderr[-2000:]
+    assert runner.returncode == (3 if how == "error" else 130), stderr[-2000:]
     assert deployment.states()["worker-2"] in ("S", "R")
+    assert not journal(run_dir)["members"]["worker-2"]["paused"]
+    assert "resume" in [a["action"] for a in actions(run_dir) if a["member"] == "worker-2"]
+    if how == "error":
+        assert "worker-1: kill: `false` exited 1" in stderr
+        assert deployment.states()["worker-1"] in ("S", "R")
     nothing_left_applied(run_dir)
-    assert [a["action"] for a in actions(run_dir)] == ["pause", "resume"]
+
+
+def test_what_is_left_applied_is_undone_by_close_and_by_a_forced_exit(tmp_path: Path):
+    """The runtime's own safety net, on real processes (no server needed): a second Ctrl-C
+    (``kill_now``) thaws a frozen member at once; ``close`` heals a partition and runs the
+    restart command of a member a kill took down."""
+    sleepers = [subprocess.Popen(["sleep", "60"], start_new_session=True,
+                                 preexec_fn=die_with_parent) for _ in range(2)]
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    try:
+        scenario = Scenario.model_validate({
+            "name": "undo", "runtime": "attach", "valkey": {"url": "redis://127.0.0.1:1"},
+            "attach": {"idle_limit_ms": 0, "command": {
+                "kill": ["kill", "-9", "{pid}"], "pause": ["kill", "-STOP", "{pid}"],
+                "resume": ["kill", "-CONT", "{pid}"],
+                "partition": ["touch", f"{marks}/{{name}}.cut"],
+                "heal": ["rm", f"{marks}/{{name}}.cut"],
+                "restart": ["touch", f"{marks}/{{name}}.restarted"]},
+                "members": [{"name": f"worker-{n}", "driver": "command",
+                             "values": {"pid": str(sleeper.pid)}}
+                            for n, sleeper in enumerate(sleepers, 1)]}})
+        runtime = AttachRuntime(scenario, tmp_path / "run")
+        runtime.start_workers()
+        runtime.pause("worker-1")
+        assert process_state(sleepers[0].pid) == "T"
+        runtime.kill_now()
+        assert process_state(sleepers[0].pid) in ("S", "R")
+        runtime.partition("worker-1", "f1", None)
+        runtime.kill("worker-2")
+        assert sleepers[1].wait(timeout=5) == -signal.SIGKILL
+        assert (marks / "worker-1.cut").exists()
+        assert journal(tmp_path / "run")["members"]["worker-1"]["undo"] == [
+            f"rm {marks}/worker-1.cut"]  # what a person would run if the runner were SIGKILLed
+        runtime.close()
+        assert not (marks / "worker-1.cut").exists()
+        assert (marks / "worker-2.restarted").exists()
+        assert runtime.left_undone == []
+        assert [(a["member"], a["action"]) for a in actions(tmp_path / "run")] == [
+            ("worker-1", "pause"), ("worker-1", "resume"), ("worker-1", "partition"),
+            ("worker-2", "kill"), ("worker-1", "heal"), ("worker-2", "restart")]
+    finally:
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
 
 
 def test_a_command_never_gets_the_servers_password_and_a_failure_names_it_all(
