@@ -267,6 +267,17 @@ def test_a_queue_holding_jobs_is_refused(valkey_server: ValkeyServer, tmp_path: 
     assert "run --force, or attach.force = true" in done.stderr
     assert actions(tmp_path / "run") == []  # nothing was touched
 
+    # Forced: said, and the run goes on (here to find that no worker-1 ever connects)
+    path.write_text(path.read_text().replace("probe_ms = 0",
+                                             "probe_ms = 0\nconnect_timeout_s = 1.0"))
+    done = run_cli("run", str(path), "--out", str(tmp_path / "forced"), "--force",
+                   password=valkey_server.password)
+    assert done.returncode == 3, done.stderr
+    assert "!! attach (forced): the queue (emq:{held}:*) already holds 1 waiting" in done.stderr
+    assert "not connected after 1s: worker-1 (no client whose ACL user or client name is " \
+           "'worker-1'" in done.stderr
+    assert actions(tmp_path / "forced") == []
+
 
 def test_a_consumer_not_named_and_a_member_gone_quiet_are_refused(
         deploy: Callable[..., Processes], tmp_path: Path):
@@ -363,7 +374,8 @@ def test_a_frozen_member_is_thawed_on_every_way_out(deploy: Callable[..., Proces
                                                     tmp_path: Path, how: str):
     """Ctrl-C (the orderly teardown), Ctrl-C twice (the forced exit: it thaws before it goes)
     and an error (worker-1's kill command fails while worker-2 is frozen): worker-2 runs on."""
-    deployment = deploy("interrupted", members=("worker-1", "worker-2", "reaper"))
+    queue = f"interrupted-{how}"  # a queue each: an aborted run leaves jobs in its own
+    deployment = deploy(queue, members=("worker-1", "worker-2", "reaper"))
     members = deployment.members(("worker-1", "worker-2", "reaper"))
     faults = PAUSE.replace("duration_ms = 2000", "duration_ms = 2500")
     if how == "error":
@@ -371,15 +383,19 @@ def test_a_frozen_member_is_thawed_on_every_way_out(deploy: Callable[..., Proces
         members = members.replace(worker_1, worker_1 + 'kill = ["false"]\n')
         faults += '[[faults]]\nkind = "kill"\ntarget = "worker-1"\nat_ms = 800\n'
     path = scenario_file(tmp_path / "long.toml", "attach-interrupted", deployment.url,
-                         "interrupted", members, faults, COMMANDS)
+                         queue, members, faults, COMMANDS)
     run_dir = tmp_path / "interrupted"
     runner = subprocess.Popen(
         [sys.executable, "-m", "chaos", "run", str(path), "--out", str(run_dir)],
         env={**os.environ, "ECHOMQ_VALKEY_PASSWORD": deployment.server.password},
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        wait_until(lambda: any(a["action"] == "pause" for a in actions(run_dir)),
-                   "worker-2 paused", timeout_s=60)
+        def paused() -> bool:
+            return any(a["action"] == "pause" for a in actions(run_dir))
+
+        wait_until(lambda: paused() or runner.poll() is not None, "worker-2 paused",
+                   timeout_s=60)
+        assert paused(), runner.communicate()[1][-2000:]
         assert deployment.states()["worker-2"] == "T"
         if how.startswith("ctrl-c"):
             runner.send_signal(signal.SIGINT)

@@ -64,7 +64,8 @@ def engines(engine: docker.DockerClient) -> Iterator[dict[str, tuple[str, docker
                     "and sut/node-echomq's npm ci)")
     dockerd = shutil.which("dockerd")
     if dockerd is None:
-        unavailable("no dockerd binary to start a second engine (apt-get install docker.io)")
+        unavailable("no dockerd binary to start a second engine (install Debian's Docker "
+                    "engine package, as .ci/run does)")
     assert image is not None and dockerd is not None
     # Short: containerd's socket lives under the exec root, and a unix socket path is <108 bytes
     root = Path(tempfile.mkdtemp(prefix="emqc-b-", dir="/tmp"))

@@ -130,7 +130,7 @@ class AttachRuntime(RuntimeBase):
                          "partition commands")
 
     def start_timeout(self) -> float | None:
-        return self.settings.connect_timeout_s / 1000
+        return self.settings.connect_timeout_s
 
     # --- before the load: is it safe to attach? ---------------------------------------------
     def admit_queue(self, queue: QueueClient, backlog: Callable[[], tuple[int, int]],

@@ -26,7 +26,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from chaos.scenario.fields import PositiveMs, Strict
+from chaos.scenario.fields import Strict
 
 NAME = r"^[A-Za-z0-9_.-]+$"
 # "{word}" is a placeholder; "{{" and "}}" are literal braces; any other brace is left as it is
@@ -141,7 +141,7 @@ class Attach(Strict):
     # member's restart command); false: leave that to the deployment's supervisor.
     restart_killed: bool = True
     # Each member must have a connection in CLIENT LIST within this long.
-    connect_timeout_s: PositiveMs = 30_000
+    connect_timeout_s: Annotated[float, Field(gt=0, le=600)] = 30.0
 
     @model_validator(mode="after")
     def _members(self) -> Attach:
