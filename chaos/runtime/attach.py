@@ -248,9 +248,9 @@ class AttachRuntime(RuntimeBase):
     # --- faults -------------------------------------------------------------------------------
     def kill(self, name: str) -> None:
         member = self.attached[name]
-        member.killed = True  # first: a kill that fails half-way is still restarted at the end
-        self._journal()
         member.driver.kill()
+        member.killed = True  # once it worked: the end of the run restarts only the killed
+        self._journal()
 
     def pause(self, name: str) -> None:
         member = self.attached[name]

@@ -339,10 +339,20 @@ class DockerDriver(Driver):
         self._engine_call("pause", self._how("pause"), pause)
 
     def resume(self, values: dict[str, str]) -> None:
-        self._engine_call("resume", self._how("unpause"), self._container.unpause)
+        if self._status() == "paused":  # a pause that failed half-way may have left it running
+            self._engine_call("resume", self._how("unpause"), self._container.unpause)
 
     def restart(self) -> None:
-        self._engine_call("restart", self._how("start"), self._container.start)
+        if self._status() != "running":
+            self._engine_call("restart", self._how("start"), self._container.start)
+
+    def _status(self) -> str:
+        try:
+            self._container.reload()
+        except docker.errors.DockerException as error:
+            raise InfraError(f"{self.name}: Docker engine {self.url}: "
+                             f"{_first_line(error)}") from None
+        return str(self._container.status)
 
     def by_hand(self, action: str, values: dict[str, str]) -> str:
         if action in ("resume", "restart"):
