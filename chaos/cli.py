@@ -11,6 +11,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from chaos import __version__
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, EXIT_USAGE, InfraError
@@ -20,6 +21,9 @@ from chaos.run.interrupts import InterruptsTearDown
 from chaos.runtime import forkserver, valkey
 
 DEFAULT_CERTIFY_SEEDS = 3  # certify --seeds: what a likely (not certain) catch is repeated over
+
+if TYPE_CHECKING:
+    from chaos.scenario.model import Scenario
 
 # Each command imports what it uses, when it runs: `run` reaches its first claim sooner without
 # the checker, the reports and their dependencies, which it needs only at the end.
@@ -68,6 +72,8 @@ def _run(args: argparse.Namespace) -> int:
     from chaos.scenario.loading import load_scenario
 
     scenarios = [load_scenario(path, _overrides(args)) for path in args.scenario]
+    if args.force:  # an attached queue's refusals too (docs/attach.md)
+        scenarios = [scenario.forced() for scenario in scenarios]
     if not any(scenario.runtime == "local" for scenario in scenarios):
         forkserver.discard_spare()
     suite_dir: Path | None = None
@@ -257,6 +263,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         sweep.parse_values("--heartbeat-ms", args.heartbeat_ms, allow_off=True)
         if args.heartbeat_ms else [None])
     plans = sweep.plan_cells(args.scenario, leases, reaps, heartbeats, args.set)
+    _not_attached(plans[0].scenario, "sweep", "each cell runs other lease and reap settings, "
+                  "which a deployed queue does not take from the run")
     if args.target_recovery_ms is not None and args.target_recovery_ms <= 0:
         raise ScenarioError(f"--target-recovery-ms {args.target_recovery_ms}: must be > 0")
     if args.target_recovery_ms is None:  # keep at least the recovery the scenario promises
@@ -280,11 +288,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return result.exit_code
 
 
+def _not_attached(scenario: Scenario, command: str, why: str) -> None:
+    from chaos.scenario.loading import ScenarioError
+
+    if scenario.attach is not None:
+        raise ScenarioError(f"{command}: scenario {scenario.name} has runtime = 'attach'; "
+                            f"{command} is not built for a deployed queue: {why}")
+
+
 def cmd_capacity(args: argparse.Namespace) -> int:
     from chaos.scenario.loading import load_scenario
     from chaos.tools import capacity
 
     scenario = load_scenario(args.scenario, args.set)
+    _not_attached(scenario, "capacity", "it restarts and faults workers between its steps as "
+                  "a run that started them does")
     start = args.start_rate if args.start_rate is not None else scenario.load.rate / 2
     search = capacity.CapacitySearch(
         start_rate=start, step_rate=args.step_rate if args.step_rate is not None else start,
@@ -396,21 +414,25 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field, e.g. --set topology.lease_ms=2000 (repeatable)")
     run.add_argument("--dry-run", action="store_true", help="print the resolved plan and exit")
-    run.add_argument("--force", action="store_true", help="reuse a non-empty run directory")
+    run.add_argument("--force", action="store_true",
+                     help="reuse a non-empty run directory; with runtime = attach, also attach "
+                          "to a queue holding jobs, with consumers the scenario does not name, "
+                          "or with a member gone quiet (warned, not refused; docs/attach.md)")
     run.add_argument("--strict", action="store_true",
                      help="fail (exit 3) when the preflight warns about the Valkey server: an "
                           "eviction policy other than noeviction, or no persistence on a server "
                           "given by valkey.url")
-    run.add_argument("--runtime", choices=["local", "docker"],
+    run.add_argument("--runtime", choices=["local", "docker", "attach"],
                      help="where the processes run: child processes (local) or containers "
-                          "(docker); overrides the scenario's runtime field")
+                          "(docker), or a queue already deployed (attach, with an [attach] "
+                          "section); overrides the scenario's runtime field")
     run.set_defaults(handler=cmd_run)
 
     validate = commands.add_parser("validate", help="validate a scenario and print its plan")
     validate.add_argument("scenario", help="scenario file (TOML)")
     validate.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                           help="override a field, as for run (repeatable)")
-    validate.add_argument("--runtime", choices=["local", "docker"],
+    validate.add_argument("--runtime", choices=["local", "docker", "attach"],
                           help="validate for this runtime, as for run")
     validate.set_defaults(handler=cmd_validate)
 

@@ -13,7 +13,7 @@ import pytest
 from chaos.faults.kinds import KINDS, ON_STORE, ON_TARGETS
 from chaos.faults.nemesis import LEASE_WAIT_MS, Nemesis
 from chaos.network.client import ToxicSpec
-from chaos.runtime.base import StoreFault
+from chaos.runtime.base import RuntimeBase, StoreFault
 from chaos.scenario.faults import FAULT_COLORS, FAULT_KINDS, STORE_KINDS
 from chaos.scenario.loading import load_scenario
 from chaos.scenario.model import Scenario
@@ -49,6 +49,8 @@ class Recorder:
 
     def set_link_enabled(self, link: str, enabled: bool) -> None:
         self.actions.append(("enable" if enabled else "disable", link))
+
+    partition = RuntimeBase.partition  # the proxies' way: through the two methods above
 
     def set_clock_offset(self, name: str, offset_ms: int) -> None:
         self.actions.append((f"clock {offset_ms:+d}", name))

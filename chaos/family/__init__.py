@@ -52,6 +52,11 @@ class QueueFamily:
         history = self.scenario.history
         return "" if history.source == "scripts" else history.dialect
 
+    @property
+    def key_base(self) -> str:
+        """How every key of the queue starts (who calls the queue: docs/attach.md)."""
+        return self.keys.base
+
     def dialect(self) -> Dialect:
         """A fresh decoder for the MONITOR recorder."""
         return make_dialect(self.scenario.history.dialect, self.keys.prefix, self.keys.queue,
@@ -88,11 +93,11 @@ class QueueFamily:
 
 def family_for(scenario: Scenario, keys: QueueKeys) -> QueueFamily:
     """The family of the scenario's queue: the reference one unless ``[sut]`` names workers
-    of the user's, then by the dialect they speak."""
-    sut = scenario.sut
-    if not sut.foreign:
+    of the user's or the queue is attached to, then by the dialect they speak."""
+    dialect = scenario.queue_dialect
+    if dialect is None:
         return QueueFamily(scenario, keys)
-    if sut.dialect == "bullmq":
+    if dialect == "bullmq":
         from chaos.family.bullmq import BullMQFamily
 
         return BullMQFamily(scenario, keys)

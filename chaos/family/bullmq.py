@@ -9,6 +9,7 @@ from typing import Any
 
 from chaos.family import QueueFamily
 from chaos.faults.nemesis import HistoryWriter
+from chaos.history.dialects.bullmq import bullmq_base
 from chaos.load.bullmq import (
     BullMQFaultHistory,
     BullMQLocustLoad,
@@ -39,6 +40,10 @@ class BullMQFamily(QueueFamily):
                     prefix: str, ready: QueueClient | None) -> LocustLoad:
         return BullMQLocustLoad(runtime, load, self.keys, self.scenario.topology.lease_ms,
                                 self.scenario.protocol, run_dir, name, prefix, ready=ready)
+
+    @property
+    def key_base(self) -> str:
+        return bullmq_base(self.keys.prefix, self.keys.queue)
 
     def backlog(self, queue: QueueClient) -> tuple[int, int]:
         return backlog(queue.client, self.keys.prefix, self.keys.queue)

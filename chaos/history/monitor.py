@@ -564,3 +564,51 @@ def _read_exactly(sock: socket.socket, size: int) -> bytes:
             raise OSError("connection closed")
         data += chunk
     return data
+
+
+def callers_of(host: str, port: int, username: str | None, password: str | None,
+               key_base: str, duration_s: float) -> dict[str, str]:
+    """Who uses a queue: watch MONITOR for ``duration_s`` and return the address of every
+    connection that ran a command naming a key that starts with ``key_base``, itself or through
+    a script it called (address -> that command, shortened). Before an attached run starts
+    (docs/attach.md): a consumer the scenario does not name would be unattributed evidence."""
+    found: dict[str, str] = {}
+    if duration_s <= 0:
+        return found
+    sock = socket.create_connection((host, port), timeout=5)
+    try:
+        auth = [a for a in (username, password) if a]
+        pipeline = ([resp_command("AUTH", *auth)] if auth else []) + [resp_command("MONITOR")]
+        sock.sendall(b"".join(pipeline))
+        for _ in pipeline:
+            reply = _read_value(sock)
+            if isinstance(reply, _Refused):
+                raise OSError(f"MONITOR refused: {reply}")
+        deadline = time.monotonic() + duration_s
+        buffer, caller = b"", ""
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(min(0.2, left))
+            try:
+                chunk = sock.recv(1 << 16)
+            except TimeoutError:
+                continue
+            if not chunk:
+                raise OSError("the server closed the MONITOR connection")
+            buffer += chunk
+            cut = buffer.rfind(b"\r\n")
+            if cut < 0:
+                continue
+            lines = buffer[:cut].decode("utf-8", "replace").split("\r\n")
+            buffer = buffer[cut + 2:]
+            for line in lines:
+                parsed = parse_line(line)
+                if parsed is None:
+                    continue
+                _, client, args = parsed
+                if client != "lua":
+                    caller = client
+                if any(arg.startswith(key_base) for arg in args[1:]) and caller not in found:
+                    found[caller] = " ".join(args)[:120]
+    finally:
+        sock.close()
+    return found

@@ -128,6 +128,10 @@ def what_ran(report: dict[str, Any], protocol: str | None = None,
         if not sut.get("foreign"):
             return [("system under test", "the reference worker and reaper"),
                     ("protocol", str(run.get("protocol") or protocol or "?"))]
+        if sut.get("attached"):
+            return [("system under test", "a queue already deployed, attached to: "
+                                          + ", ".join(map(str, sut["attached"]))),
+                    ("dialect", dialect_text(dialect))]
         reaper = sut.get("reaper")
         reaper_text = ("the built-in reaper" if reaper == "builtin" else
                        "no reaper (the workers recover stalled jobs)" if reaper == "none" else

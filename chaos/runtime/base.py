@@ -16,8 +16,9 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -37,7 +38,7 @@ from chaos.network.client import (
     wait_for_api,
 )
 from chaos.protocol.acks import ACKS_DIR
-from chaos.protocol.client import connect
+from chaos.protocol.client import QueueClient, connect
 from chaos.protocol.clock import write_offset
 from chaos.reference.config import CLAIM_GAP_SUFFIX
 from chaos.runtime.pids import forget_process, record_process
@@ -126,6 +127,8 @@ class RuntimeBase(ABC):
     children: dict[str, Child] = field(default_factory=dict)
     # A foreign SUT's processes: each its own ACL user (named after it) and password
     sut_users: dict[str, str] = field(default_factory=dict)
+    # How the runtime tells the user something mid-run (the runner's progress line)
+    say: Callable[[str], None] = field(default=lambda text: print(text, file=sys.stderr))
 
     def __post_init__(self) -> None:
         _LIVE_RUNTIMES.append(self)
@@ -183,6 +186,23 @@ class RuntimeBase(ABC):
     def server_names(self) -> set[str]:
         """The store's processes (Valkey nodes, Sentinel): only a planned fault may stop one."""
         return {"valkey"}
+
+    def start_timeout(self) -> float | None:
+        """How long its processes have to connect (None: the runner's default for as many
+        reference processes): a foreign SUT's ``sut.start_timeout_s``."""
+        return self.scenario.sut.start_timeout_s if self.sut_users else None
+
+    def admit_queue(self, queue: QueueClient, backlog: Callable[[], tuple[int, int]],
+                    key_base: str) -> None:
+        """Before anything is recorded: is the queue fit for this run? A run that starts its
+        workers wants a queue no one has used (InfraError otherwise); the attach runtime
+        checks the deployed queue its own way. ``backlog``: (waiting, leased) now;
+        ``key_base``: how the queue's keys start."""
+        if queue.queue_exists():
+            raise InfraError(
+                f"queue {queue.keys.base!r} on {self.url} already has keys; "
+                "point the scenario at a fresh queue name (valkey.queue)"
+            )
 
     def restart_valkey(self, down_ms: int) -> StoreFault:
         raise InfraError(f"valkey_restart is not supported by the {self.scenario.runtime} "
@@ -371,6 +391,19 @@ class RuntimeBase(ABC):
             self._network().remove_toxics(link, toxics)
         except NetworkError as error:
             raise InfraError(str(error)) from None
+
+    def partition(self, name: str, fault_id: str, mode: str | None) -> Callable[[], None]:
+        """Cut ``name`` off from the server; returns what heals it. Through its own proxy: a
+        timeout-0 toxic both ways (``mode`` timeout: nothing passes, nothing closes; removing it
+        closes those connections, so the target reconnects), or the proxy disabled (refuses
+        new connections, drops open ones at once)."""
+        if mode == "disable":
+            self.set_link_enabled(name, False)
+            return lambda: self.set_link_enabled(name, True)
+        toxics = [ToxicSpec(f"{fault_id}_timeout_{stream}", "timeout", stream, {"timeout": 0})
+                  for stream in ("upstream", "downstream")]
+        self.add_toxics(name, toxics)
+        return lambda: self.remove_toxics(name, toxics)
 
     def set_link_enabled(self, link: str, enabled: bool) -> None:
         try:

@@ -4,11 +4,13 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from chaos import __version__
 from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS, PROTOCOLS
+from chaos.scenario.attach import ACTION_OF_KIND, Attach
 from chaos.scenario.faults import HOLDING_OLDEST_LEASE, Fault, FaultBase, StoreFaultBase
 from chaos.scenario.fields import NonNegativeMs, PositiveMs, Strict
 from chaos.scenario.sut import COOPERATIVE_FAULTS, Sut
@@ -281,10 +283,24 @@ class Scenario(Strict):
     history: HistorySettings = HistorySettings()
     valkey: ValkeySettings = ValkeySettings()
     toxiproxy: ToxiproxySettings = ToxiproxySettings()
-    # Where the processes run: child processes here, or containers (``docker`` settings).
-    runtime: Literal["local", "docker"] = "local"
+    # Where the processes run: child processes here, or containers (``docker`` settings); or
+    # nowhere: ``attach`` to a queue already deployed, its members named in ``[attach]``.
+    runtime: Literal["local", "docker", "attach"] = "local"
     docker: DockerSettings = DockerSettings()
     sut: Sut = Sut()  # the system under test: the reference implementation, or the user's
+    attach: Attach | None = None  # runtime = "attach": the deployed queue's members
+
+    @model_validator(mode="before")
+    @classmethod
+    def _attached_history(cls, data: Any) -> Any:
+        """An attached queue writes no events stream of ours: its history comes from the
+        server's MONITOR feed, unless the scenario says otherwise (then it is refused, below)."""
+        if not isinstance(data, dict) or data.get("runtime") != "attach":
+            return data
+        history = data.get("history", {})
+        if not isinstance(history, dict):
+            return data
+        return {**data, "history": {"source": "monitor", **history}}
 
     @model_validator(mode="before")
     @classmethod
@@ -309,11 +325,40 @@ class Scenario(Strict):
         return value
 
     @property
+    def worker_names(self) -> list[str]:
+        """The run's workers: those it starts (``worker-1``, ...), or an attached queue's."""
+        if self.attach is not None:
+            return self.attach.worker_names
+        return self.topology.worker_names
+
+    @property
     def reaper_names(self) -> list[str]:
-        """The reaper processes this run starts: none for ``no-reaper`` (nothing recovers)."""
+        """The reaper processes this run starts: none for ``no-reaper`` (nothing recovers);
+        an attached queue's reaper members."""
+        if self.attach is not None:
+            return self.attach.reaper_names
         if self.protocol == "no-reaper" or self.sut.reaper == "none":
             return []
         return self.topology.reaper_names
+
+    @property
+    def reaper_count(self) -> int:
+        """The run event's ``reapers``: the topology's, or an attached queue's reaper members."""
+        return len(self.reaper_names) if self.attach is not None else self.topology.reapers
+
+    @property
+    def queue_dialect(self) -> str | None:
+        """How the queue under test speaks: None for the reference queue (the toolkit's own
+        scripts), else the dialect of the user's workers or of the attached queue."""
+        if self.attach is not None:
+            return self.history.dialect
+        return self.sut.dialect if self.sut.foreign else None
+
+    def forced(self) -> Scenario:
+        """This scenario with ``attach.force`` set (``run --force``); others as they are."""
+        if self.attach is None or self.attach.force:
+            return self
+        return self.model_copy(update={"attach": self.attach.model_copy(update={"force": True})})
 
     @property
     def network_faults(self) -> bool:
@@ -321,6 +366,8 @@ class Scenario(Strict):
 
     @property
     def uses_proxies(self) -> bool:
+        if self.attach is not None:  # the deployment's network is its own
+            return False
         mode = self.toxiproxy.proxies
         return mode == "always" or (mode == "auto" and self.network_faults)
 
@@ -330,7 +377,7 @@ class Scenario(Strict):
         if not self.uses_proxies:
             return []
         reapers = self.reaper_names if self.toxiproxy.proxy_reaper else []
-        return self.topology.worker_names + reapers
+        return self.worker_names + reapers
 
     @model_validator(mode="after")
     def _sut_fits(self) -> Scenario:
@@ -386,8 +433,80 @@ class Scenario(Strict):
         return self
 
     @model_validator(mode="after")
+    def _attach_fits(self) -> Scenario:
+        """``runtime = "attach"``: nothing is started, so only what the members' drivers can
+        do, on a server given by URL (docs/attach.md)."""
+        if self.attach is None:
+            if self.runtime == "attach":
+                raise ValueError("runtime = 'attach' needs an [attach] section naming the "
+                                 "deployed queue's members ([[attach.members]] name, role, "
+                                 "driver, ...; docs/attach.md)")
+            return self
+        if self.runtime != "attach":
+            raise ValueError(f"attach: the deployed queue's members are for runtime = "
+                             f"'attach', not {self.runtime!r}")
+        if not self.valkey.url:
+            raise ValueError("runtime = 'attach': valkey.url must name the deployed queue's "
+                             "server (the password from ECHOMQ_VALKEY_PASSWORD)")
+        if urlsplit(self.valkey.url).password:
+            raise ValueError("valkey.url: holds a password; with runtime = 'attach' give it in "
+                             "the environment (ECHOMQ_VALKEY_PASSWORD), never in the scenario "
+                             "or on a command line")
+        refused = {
+            "sut": ("[sut] describes processes a run starts; an attached queue's are "
+                    "[[attach.members]] (its dialect: history.dialect)"),
+            "toxiproxy": ("a run that attaches makes no proxies: cut members off with their "
+                          "partition and heal commands (docs/attach.md)"),
+        }
+        for section, why in refused.items():
+            if getattr(self, section).model_fields_set:
+                raise ValueError(f"{section}: {why}")
+        if self.history.source != "monitor":
+            raise ValueError(f"history.source = {self.history.source!r}: an attached queue's "
+                             "history comes from the server's MONITOR feed ('monitor')")
+        if self.protocol != "sound":
+            raise ValueError(f"protocol = {self.protocol!r}: the broken variants are the "
+                             "reference worker's; an attached queue runs its own code")
+        if self.wait_replicas:
+            raise ValueError(f"wait_replicas = {self.wait_replicas}: a reference worker "
+                             "setting; an attached queue's workers do as they do")
+        topology = self.topology
+        workers = len(self.attach.worker_names)
+        if "workers" in topology.model_fields_set and topology.workers != workers:
+            raise ValueError(f"topology.workers = {topology.workers}: the attached queue has "
+                             f"{workers} worker member(s) in [[attach.members]]")
+        for name in ("reapers", "restart_crashed"):
+            if name in topology.model_fields_set:
+                raise ValueError(f"topology.{name}: the deployment decides that; the run "
+                                 "starts nothing (name reapers in [[attach.members]])")
+        if self.load.consumers:
+            raise ValueError(f"load.mix.consumer = {self.load.mix.consumer}: Locust consumer "
+                             "users would take jobs beside the deployment's workers")
+        for index, fault in enumerate(self.faults):
+            action = ACTION_OF_KIND.get(fault.kind)
+            if action is None:
+                raise ValueError(
+                    f"faults.{index}.kind = {fault.kind!r}: an attached member takes "
+                    f"{', '.join(ACTION_OF_KIND)} faults only (the run has no proxy, clock file "
+                    "or hook of its own in the deployment; docs/attach.md)")
+            if getattr(fault, "mode", None) is not None:
+                raise ValueError(f"faults.{index}.mode: a Toxiproxy setting; an attached "
+                                 "member is cut off by its partition command")
+            if isinstance(fault.target, str) and fault.target != HOLDING_OLDEST_LEASE:
+                member = self.attach.member(fault.target)
+                if member is not None and not self.attach.can(member, action):
+                    raise ValueError(
+                        f"faults.{index}.target = {fault.target!r}: member {fault.target} has "
+                        f"no {action} command (attach.members.N.{action}, or "
+                        f"attach.command.{action})")
+            if not self.target_names(fault):
+                raise ValueError(f"faults.{index}.kind = {fault.kind!r}: no member can take it "
+                                 f"(none has a {action} command)")
+        return self
+
+    @model_validator(mode="after")
     def _faults_fit(self) -> Scenario:
-        workers = self.topology.worker_names
+        workers = self.worker_names
         if self.network_faults and self.toxiproxy.proxies == "never":
             raise ValueError("toxiproxy.proxies = 'never', but network faults are planned: "
                              "they act on the workers' proxies")
@@ -418,10 +537,10 @@ class Scenario(Strict):
                         f"{where}.target = {fault.target!r}: no such target for a {fault.kind} "
                         f"fault; expected one of {_name_range(names)} or {HOLDING_OLDEST_LEASE!r}"
                     )
-            elif fault.target.random > len(workers):
+            elif fault.target.random > len(names):
                 raise ValueError(
                     f"{where}.target.random = {fault.target.random}: more than the "
-                    f"{len(workers)} workers there are"
+                    f"{len(names)} {'workers' if names == workers else 'targets'} there are"
                 )
             if fault.at_ms >= self.phases.chaos_ms:
                 raise ValueError(
@@ -450,10 +569,16 @@ class Scenario(Strict):
                              f"= {fault.replication!r} (it is {self.valkey.replication!r})")
 
     def target_names(self, fault: FaultBase) -> list[str]:
-        """Every process a fault of this kind may hit, by the kind's ``targets``."""
-        workers = self.topology.worker_names
+        """Every process a fault of this kind may hit, by the kind's ``targets`` (an attached
+        queue: the members whose driver can apply it)."""
+        workers = self.worker_names
         if isinstance(fault, StoreFaultBase):
             return [fault.store_node]
+        if self.attach is not None:
+            attach, action = self.attach, ACTION_OF_KIND.get(fault.kind, "")
+            names = workers if fault.targets == "workers" else workers + self.reaper_names
+            return [name for name in names
+                    if (member := attach.member(name)) is not None and attach.can(member, action)]
         if fault.targets == "processes":
             return workers + self.reaper_names
         if fault.targets == "proxied":

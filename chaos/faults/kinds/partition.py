@@ -1,8 +1,10 @@
-"""partition: a timeout-0 toxic both ways (mode timeout), or the target's proxy disabled.
+"""partition: the target cut off from Valkey, until the heal.
 
-Timeout 0: nothing passes and nothing closes while it holds; removing it closes those
-connections (Toxiproxy's own behaviour), so the target reconnects after the heal. A disabled
-proxy refuses new connections and drops the open ones at once.
+How is the runtime's (``partition``): through the target's own Toxiproxy proxy, a timeout-0
+toxic both ways (mode timeout: nothing passes and nothing closes while it holds; removing it
+closes those connections, so the target reconnects after the heal) or the proxy disabled
+(refuses new connections, drops the open ones at once); for an attached member, its partition
+command, its heal command at the heal.
 """
 
 from __future__ import annotations
@@ -10,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from chaos.faults.target import FaultTarget
-from chaos.faults.toxics import add_toxics
 from chaos.scenario.faults import Partition
 
 GROUP = "network"
@@ -18,7 +19,4 @@ GROUP = "network"
 
 def apply(runtime: FaultTarget, fault: Partition, name: str,
           fault_id: str) -> Callable[[], None]:
-    if fault.mode == "disable":
-        runtime.set_link_enabled(name, False)
-        return lambda: runtime.set_link_enabled(name, True)
-    return add_toxics(runtime, name, fault_id, "timeout", {"timeout": 0})
+    return runtime.partition(name, fault_id, fault.mode)
