@@ -34,7 +34,9 @@ def test_the_benchmark_runs_at_smoke_size_and_writes_bench_json(tmp_path: Path):
                      "claims/s, claim event: as shipped",
                      "peak RSS vs 1 GiB",
                      "run -> first claim, 8 workers, local runtime",
-                     "recorder ceiling: events/s decoded vs the scripts source's"):
+                     "recorder ceiling: events/s decoded vs the scripts source's",
+                     "recorder ceiling by effect: events/s vs the scripts'",
+                     "offline decode events/s: by effect vs the SHA1 fast path"):
         assert expected in figures
     for row in rows:
         assert set(row) == ROW_KEYS, row
