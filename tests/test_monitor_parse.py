@@ -1,16 +1,18 @@
 """The recorder's hot path reads exactly what the plain reading did: ``parse_line`` (indices,
 arguments split at '" "', escapes undone only where there are some) against the straightforward
 reader it replaced (partitions, a regex over the quoted arguments, every argument unescaped),
-on tricky lines and on every kind of byte an argument can hold as the server writes it."""
+on tricky lines and on every kind of byte an argument can hold as the server writes it; and the
+history's JSON lines, by orjson where that gives the same bytes, against ``json.dumps``."""
 
 from __future__ import annotations
 
+import json
 import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from chaos.history.monitor import parse_line
+from chaos.history.monitor import _json_line, parse_line
 
 # --- the reference: the reader parse_line replaced, as it was -------------------------------
 _ESCAPE = re.compile(r'\\(x[0-9a-fA-F]{2}|.)')
@@ -112,3 +114,15 @@ def test_any_line_reads_as_the_plain_reading_did(tail: str):
     for line in (tail, "+1796321320.893761 [0 lua] " + tail, '+1.2 [0 lua] "' + tail,
                  '+1.2 [0 lua] "A" "' + tail + '"'):
         assert outcome(parse_line, line) == outcome(reference_parse_line, line), line
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.text(max_size=8), st.text(max_size=12), max_size=6))
+def test_a_history_line_is_what_json_dumps_writes(record: dict[str, str]):
+    assert _json_line(record) == json.dumps(record, separators=(",", ":")) + "\n"
+
+
+def test_a_history_line_with_what_orjson_writes_otherwise_falls_back():
+    for value in ("é", "\x7f", "€", "\ud800", 'q"\\\n\t\x00\x1f', ""):
+        record = {"seq": "1-0", "type": "enqueue", "id": value}
+        assert _json_line(record) == json.dumps(record, separators=(",", ":")) + "\n"

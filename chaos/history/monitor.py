@@ -36,6 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
+
 from chaos.history.dialects import Call, Dialect, toolkit_script
 from chaos.history.schema import CLIENT_CALLS, HOLDER_EVIDENCE, TRANSITION_EVIDENCE, Blind
 
@@ -275,8 +277,21 @@ class HistoryWriter:
         record = {"seq": f"{millis}-{self.counter}", **event}
         if conn and event["type"] != "run":
             record["conn"] = conn
-        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.handle.write(_json_line(record))
         self.health.events += 1
+
+
+def _json_line(record: dict[str, str]) -> str:
+    """``json.dumps(record, separators=(",", ":"))`` and a newline, byte for byte, by orjson
+    where that is the same: an ASCII line without DEL (orjson writes other characters as they
+    are, json escapes them)."""
+    try:
+        data = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError:  # e.g. a lone surrogate, which json escapes
+        data = b"\x7f"
+    if data.isascii() and b"\x7f" not in data:
+        return data.decode("ascii")
+    return json.dumps(record, separators=(",", ":")) + "\n"
 
 
 def member_of(name: str, members: frozenset[str]) -> str | None:
@@ -302,8 +317,8 @@ class _Grouper:
 
     def feed(self, lines: list[str], open_call: Call | None) -> Call | None:
         health = self.writer.health
+        health.lines_read += len(lines)
         for line in lines:
-            health.lines_read += 1
             parsed = parse_line(line)
             if parsed is None:
                 if line not in ("+OK", ""):
@@ -446,9 +461,11 @@ class MonitorRecorder:
             cut = buffer.rfind(b"\r\n")
             if cut < 0:
                 continue
-            lines = buffer[:cut].decode("utf-8", "replace").split("\r\n")
+            text = buffer[:cut].decode("utf-8", "replace")
+            lines = text.split("\r\n")
             buffer = buffer[cut + 2:]
-            end = next((i for i, line in enumerate(lines) if _END_MARKER in line), None)
+            end = next((i for i, line in enumerate(lines) if _END_MARKER in line), None) \
+                if _END_MARKER in text else None  # (one search of the chunk, not one a line)
             if end is not None:
                 lines = lines[:end]
             open_call = grouper.feed(lines, open_call)
