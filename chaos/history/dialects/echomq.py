@@ -55,6 +55,11 @@ _ZADD_OPTIONS = frozenset(("XX", "NX", "GT", "LT", "CH", "INCR"))
 _WRITES = frozenset(("HSET", "HINCRBY", "HDEL", "ZADD", "ZREM", "ZPOPMIN", "DEL", "XADD",
                      "UNLINK", "HMSET", "ZINCRBY", "ZREMRANGEBYSCORE", "SET", "RENAME",
                      "PEXPIRE"))
+# Reads the scripts run most, as they spell them: passed over without upper-casing (any other
+# spelling is upper-cased and looked up, as every command name is).
+_READS = frozenset(("HGET", "HMGET", "HGETALL", "EXISTS", "ZSCORE", "ZRANGE", "ZRANGEBYSCORE",
+                    "ZCARD", "GET", "TYPE", "hget", "hmget", "hgetall", "exists", "zscore",
+                    "zrange", "zrangebyscore", "zcard", "get", "type"))
 
 
 def _script_shas() -> dict[str, str]:
@@ -290,12 +295,18 @@ class EchoMQ:
         job_prefix, leases = self.job_prefix, self.leases
         cut = len(job_prefix)
 
+        sets = (active, pending, dead)
+
         for stamp, args in call.commands:
-            name = args[0].upper()
-            if name not in _WRITES:
-                if name == "TIME" and not timed:
-                    self.latest_ms, timed = stamp // 1000, True
+            name = args[0]
+            if name in _READS:  # (as scripts spell them: no upper-casing to tell)
                 continue
+            if name not in _WRITES:
+                name = name.upper()
+                if name not in _WRITES:
+                    if name == "TIME" and not timed:
+                        self.latest_ms, timed = stamp // 1000, True
+                    continue
             if len(args) < 2:
                 continue
             key = args[1]
@@ -307,7 +318,7 @@ class EchoMQ:
                     if event is not None:
                         runner.append(event)
                 continue  # (the shadow keeps no stream)
-            if key in (active, pending, dead):
+            if key in sets:
                 first = 2  # where a ZADD's scores and members begin, past its options
                 if name == "ZADD":
                     while first < len(args) and len(args[first]) <= 4 \
@@ -354,16 +365,18 @@ class EchoMQ:
                 continue  # none of the queue's (or a job's sub-key): no effect, no shadow
             job = effects.get(row) or self._effect(effects, row)
             if name in ("HSET", "HMSET"):
-                # (strict=False is zip's default: the keyword alone costs a third of the line)
-                fields = dict(zip(args[2::2], args[3::2]))  # noqa: B905
-                state = fields.get("state")
+                shadow = self.jobs.setdefault(row, {})
+                state = None
+                for index in range(2, len(args) - 1, 2):  # field, value, ...: _write's, inline
+                    value = shadow[args[index]] = args[index + 1]
+                    if args[index] == "state":
+                        state = value
+                    elif args[index] == "payload":
+                        job.payload = True
                 if state == "completed":
                     job.completed = True
                 elif state is not None and state not in ("active", "pending", "dead"):
                     job.other_state = True
-                if "payload" in fields:
-                    job.payload = True
-                self.jobs.setdefault(row, {}).update(fields)  # _write's, inline
                 continue
             if name == "HINCRBY" and len(args) == 4:
                 if args[2] == "attempts":
@@ -380,7 +393,11 @@ class EchoMQ:
                 undecoded |= job.changed
             elif event:
                 events.append(event)
-        self._note_holders(events, call.conn)
+                # _note_holders, inline (the runner events before these are none of its)
+                if event["type"] == "claim":
+                    self.holders[job_id] = holder
+                elif event["type"] == "complete" or event["type"] == "dead":
+                    self.holders.pop(job_id, None)
         # events, undecoded, empty_claim, unscripted_write, not_run, holder_from_connection:
         # positional (keywords cost as much as the rest of the call's bookkeeping)
         return Decoded(events, undecoded, popped and not effects, False, False, True)
@@ -430,7 +447,10 @@ class EchoMQ:
         """A granted lease's ``lease_ms`` and ``ts``: ``ts`` exact where deadline - the
         scenario's lease lies within TIME's bounds; the lease is what the deadline says,
         whatever was configured."""
-        whole = int(float(deadline))
+        # (a ZADD's score as a float, as the store reads it; digits that a float holds
+        # exactly, the usual, read as they are)
+        whole = int(deadline) if len(deadline) <= 15 and deadline.isdigit() else int(
+            float(deadline))
         if self.lease_ms is not None:
             ts = self._exact(ts, whole - self.lease_ms)
         return str(whole - int(ts)), ts
