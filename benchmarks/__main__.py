@@ -63,10 +63,10 @@ class Preset:
 
 PRESETS = {
     "full": Preset(queue_path.Sizes(claims=20_000, jobs=5_000, rounds=5, ceiling_claims=40_000),
-                   1_000_000, 3, 5, (1000, 5, 4), (20_000, 3, 10_000, 7),
+                   1_000_000, 3, 5, (1000, 5, 4), (20_000, 3, 10_000, 9),
                    (30_000, 9)),
     "quick": Preset(queue_path.Sizes(claims=3_000, jobs=1_500, rounds=3, ceiling_claims=20_000),
-                    50_000, 3, 3, (300, 3, 4), (5_000, 2, 3_000, 5),
+                    50_000, 3, 3, (300, 3, 4), (5_000, 2, 3_000, 7),
                     (10_000, 3)),
     # the test suite's size: proves the harness end to end; its figures mean nothing
     "smoke": Preset(queue_path.Sizes(claims=200, jobs=100, rounds=1), 2_000, 1, 1, (50, 1, 2),

@@ -8,8 +8,10 @@ worker, every call through ``QueueClient``), decoded by ``chaos.history.monitor.
 into a ``HistoryWriter``, as the recorder does, in alternating rounds by both paths of the
 ``echomq`` dialect: decode by effect (``EchoMQ(fast_path=False)``, how a foreign SUT's calls are
 read) and the SHA1 fast path (our own scripts known by their SHA1). Figure: the effect path's
-decoded events/s over the fast path's, medians of the rounds; issue 27 asks for >= 1 and
-40,000 events/s (a fixed rate: in the note, beside the absolute figure).
+decoded events per CPU second of the decoding thread over the fast path's, medians of the
+rounds (robust to the shared machine's other processes taking the core; the wall-clock rates
+are in the note); issue 27 asks for >= 1 and 40,000 events/s (a fixed rate: in the note,
+beside the absolute figures).
 
 Live, rounds alternating: ``redis-benchmark`` runs the claim script at the server's ceiling (32
 connections x 32 pipelined) on a prefilled queue, with nothing attached (the scripts source:
@@ -107,51 +109,63 @@ def capture(server: ValkeyServer, keys: QueueKeys, jobs: int) -> list[str]:
     return lines[:end]
 
 
-def decode_rate(lines: list[str], keys: QueueKeys, path: str) -> tuple[float, RecorderHealth]:
-    """Events/s ``decode_lines`` gets from ``lines`` by one path of the echomq dialect, written
-    to memory (the recorder writes to a file)."""
+def decode_rate(lines: list[str], keys: QueueKeys, path: str) -> tuple[float, float,
+                                                                      RecorderHealth]:
+    """Events per CPU second of this thread and per wall second that ``decode_lines`` gets
+    from ``lines`` by one path of the echomq dialect, written to memory (the recorder writes
+    to a file)."""
     health = RecorderHealth("echomq")
     dialect = EchoMQ(keys.prefix, keys.queue, LEASE_MS, fast_path=path == "fast")
     writer = HistoryWriter(dialect, io.StringIO(), health)
-    started = time.perf_counter()
+    cpu, wall = time.thread_time(), time.perf_counter()
     decode_lines(lines, writer)
-    return health.events / (time.perf_counter() - started), health
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+    return health.events / cpu, health.events / wall, health
 
 
-def parse_seconds(lines: list[str]) -> float:
-    started = time.perf_counter()
+def parse_cpu_seconds(lines: list[str]) -> float:
+    started = time.thread_time()
     for line in lines:
         parse_line(line)
-    return time.perf_counter() - started
+    return time.thread_time() - started
 
 
 def measure_decode(server: ValkeyServer, jobs: int, rounds: int) -> dict[str, Any]:
+    """The two paths on one capture, rounds alternating. The figure is per CPU second of the
+    decoding thread: the decoder is one thread on one core, and another developer's process
+    taking that core for a while (this machine is shared) stops its clock, where a wall
+    clock would charge the round whose turn it was; the wall-clock rates are in the note."""
     keys = QueueKeys("bench:", "decode")
     lines = capture(server, keys, jobs)
-    rates: dict[str, list[float]] = {path: [] for path in PATHS}
-    parse_share: list[float] = []  # parse_line alone, as a share of the effect path's time
+    rates: dict[str, list[float]] = {path: [] for path in PATHS}  # per CPU second
+    walls: dict[str, list[float]] = {path: [] for path in PATHS}  # per wall second
+    parse_share: list[float] = []  # parse_line alone, as a share of the effect path's CPU
     for number in range(rounds):
         for path in PATHS if number % 2 == 0 else PATHS[::-1]:
-            rate, health = decode_rate(lines, keys, path)
+            rate, wall, health = decode_rate(lines, keys, path)
             if (health.events != 4 * jobs or health.undecoded_calls or health.unreadable_lines
                     or health.calls_not_run):
                 raise RuntimeError(f"the {path} path did not decode the capture: "
                                    f"{health.as_dict()}")
             rates[path].append(rate)
+            walls[path].append(wall)
             if path == "effect":
-                parse_share.append(parse_seconds(lines) / (health.events / rate))
+                parse_share.append(parse_cpu_seconds(lines) / (health.events / rate))
     effect, fast = median(rates["effect"]), median(rates["fast"])
+    effect_wall, fast_wall = median(walls["effect"]), median(walls["fast"])
     met = "met" if effect >= ISSUE_TARGET_EVENTS_PER_S else "NOT met"
     row = Row("recorder", "offline decode events/s: by effect vs the SHA1 fast path",
               effect, "events/s", fast,
-              f"the SHA1 fast path's events/s, the same {len(lines):,} captured lines "
-              f"({4 * jobs:,} events), rounds alternating",
+              f"the SHA1 fast path's, the same {len(lines):,} captured lines ({4 * jobs:,} "
+              "events), rounds alternating, per CPU second of the decoding thread",
               target=(">=", 1.0),
               note=f"issue 27's {ISSUE_TARGET_EVENTS_PER_S:,} events/s (a fixed rate, not a "
-                   f"same-run ratio): {met} by effect ({effect:,.0f}), fast path {fast:,.0f}; "
-                   f"parse_line alone {median(parse_share):.0%} of the effect path's time")
+                   f"same-run ratio): {met} by effect, {effect:,.0f} per CPU second "
+                   f"({effect_wall:,.0f} per wall second; fast path {fast_wall:,.0f}); "
+                   f"parse_line alone {median(parse_share):.0%} of the effect path's CPU")
     return {"rows": [row], "raw": {"jobs": jobs, "lines": len(lines), "events": 4 * jobs,
-                                   "events_per_s": rates, "parse_share": parse_share}}
+                                   "events_per_cpu_s": rates, "events_per_wall_s": walls,
+                                   "parse_share": parse_share}}
 
 
 def measure_live(server: ValkeyServer, claims: int, rounds: int) -> dict[str, Any]:
