@@ -8,7 +8,8 @@ Sections (docs/benchmarks.md says what each row means):
   checker  a synthetic history (1M jobs in the full run): events/s checked, peak RSS
   startup  `echomq-chaos run` -> first claim with 8 workers vs a bare valkey-server start
   proxy    the built-in Toxiproxy server's overhead (benchmarks/proxy_overhead.py)
-  recorder the MONITOR recorder's ceiling and what it costs the server (benchmarks/recorder.py)
+  recorder the MONITOR recorder: its decoders' speed offline (by effect vs the SHA1 fast path),
+           its live ceiling and what it costs the server (benchmarks/recorder.py)
   locust   Locust's ceiling (benchmarks/locust_ceiling.py)
   scale    64 workers x 8 slots, 200k jobs, a quarter killed (only with --scale or
            --only scale: minutes)
@@ -56,18 +57,20 @@ class Preset:
     checker_rounds: int
     startup_runs: int
     proxy: tuple[int, int, int]  # jobs, rounds, threads
-    recorder: tuple[int, int]  # claims, rounds
+    recorder: tuple[int, int, int, int]  # live: claims, rounds; offline decode: jobs, rounds
     fields: tuple[int, int]  # claims per run, rounds
 
 
 PRESETS = {
     "full": Preset(queue_path.Sizes(claims=20_000, jobs=5_000, rounds=5, ceiling_claims=40_000),
-                   1_000_000, 3, 5, (1000, 5, 4), (20_000, 3), (30_000, 9)),
+                   1_000_000, 3, 5, (1000, 5, 4), (20_000, 3, 10_000, 9),
+                   (30_000, 9)),
     "quick": Preset(queue_path.Sizes(claims=3_000, jobs=1_500, rounds=3, ceiling_claims=20_000),
-                    50_000, 3, 3, (300, 3, 4), (5_000, 2), (10_000, 3)),
+                    50_000, 3, 3, (300, 3, 4), (5_000, 2, 3_000, 7),
+                    (10_000, 3)),
     # the test suite's size: proves the harness end to end; its figures mean nothing
     "smoke": Preset(queue_path.Sizes(claims=200, jobs=100, rounds=1), 2_000, 1, 1, (50, 1, 2),
-                    (200, 1), (200, 1)),
+                    (200, 1, 50, 1), (200, 1)),
 }
 
 

@@ -117,7 +117,7 @@ def test_a_write_inside_the_gap_leaves_it_unverified(server: ValkeyServer, tmp_p
     # The shadow now holds the store's state: a late complete is rejected against attempt 1,
     # and a second restart with nothing written in its gap is verified on its own.
     assert not queue.complete("lost", claimed.attempt, "w1")
-    _kill_once_seen(server, recorder, client, 2)
+    _kill_once_seen(server, recorder, client, 3)  # the enqueue, the gap's blind, the late call
     server.restart()
     _wait_for_gaps(recorder, 2)
     health = recorder.stop()

@@ -37,6 +37,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+import orjson
+
 from chaos.history.dialects import Call, Dialect, toolkit_script
 from chaos.history.schema import CLIENT_CALLS, HOLDER_EVIDENCE, TRANSITION_EVIDENCE, Blind
 
@@ -46,7 +48,11 @@ _END_MARKER = "echomq-chaos:monitor-end"
 _UNNAMED = "id:"  # a connection known only by its client id
 _ESCAPE = re.compile(r'\\(x[0-9a-fA-F]{2}|.)')
 _QUOTED = re.compile(r'"((?:[^"\\]|\\.)*)"')
+_ARGUMENT = re.compile(r'(?:[^"\\]+|\\.)*')  # what _QUOTED reads between a pair of quotes
 _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b"}
+# A backslash that does not start one of the escapes sdscatrepr writes (\\ \" \n \r \t \a \b
+# \xHH): such an argument (never the server's) is unescaped the slow way, byte for byte as before.
+_ODD_ESCAPE = re.compile(r'\\(?![\\"nrtab]|x[0-9a-fA-F]{2})')
 RECONNECT_TIMEOUT_S = 30.0  # how long a lost feed is retried (a restart: down + AOF load)
 RECONNECT_PAUSE_S = 0.005  # between attempts: the store's own clients retry too; be first
 
@@ -58,24 +64,60 @@ def _unescape(match: re.Match[str]) -> str:
     return _ESCAPES.get(code, code)
 
 
+def _unescaped(arg: str) -> str:
+    """One argument of a line with escapes: its bytes (\\xHH) read as UTF-8."""
+    if "\\" in arg:
+        if _ODD_ESCAPE.search(arg) is None:  # Python's escapes are a superset of these
+            arg = arg.encode("latin-1").decode("unicode_escape")
+        else:
+            arg = _ESCAPE.sub(_unescape, arg)
+    return arg if arg.isascii() else arg.encode("latin-1").decode("utf-8", "replace")
+
+
+def _unescape_pieces(args: list[str]) -> bool:
+    """Unescape, in place, the pieces of a line split at '" "'; False (``args`` then half
+    done) when a piece is not what ``_QUOTED`` reads as one argument."""
+    for index, arg in enumerate(args):
+        if "\\" in arg:
+            if _ARGUMENT.fullmatch(arg) is None:
+                return False
+            args[index] = _unescaped(arg)
+        elif '"' in arg:
+            return False
+        elif not arg.isascii():
+            args[index] = arg.encode("latin-1").decode("utf-8", "replace")
+    return True
+
+
 def parse_line(line: str) -> tuple[int, str, list[str]] | None:
     """One MONITOR line (``+<sec>.<usec> [<db> <client>] "ARG" ...``, without its CRLF): the
     server stamp in µs, the client (``host:port`` or ``lua``) and the arguments; None for a
-    line that is not a command (``+OK``)."""
-    if not line.startswith("+") or " [" not in line:
+    line that is not a command (``+OK``).
+
+    The recorder's hot path (every line of the feed): indices instead of partitions, so the
+    long argument list is copied once, and escapes unescaped only in the arguments that have
+    them. ``tests/test_monitor_parse.py`` holds it equal to the plain reading on tricky lines."""
+    if not line.startswith("+"):
         return None
-    stamp, _, rest = line[1:].partition(" [")
-    client, _, quoted = rest.partition("] ")
-    seconds, _, micros = stamp.partition(".")
-    if not (seconds.isdigit() and micros.isdigit() and quoted.startswith('"')):
+    opened = line.find(" [")  # the first, after the stamp
+    if opened < 0:
         return None
-    if "\\" in quoted:
-        # Escaped bytes (sdscatrepr): \" \\ \n \r \t \a \b \xHH; the args are byte strings.
-        args = [_ESCAPE.sub(_unescape, arg).encode("latin-1").decode("utf-8", "replace")
-                for arg in _QUOTED.findall(quoted)]
-    else:
-        args = quoted[1:-1].split('" "')
-    return int(seconds) * 1_000_000 + int(micros), client.partition(" ")[2], args
+    closed = line.find("] ", opened + 2)  # the first after it ends the client (IPv6: [::1]:p)
+    if closed < 0 or not line.startswith('"', closed + 2):
+        return None
+    seconds, _, micros = line[1:opened].partition(".")
+    if not (seconds.isdigit() and micros.isdigit()):
+        return None
+    client = line[opened + 2:closed].partition(" ")[2]
+    args = line[closed + 3:-1].split('" "')
+    # Escaped bytes (sdscatrepr): \" \\ \n \r \t \a \b \xHH; the args are byte strings. A quote in
+    # an argument is always escaped, so '" "' still splits them: when every piece reads as one
+    # quoted argument (and the line ends its last one), the pieces are the arguments.
+    if line.find("\\", closed) >= 0 and not (line.endswith('"') and _unescape_pieces(args)):
+        args = [_unescaped(arg) for arg in _QUOTED.findall(line, closed + 2)]
+    # (MONITOR writes six digits of µs: then one int of both is the stamp, and cheaper)
+    stamp = int(seconds + micros) if len(micros) == 6 else int(seconds) * 1_000_000 + int(micros)
+    return stamp, client, args
 
 
 @dataclass
@@ -237,8 +279,21 @@ class HistoryWriter:
         record = {"seq": f"{millis}-{self.counter}", **event}
         if conn and event["type"] != "run":
             record["conn"] = conn
-        self.handle.write(json.dumps(record, separators=(",", ":")) + "\n")
+        self.handle.write(_json_line(record))
         self.health.events += 1
+
+
+def _json_line(record: dict[str, str]) -> str:
+    """``json.dumps(record, separators=(",", ":"))`` and a newline, byte for byte, by orjson
+    where that is the same: an ASCII line without DEL (orjson writes other characters as they
+    are, json escapes them)."""
+    try:
+        data = orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError:  # e.g. a lone surrogate, which json escapes
+        data = b"\x7f"
+    if data.isascii() and b"\x7f" not in data:
+        return data.decode("ascii")
+    return json.dumps(record, separators=(",", ":")) + "\n"
 
 
 def member_of(name: str, members: frozenset[str]) -> str | None:
@@ -264,8 +319,8 @@ class _Grouper:
 
     def feed(self, lines: list[str], open_call: Call | None) -> Call | None:
         health = self.writer.health
+        health.lines_read += len(lines)
         for line in lines:
-            health.lines_read += 1
             parsed = parse_line(line)
             if parsed is None:
                 if line not in ("+OK", ""):
@@ -416,9 +471,11 @@ class MonitorRecorder:
             cut = buffer.rfind(b"\r\n")
             if cut < 0:
                 continue
-            lines = buffer[:cut].decode("utf-8", "replace").split("\r\n")
+            text = buffer[:cut].decode("utf-8", "replace")
+            lines = text.split("\r\n")
             buffer = buffer[cut + 2:]
-            end = next((i for i, line in enumerate(lines) if _END_MARKER in line), None)
+            end = next((i for i, line in enumerate(lines) if _END_MARKER in line), None) \
+                if _END_MARKER in text else None  # (one search of the chunk, not one a line)
             if end is not None:
                 lines = lines[:end]
             open_call = grouper.feed(lines, open_call)

@@ -10,6 +10,7 @@ keeps by applying every write it sees.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -54,9 +55,15 @@ def toolkit_script(call: Call) -> str | None:
     command = call.args[0].upper()
     if len(call.args) < 2 or not command.startswith("EVAL"):
         return None
-    sha = call.args[1].lower() if command.startswith("EVALSHA") else hashlib.sha1(
-        call.args[1].encode()).hexdigest()
+    sha = call.args[1].lower() if command.startswith("EVALSHA") else script_sha1(call.args[1])
     return TOOLKIT_SCRIPTS.get(sha)
+
+
+@functools.lru_cache(maxsize=256)
+def script_sha1(body: str) -> str:
+    """An EVAL's script body as SCRIPT LOAD names it (a client that EVALs sends the same few
+    bodies every call: each is hashed once)."""
+    return hashlib.sha1(body.encode()).hexdigest()
 
 
 class Dialect(Protocol):

@@ -41,18 +41,25 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections import Counter, deque
+from collections.abc import Sequence
 from importlib import resources
 from typing import Any
 
-from chaos.history.dialects import Call, Decoded, jobs_named
+from chaos.history.dialects import Call, Decoded, jobs_named, script_sha1
 from chaos.history.schema import TRANSITIONS
 from chaos.protocol.client import QueueKeys
 
 _TRANSITION_TYPES = frozenset(kind.TYPE for kind in TRANSITIONS)
 # Commands that change a key; anything else (reads, TIME) changes nothing the shadow keeps.
+_ZADD_OPTIONS = frozenset(("XX", "NX", "GT", "LT", "CH", "INCR"))
 _WRITES = frozenset(("HSET", "HINCRBY", "HDEL", "ZADD", "ZREM", "ZPOPMIN", "DEL", "XADD",
                      "UNLINK", "HMSET", "ZINCRBY", "ZREMRANGEBYSCORE", "SET", "RENAME",
                      "PEXPIRE"))
+# Reads the scripts run most, as they spell them: passed over without upper-casing (any other
+# spelling is upper-cased and looked up, as every command name is).
+_READS = frozenset(("HGET", "HMGET", "HGETALL", "EXISTS", "ZSCORE", "ZRANGE", "ZRANGEBYSCORE",
+                    "ZCARD", "GET", "TYPE", "hget", "hmget", "hgetall", "exists", "zscore",
+                    "zrange", "zrangebyscore", "zcard", "get", "type"))
 
 
 def _script_shas() -> dict[str, str]:
@@ -102,8 +109,11 @@ class EchoMQ:
         command = args[0].upper()
         if len(args) < 2:
             return
-        key = args[1]
-        row = self._row(key)
+        self._write(args, command, self._row(args[1]))
+
+    def _write(self, args: list[str], command: str, row: str | None) -> None:
+        """``_apply`` of a write whose command name (upper case) and row (``_row`` of its key)
+        the caller has read already."""
         if row is not None:
             job = self.jobs.setdefault(row, {})
             if command in ("HSET", "HMSET"):
@@ -120,13 +130,12 @@ class EchoMQ:
                 at = self.now_ms + int(args[2])
                 self.expires_at[row] = at
                 heapq.heappush(self.expiry_order, (at, row))
-        elif key == self.active:
+        elif args[1] == self.active:
             if command == "ZADD":
                 options = 2
-                while options < len(args) and args[options].upper() in (
-                        "XX", "NX", "GT", "LT", "CH", "INCR"):
+                while options < len(args) and args[options].upper() in _ZADD_OPTIONS:
                     options += 1
-                xx = "XX" in (arg.upper() for arg in args[2:options])
+                xx = options > 2 and "XX" in [arg.upper() for arg in args[2:options]]
                 for index in range(options, len(args) - 1, 2):
                     member = args[index + 1]
                     if not xx or member in self.leases:
@@ -157,7 +166,8 @@ class EchoMQ:
     # --- decoding -----------------------------------------------------------------------
     def decode(self, call: Call) -> Decoded:
         self.now_ms = call.stamp_us // 1000
-        self._expire(self.now_ms)
+        if self.expiry_order and self.expiry_order[0][0] < self.now_ms:
+            self._expire(self.now_ms)
         command = call.args[0].upper()
         if command not in ("EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"):
             if command in _WRITES and len(call.args) > 1 and call.args[1].startswith(self.base):
@@ -165,20 +175,21 @@ class EchoMQ:
                 return Decoded([], unscripted_write=True)
             return Decoded([])
         if command.startswith("EVALSHA"):
-            script = SCRIPTS.get(call.args[1].lower()) if len(call.args) > 1 else None
+            script = SCRIPTS.get(call.args[1].lower()) if self.fast_path and \
+                len(call.args) > 1 else None
         else:
-            script = SCRIPTS.get(hashlib.sha1(call.args[1].encode()).hexdigest())
+            script = SCRIPTS.get(script_sha1(call.args[1]))
         try:
             numkeys = int(call.args[2])
         except (IndexError, ValueError):
             return Decoded([], undecoded=self._touches_queue(call))
-        keys, argv = call.args[3:3 + numkeys], call.args[3 + numkeys:]
         if not call.commands:  # it ran nothing (NOSCRIPT ...): no write, no event
             return Decoded([], not_run=True)
         if script is None or not self.fast_path:
-            return self._by_effect(call) if self._touches_queue(call, keys) else Decoded([])
+            # (a call that touches none of the queue's keys decodes to nothing by effect)
+            return self._by_effect(call)
         try:
-            return self._decode(script, call, argv)
+            return self._decode(script, call, call.args[3 + numkeys:])
         except (IndexError, ValueError, KeyError):
             return Decoded([], undecoded=True)
 
@@ -270,70 +281,134 @@ class EchoMQ:
         A call that writes nothing is no transition (a refused extend or complete cannot be
         told from a read by its effect). Any other write to pending, active, dead or a job's
         attempts or state is undecoded: its jobs' evidence is missing."""
-        ts = self._clock(call)
+        stamp_ms = call.stamp_us // 1000
+        ts = str(stamp_ms)
+        # The bounds TIME can have read: from a start in the stamp's ms (floored: a start in a
+        # ms's last µs) to the stamp of the script's first TIME, read as the loop passes it.
+        self.earliest_ms, self.latest_ms = stamp_ms - 1, stamp_ms
+        timed = False
         effects: dict[str, _Effect] = {}
         runner: list[dict[str, str]] = []
-
-        def effect(job_id: str) -> _Effect:
-            found = effects.get(job_id)
-            if found is None:
-                job = self.jobs.get(job_id)
-                found = effects[job_id] = _Effect(job_id in self.leases, bool(job))
-                found.deadline_before = self.leases.get(job_id, "")
-                found.attempt_before = self._attempts(job_id)  # a row deleted keeps it here
-            return found
-
         popped = False  # a ZPOPMIN of pending: a claim, empty when nothing else follows
+        # (the recorder's hot path: the keys and the row's prefix read once per call)
+        events_key, active, pending, dead = self.events, self.active, self.pending, self.dead
+        job_prefix, leases = self.job_prefix, self.leases
+        cut = len(job_prefix)
 
-        for _, args in call.commands:
-            name = args[0].upper()
-            if name not in _WRITES or len(args) < 2:
+        sets = (active, pending, dead)
+
+        for stamp, args in call.commands:
+            name = args[0]
+            if name in _READS:  # (as scripts spell them: no upper-casing to tell)
+                continue
+            if name not in _WRITES:
+                name = name.upper()
+                if name not in _WRITES:
+                    if name == "TIME" and not timed:
+                        self.latest_ms, timed = stamp // 1000, True
+                    continue
+            if len(args) < 2:
                 continue
             key = args[1]
-            if key == self.events:
-                runner += self._runner_events([args], ts)
-            elif (row := self._row(key)) is not None:
-                job = effect(row)
-                if name in ("HSET", "HMSET"):
-                    fields = dict(zip(args[2::2], args[3::2], strict=False))
-                    job.completed |= fields.get("state") == "completed"
-                    job.payload |= "payload" in fields
-                    job.other_state |= "state" in fields and fields["state"] not in (
-                        "completed", "active", "pending", "dead")
-                elif name == "HINCRBY" and len(args) == 4:
-                    job.attempts_raised |= args[2] == "attempts"
-                elif name in ("DEL", "UNLINK"):
-                    job.deleted = True
-            elif key in (self.active, self.pending, self.dead):
-                popped |= name == "ZPOPMIN" and key == self.pending
-                xx = name == "ZADD" and "XX" in (arg.upper() for arg in args[2:5])
-                for member, score in _members(name, args):
-                    live = member in self.leases
-                    if key == self.active and (xx or score is None) and not live:
+            if key == events_key:  # a runner event's XADD, or a transition's own (not read)
+                if name == "XADD" and not (  # _transition_xadd, inline
+                        len(args) > 4 and args[3] == "type" and args[4] in _TRANSITION_TYPES
+                        and args.count("type") == 1):
+                    event = self._runner_event(args, ts)
+                    if event is not None:
+                        runner.append(event)
+                continue  # (the shadow keeps no stream)
+            if key in sets:
+                first = 2  # where a ZADD's scores and members begin, past its options
+                if name == "ZADD":
+                    while first < len(args) and len(args[first]) <= 4 \
+                            and args[first].upper() in _ZADD_OPTIONS:  # (none is longer)
+                        first += 1
+                    scored = [(args[first + 1], args[first])] if len(args) == first + 2 \
+                        else list(zip(args[first + 1::2], args[first::2]))  # noqa: B905
+                    members: Sequence[tuple[str, str | None]] = scored
+                elif name == "ZREM":
+                    members = [(member, None) for member in args[2:]]
+                else:
+                    popped |= name == "ZPOPMIN" and key == pending
+                    continue  # (nothing else moves a job in or out, or changes the shadow)
+                for member, score in members:
+                    if key == active and member not in leases and (score is None or (
+                            name == "ZADD" and (args[3].upper() == "XX" if first == 2 and len(
+                                args) == 4 else "XX" in map(str.upper, args[2:5])))):
                         continue  # a ZADD XX or ZREM of a lease that is not there: no write
-                    job = effect(member)
-                    if key == self.active:
+                    job = effects.get(member) or self._effect(effects, member)
+                    if key == active:
                         if score is None:
                             job.left_active = True
                         else:
                             job.deadline = score
-                    elif key == self.pending:
+                    elif key == pending:
                         if score is not None:
                             job.pending, job.pending_score = True, score
                     else:
                         job.dead = score
-            self._apply(args)
-        events: list[dict[str, str]] = list(runner)
+                if key != active:
+                    continue  # (the shadow keeps only the active set)
+                if name == "ZREM":  # _write's, inline
+                    for member, _ in members:
+                        leases.pop(member, None)
+                elif first == 2 or "XX" not in [arg.upper() for arg in args[2:first]]:
+                    leases.update(scored)
+                else:  # ZADD XX: only the leases that are there
+                    for member, deadline in scored:
+                        if member in leases:
+                            leases[member] = deadline
+                continue
+            row = key[cut:] if key.startswith(job_prefix) else None  # _row, inline
+            if row is None or ":" in row:
+                continue  # none of the queue's (or a job's sub-key): no effect, no shadow
+            job = effects.get(row) or self._effect(effects, row)
+            if name in ("HSET", "HMSET"):
+                shadow = self.jobs.setdefault(row, {})
+                state = None
+                for index in range(2, len(args) - 1, 2):  # field, value, ...: _write's, inline
+                    value = shadow[args[index]] = args[index + 1]
+                    if args[index] == "state":
+                        state = value
+                    elif args[index] == "payload":
+                        job.payload = True
+                if state == "completed":
+                    job.completed = True
+                elif state is not None and state not in ("active", "pending", "dead"):
+                    job.other_state = True
+                continue
+            if name == "HINCRBY" and len(args) == 4:
+                if args[2] == "attempts":
+                    job.attempts_raised = True
+            elif name in ("DEL", "UNLINK"):
+                job.deleted = True
+            self._write(args, name, row)
+        events: list[dict[str, str]] = runner
         undecoded = False
+        holder = call.conn or ""
         for job_id, job in effects.items():
-            event = self._effect_event(job_id, job, ts, call.conn or "")
+            event = self._effect_event(job_id, job, ts, holder)
             if event is None:
                 undecoded |= job.changed
             elif event:
                 events.append(event)
-        self._note_holders(events, call.conn)
-        return Decoded(events, undecoded=undecoded, holder_from_connection=True,
-                       empty_claim=popped and not effects)
+                # _note_holders, inline (the runner events before these are none of its)
+                if event["type"] == "claim":
+                    self.holders[job_id] = holder
+                elif event["type"] == "complete" or event["type"] == "dead":
+                    self.holders.pop(job_id, None)
+        # events, undecoded, empty_claim, unscripted_write, not_run, holder_from_connection:
+        # positional (keywords cost as much as the rest of the call's bookkeeping)
+        return Decoded(events, undecoded, popped and not effects, False, False, True)
+
+    def _effect(self, effects: dict[str, _Effect], job_id: str) -> _Effect:
+        """A job's first effect in a call: where it starts from (its lease, its row's attempt:
+        a row the call deletes keeps it here)."""
+        row = self.jobs.get(job_id)
+        found = effects[job_id] = _Effect(bool(row), self.leases.get(job_id, ""),
+                                          row.get("attempts", "0") if row else "0")
+        return found
 
     def _effect_event(self, job_id: str, job: _Effect, ts: str,
                       holder: str) -> dict[str, str] | None:
@@ -342,8 +417,9 @@ class EchoMQ:
         claim's is the one it raised."""
         attempt = self._attempts(job_id) if job.attempts_raised else job.attempt_before
         if job.attempts_raised and job.deadline is not None and not job.left_active:
+            lease_ms, ts = self._lease_ts(job.deadline, ts)
             return {"type": "claim", "id": job_id, "attempt": attempt, "worker": holder,
-                    **self._lease(job.deadline, ts)}
+                    "lease_ms": lease_ms, "deadline": job.deadline, "ts": ts}
         settled = job.deleted or job.completed  # EchoMQ deletes the row, ours marks it
         if settled and not job.pending and job.dead is None and job.deadline is None \
                 and not job.attempts_raised:  # out of active (or pending) for good
@@ -358,30 +434,26 @@ class EchoMQ:
                 return {"type": "reap", "id": job_id, **taken, "ts": ts}
             return {"type": "dead", "id": job_id, **taken, "ts": self._exact(ts, job.dead)}
         if job.deadline is not None and not job.attempts_raised and not job.left_active:
+            lease_ms, ts = self._lease_ts(job.deadline, ts)
             return {"type": "extend", "id": job_id, "attempt": attempt, "worker": holder,
-                    **self._lease(job.deadline, ts), "rtt_ms": ""}
+                    "lease_ms": lease_ms, "deadline": job.deadline, "ts": ts, "rtt_ms": ""}
         if job.pending and job.payload and not job.existed and not job.left_active \
                 and job.deadline is None and job.dead is None:
             return {"type": "enqueue", "id": job_id,
                     "ts": self._exact(ts, job.pending_score)}
         return {} if not job.changed else None
 
-    def _lease(self, deadline: str, ts: str) -> dict[str, str]:
-        """A granted lease's fields: ``ts`` exact where deadline - the scenario's lease lies
-        within TIME's bounds; the lease is what the deadline says, whatever was configured."""
+    def _lease_ts(self, deadline: str, ts: str) -> tuple[str, str]:
+        """A granted lease's ``lease_ms`` and ``ts``: ``ts`` exact where deadline - the
+        scenario's lease lies within TIME's bounds; the lease is what the deadline says,
+        whatever was configured."""
+        # (a ZADD's score as a float, as the store reads it; digits that a float holds
+        # exactly, the usual, read as they are)
+        whole = int(deadline) if len(deadline) <= 15 and deadline.isdigit() else int(
+            float(deadline))
         if self.lease_ms is not None:
-            ts = self._exact(ts, int(float(deadline)) - self.lease_ms)
-        return {"lease_ms": str(int(float(deadline)) - int(ts)), "deadline": deadline, "ts": ts}
-
-    def _clock(self, call: Call) -> str:
-        """The call's ``ts`` (its line's stamp, ms) and the bounds TIME can have read."""
-        self.earliest_ms = call.stamp_us // 1000 - 1  # floored: a start in a ms's last µs
-        self.latest_ms = call.stamp_us // 1000
-        for stamp, args in call.commands:
-            if args[0].upper() == "TIME":
-                self.latest_ms = stamp // 1000
-                break
-        return str(call.stamp_us // 1000)
+            ts = self._exact(ts, whole - self.lease_ms)
+        return str(whole - int(ts)), ts
 
     def _exact(self, ts: str, value: str | int | None) -> str:
         """``value`` (a write's copy of the script's clock) when it lies within TIME's bounds."""
@@ -395,12 +467,23 @@ class EchoMQ:
     def _runner_events(self, writes: list[list[str]], ts: str) -> list[dict[str, str]]:
         events = []
         for args in writes:
-            if args[0].upper() == "XADD" and args[1] == self.events:
-                fields = dict(zip(args[3::2], args[4::2], strict=False))
-                if fields.get("type") not in _TRANSITION_TYPES:
-                    self.runner_seen.append(tuple(sorted(fields.items())))
-                    events.append({**fields, "ts": fields.get("ts", ts)})
+            event = self._runner_event(args, ts)
+            if event is not None:
+                events.append(event)
         return events
+
+    def _runner_event(self, args: list[str], ts: str) -> dict[str, str] | None:
+        """A runner event (record.lua's XADD, taken as written); None for another write, or a
+        transition's own event (read from what its script wrote, never from its XADD)."""
+        if args[0].upper() != "XADD" or args[1] != self.events:
+            return None
+        if _transition_xadd(args):
+            return None
+        fields = dict(zip(args[3::2], args[4::2], strict=False))
+        if fields.get("type") in _TRANSITION_TYPES:
+            return None
+        self.runner_seen.append(tuple(sorted(fields.items())))
+        return {**fields, "ts": fields.get("ts", ts)}
 
     def _enqueue(self, script: str, argv: list[str], writes: list[list[str]],
                  ts: str) -> Decoded:
@@ -553,22 +636,19 @@ class EchoMQ:
 
 
 class _Effect:
-    """What one call did to one job (``EchoMQ._by_effect``)."""
+    """What one call did to one job (``EchoMQ._by_effect``). Class-level defaults: a new one
+    sets only what it starts from (one per job a call touches, on the recorder's hot path)."""
 
-    __slots__ = ("attempt_before", "attempts_raised", "completed", "dead", "deadline",
-                 "deadline_before",
-                 "deleted", "existed", "left_active", "other_state", "payload", "pending",
-                 "pending_score", "was_live")
+    attempts_raised = completed = deleted = left_active = False
+    payload = pending = other_state = False
+    pending_score: str | None = None  # its score in pending (enqueue: TIME, or 0)
+    deadline: str | None = None  # the lease written to active
+    dead: str | None = None  # its score in dead
 
-    def __init__(self, was_live: bool, existed: bool) -> None:
-        self.was_live, self.existed = was_live, existed
-        self.attempts_raised = self.completed = self.deleted = self.left_active = False
-        self.payload = self.pending = self.other_state = False
-        self.pending_score: str | None = None  # its score in pending (enqueue: TIME, or 0)
-        self.deadline: str | None = None  # the lease written to active
-        self.deadline_before = ""  # the lease it held when the call began (a reap's)
-        self.attempt_before = "0"  # its attempts (fencing token) when the call began
-        self.dead: str | None = None  # its score in dead
+    def __init__(self, existed: bool, deadline_before: str, attempt_before: str) -> None:
+        self.existed = existed  # its row held something when the call began
+        self.deadline_before = deadline_before  # the lease it held when the call began (a reap's)
+        self.attempt_before = attempt_before  # its attempts (fencing token) when the call began
 
     @property
     def changed(self) -> bool:
@@ -578,17 +658,11 @@ class _Effect:
                 or self.dead is not None)
 
 
-def _members(name: str, args: list[str]) -> list[tuple[str, str | None]]:
-    """(member, score) of a write to a sorted set: score None for a removal."""
-    if name == "ZADD":
-        first = 2
-        while first < len(args) and args[first].upper() in ("NX", "XX", "GT", "LT", "CH",
-                                                             "INCR"):
-            first += 1
-        return list(zip(args[first + 1::2], args[first::2], strict=False))
-    if name == "ZREM":
-        return [(member, None) for member in args[2:]]
-    return []
+def _transition_xadd(args: list[str]) -> bool:
+    """An XADD whose one ``type`` field (the common case: right after the id) names a
+    transition: no runner event, told without building its fields."""
+    return len(args) > 4 and args[3] == "type" and args[4] in _TRANSITION_TYPES \
+        and args.count("type") == 1
 
 
 # The store as the recorder resumes (run just before MONITOR, on the same connection: nothing
