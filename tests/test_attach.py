@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +34,7 @@ from attach_support import (
     scenario_file,
     wait_until,
 )
+from test_sut_node import _missing
 
 from chaos.errors import InfraError
 from chaos.lifeline import die_with_parent
@@ -51,14 +51,6 @@ kill = ["kill", "-9", "{pid}"]
 pause = ["kill", "-STOP", "{pid}"]
 resume = ["kill", "-CONT", "{pid}"]
 """
-
-
-def _missing() -> str | None:
-    if shutil.which("node") is None:
-        return "node is not on PATH"
-    if not (NODE_SUT / "node_modules").is_dir():
-        return f"{NODE_SUT}/node_modules is absent: run `npm ci` in sut/node-echomq"
-    return None
 
 
 @pytest.fixture

@@ -161,3 +161,24 @@ def test_calls_shaped_like_echomqs_own_decode_and_its_fencing_gap_is_caught():
     verdict = check(events, CheckConfig(1000, 250), final=True)
     assert verdict.invariants["exclusive_lease"].violations == 1
     assert verdict.invariants["no_double_completion"].ok and verdict.invariants["no_loss"].ok
+
+
+def test_a_job_named_like_a_zadd_option_is_a_member_not_an_option():
+    """``ZADD active <deadline> xx``: no options, so ``xx`` is the job (it was read as XX)."""
+    q, row = "emq:{jobs}:", "emq:{jobs}:job:xx"
+    t0 = 1_796_319_520_000
+    calls = [
+        (t0, ["EVALSHA", "f" * 40, "2", row, q + "pending", "xx", "x"],
+         [["HSET", row, "state", "pending", "attempts", "0", "payload", "x"],
+          ["ZADD", q + "pending", "0", "xx"]]),
+        (t0 + 10, ["EVALSHA", "f" * 40, "2", q + "pending", q + "active", q + "job:", "1000"],
+         [["ZPOPMIN", q + "pending"], ["HINCRBY", row, "attempts", "1"], ["TIME"],
+          ["ZADD", q + "active", str(t0 + 1010), "xx"]]),
+    ]
+    handle = io.StringIO()
+    health = RecorderHealth("echomq")
+    decode_lines(_monitor_lines(calls), HistoryWriter(EchoMQ("emq:", "jobs", lease_ms=1000),
+                                                      handle, health))
+    events = [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()]
+    assert [(e.type, e.job_id) for e in events] == [("enqueue", "xx"), ("claim", "xx")]
+    assert health.undecoded_calls == 0

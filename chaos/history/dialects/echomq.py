@@ -334,8 +334,7 @@ class EchoMQ:
                     continue  # (nothing else moves a job in or out, or changes the shadow)
                 for member, score in members:
                     if key == active and member not in leases and (score is None or (
-                            name == "ZADD" and (args[3].upper() == "XX" if first == 2 and len(
-                                args) == 4 else "XX" in map(str.upper, args[2:5])))):
+                            name == "ZADD" and "XX" in map(str.upper, args[2:first]))):
                         continue  # a ZADD XX or ZREM of a lease that is not there: no write
                     job = effects.get(member) or self._effect(effects, member)
                     if key == active:
