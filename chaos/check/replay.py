@@ -22,7 +22,18 @@ import msgspec
 from chaos.check.evidence import NEEDS, BlindSpots
 from chaos.check.verdict import EXAMPLES, Offences, Redeliveries, StrandedLease
 from chaos.history.events import Event
-from chaos.history.schema import Blind, Enqueue, Fault, FaultSkipped, Heal, Phase, Run, Sweep
+from chaos.history.schema import (
+    Blind,
+    Enqueue,
+    Fault,
+    FaultSkipped,
+    Heal,
+    Phase,
+    Promote,
+    Retry,
+    Run,
+    Sweep,
+)
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
 
@@ -111,6 +122,11 @@ class ReplayFacts:
     ran_ms: dict[int, int] = field(default_factory=dict)
     ran_needless_ms: dict[int, int] = field(default_factory=dict)
     retried: int = 0  # accepted retries: a holder handed its job back for another attempt
+    promoted: int = 0  # jobs the schedule gave back to pending (promote events)
+    # Jobs waiting for a due time (a retry into the schedule or BullMQ's delayed set, a
+    # scheduled admission) and not claimed, promoted or settled since: job -> when due (None:
+    # not recorded). Still there at the end: waiting in the schedule, neither pending nor lost.
+    scheduled: dict[str, int | None] = field(default_factory=dict)
     # The reapers' sweeps the history shows (``sweep`` events: BullMQ's stalled checks), as
     # (server time, the worker whose connection made it, whether it ran), in history order.
     sweeps: list[tuple[int, str, bool]] = field(default_factory=list)
@@ -210,6 +226,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
     # bound methods as locals: the loop below runs once per event
     enqueue_job, lease_of, highest_of, completes_of = (enqueued.setdefault, leases.get,
                                                        enqueued.get, completes.get)
+    scheduled = facts.scheduled
 
     def stale_claim(event: Event, attempt: int, worker: str, earlier: int) -> None:
         stale_claims.add({"job": event.job_id or "", "attempt": attempt, "worker": worker,
@@ -305,12 +322,18 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
             enqueue_job(job_id, None)  # enqueued again: it keeps its highest attempt
             if claimed_unenqueued and job_id in claimed_unenqueued:  # claimed before it
                 enqueued[job_id] = claimed_unenqueued.pop(job_id)
-            if event.extra and Enqueue.decode(event).poison:  # only a kind makes extra fields
-                poison.add(job_id)
+            if event.extra:  # only a kind or a due time makes extra fields
+                enqueue = Enqueue.decode(event)
+                if enqueue.poison:
+                    poison.add(job_id)
+                if enqueue.due is not None:  # a scheduled admission: waits to be promoted
+                    scheduled[job_id] = enqueue.due
             if first_enqueue_ts is None:
                 first_enqueue_ts = ts
 
         elif kind == "claim":
+            if scheduled and job_id in scheduled:
+                del scheduled[job_id]
             previous = lease_of(job_id)
             if previous is not None:  # two holders of one job at once
                 stray_calls.add({"job": job_id, "op": "claim", "attempt": event.attempt,
@@ -387,6 +410,9 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                         odd_grant(event, deadline)
             elif kind == "retry":  # handed back: the job waits for another attempt
                 facts.retried += 1
+                retry = Retry.decode(event)
+                if retry.waits_for_due:
+                    scheduled[job_id] = retry.due
                 if lease is not None:
                     del leases[job_id]
                 lease_ended(job_id)
@@ -397,6 +423,8 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 last_complete_ts = ts
                 if count == 2:
                     second_complete_ts[job_id] = ts
+                if scheduled and job_id in scheduled:
+                    del scheduled[job_id]
                 if live:
                     assert lease is not None
                     if lease.worker == event.worker:
@@ -451,6 +479,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 reap_times.setdefault(job_id, []).append(ts)
             else:
                 dead[job_id] = (len(reap_times.get(job_id, [])), ts)
+                scheduled.pop(job_id, None)
             leases.pop(job_id, None)
             if tokens.live:
                 tokens.ended(job_id, True)
@@ -458,6 +487,10 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                 if item.attempt == event.attempt:
                     item.reap_ts = ts
                     awaiting_reclaim.setdefault(job_id, []).append(item)
+
+        elif kind == Promote.TYPE:  # due again: pending, for a claim to take
+            facts.promoted += 1
+            scheduled.pop(job_id, None)
 
         elif kind == Fault.TYPE:
             fault = Fault.decode(event)
