@@ -131,11 +131,12 @@ class Capture:
         return read_history(self.directory / MONITOR_HISTORY), health, lines
 
 
-def _offline(lines: list[str], fast_path: bool) -> tuple[list[tuple[Any, ...]], RecorderHealth]:
+def offline(lines: list[str], fast_path: bool, queue: str = "sched"
+            ) -> tuple[list[tuple[Any, ...]], RecorderHealth]:
     """The capture decoded again: each transition's type, job, attempt, deadline and own fields."""
     handle = io.StringIO()
     health = RecorderHealth("echomq")
-    decode_lines(lines, HistoryWriter(EchoMQ("emq:", "sched", LEASE_MS, fast_path=fast_path),
+    decode_lines(lines, HistoryWriter(EchoMQ("emq:", queue, LEASE_MS, fast_path=fast_path),
                                       handle, health))
     events = [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()]
     return [(e.type, e.job_id, e.attempt, e.deadline, e.ts, tuple(sorted(e.extra.items())))
@@ -152,7 +153,7 @@ def contract(valkey_server: ValkeyServer) -> Iterator[Contract]:
     driver.client.close()
 
 
-def _moves(events: list[Event]) -> list[tuple[str, str | None, int | None, str]]:
+def moves(events: list[Event]) -> list[tuple[str, str | None, int | None, str]]:
     return [(e.type, e.job_id, e.attempt, e.extra.get("to") or e.extra.get("target") or "")
             for e in events if e.type in TRANSITIONS]
 
@@ -201,7 +202,7 @@ def test_retry_delay_schedule_and_promote_decode_by_effect(
                                                       keys.schedule)) == 0
     # The history the recorder decoded, holder the connection's name.
     assert health.undecoded_calls == 0 and health.trustworthy, health.problems()
-    assert _moves(history) == [
+    assert moves(history) == [
         ("enqueue", retried, None, ""), ("enqueue", delayed, None, ""),
         ("enqueue", failed, None, ""), ("enqueue", done, None, ""), ("enqueue", later, None, ""),
         ("claim", retried, 1, ""), ("retry", retried, 1, "schedule"),
@@ -223,9 +224,9 @@ def test_retry_delay_schedule_and_promote_decode_by_effect(
     assert all(by_type["promote", job_id].ts >= int(by_type["promote", job_id].extra["due"])
                for job_id in (retried, delayed, later))
     # The fast path (our own scripts by SHA1) and the effect decoder read the capture alike.
-    fast, fast_health = _offline(lines, fast_path=True)
-    by_effect, effect_health = _offline(lines, fast_path=False)
-    assert fast == by_effect and len(fast) == len(_moves(history))
+    fast, fast_health = offline(lines, fast_path=True)
+    by_effect, effect_health = offline(lines, fast_path=False)
+    assert fast == by_effect and len(fast) == len(moves(history))
     assert fast_health.undecoded_calls == effect_health.undecoded_calls == 0
     # The verdict: each job finished once, two handed back, three given back by the schedule.
     verdict = check(history)
@@ -264,11 +265,11 @@ def test_echomqs_retry_fence_is_the_token_alone(valkey_server: ValkeyServer,
     history, health, lines = capture.stop()
 
     assert health.undecoded_calls == 0 and health.unscripted_writes == 1
-    assert _moves(history) == [
+    assert moves(history) == [
         ("enqueue", job_id, None, ""), ("claim", job_id, 1, ""), ("reap", job_id, 1, ""),
         ("retry", job_id, 1, "schedule"), ("promote", job_id, None, ""),
         ("claim", job_id, 2, ""), ("complete", job_id, 2, "")]
-    assert _offline(lines, fast_path=True)[0] == _offline(lines, fast_path=False)[0]
+    assert offline(lines, fast_path=True)[0] == offline(lines, fast_path=False)[0]
     verdict = check(history, CheckConfig(LEASE_MS, 100), final=True)
     (offence,) = verdict.invariants["exclusive_lease"].examples
     assert (offence["op"], offence["attempt"], offence["reason"]) == (
@@ -303,7 +304,7 @@ def test_the_stalled_sweep_recovers_then_dead_letters_at_max_stalled(
     moves = [(e.type, e.attempt, e.extra.get("stalls")) for e in history
              if e.type in ("reap", "dead")]
     assert moves == [("reap", 1, "1"), ("dead", 2, "2")]
-    assert _offline(lines, fast_path=True)[0] == _offline(lines, fast_path=False)[0]
+    assert offline(lines, fast_path=True)[0] == offline(lines, fast_path=False)[0]
     assert check(history, CheckConfig(LEASE_MS, 100, max_stalls=1), final=True) \
         .invariants["stall_limit"].ok
     assert not check(history, CheckConfig(LEASE_MS, 100, max_stalls=2), final=True) \
