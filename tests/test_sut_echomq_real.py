@@ -67,7 +67,7 @@ class RealRun:
 
     def __init__(self, server: ValkeyServer, directory: Path, runs: list[RealRun],
                  worker_break: str = "", reaper_break: str = "",
-                 worker_options: tuple[str, ...] = ()) -> None:
+                 worker_options: tuple[str, ...] = (), max_stalls: int | None = None) -> None:
         runs.append(self)  # torn down by the fixture, however far this gets
         self.processes: dict[str, subprocess.Popen[str]] = {}
         self.queue = f"real{next(_runs)}"
@@ -83,14 +83,14 @@ class RealRun:
         self.runner.record(**Run(
             scenario="echomq-real", lease_ms=LEASE_MS, reap_interval_ms=REAP_MS,
             heartbeat_ms=HEARTBEAT_MS, workers=WORKERS, concurrency=CONCURRENCY,
-            protocol="echomq-real", reapers=1, dialect="echomq").fields())
+            protocol="echomq-real", reapers=1, dialect="echomq", max_stalls=max_stalls).fields())
         self.runner.record(**Phase("warmup").fields())
         self.env = {**os.environ, "CHAOS_QUEUE": self.queue, "CHAOS_PREFIX": "emq:",
                     "CHAOS_VALKEY_URL": f"redis://default:{server.password}@127.0.0.1:"
                                         f"{server.port}",
                     "CHAOS_LEASE_MS": str(LEASE_MS), "CHAOS_HEARTBEAT_MS": str(HEARTBEAT_MS),
                     "CHAOS_REAP_INTERVAL_MS": str(REAP_MS),
-                    "CHAOS_CONCURRENCY": str(CONCURRENCY)}
+                    "CHAOS_CONCURRENCY": str(CONCURRENCY), "CHAOS_MAX_STALLS": str(max_stalls or 0)}
         # One at a time, each ready (every connection named) before the next starts: the
         # recorder caches CLIENT LIST's names, and a connection listed between its HELLO and
         # its CLIENT SETNAME would keep an `id:N` for the run.
@@ -310,6 +310,36 @@ def test_retried_jobs_come_back_through_the_schedule(valkey_server: ValkeyServer
           f"promoted {promoted}, stranded {verdict.stranded}")
 
 
+def test_the_stall_limit_maps_to_echomq_stalled(valkey_server: ValkeyServer, tmp_path: Path,
+                                               runs: list[RealRun]):
+    """CHAOS_MAX_STALLS = 1: the reaper sweeps as EchoMQ.Stalled with max_stalled 2
+    (docs/echomq.md's mapping). A job whose lease lapses twice (its holder killed, then the
+    next one) is recovered once, then dead-lettered, its stalls counted on its row: stall_limit
+    holds at max_stalls 1, and the job is dead-lettered, not lost."""
+    run = RealRun(valkey_server, tmp_path, runs, max_stalls=1)
+    run.enqueue(1, handler_ms=10_000)
+    run.runner.record(**Phase("chaos").fields())
+    first, held = run.holder()
+    (job_id,) = held
+    run.fault("kill", first)
+    second = _until(lambda: next((name for name in WORKERS if name != first
+                                  and job_id in run.held_by(name)), None), "claimed again")
+    run.fault("kill", second)
+    _until(lambda: run.client.zscore(run.keys.dead, job_id) is not None, "dead-lettered")
+    run.enqueue(4, handler_ms=100)  # the third worker still works
+    verdict, events, health = run.finish(run.drain())
+
+    assert health.undecoded_calls == 0 and health.trustworthy, health.problems()
+    assert run.client.hget(run.key("job:" + job_id), "stalled") == "2"
+    assert run.client.hget(run.key("metrics:failed"), "count") == "1"
+    assert run.logged(r" reaped n=(\d+) dead=(\d+)", ("reaper",)) == [("1", "0"), ("0", "1")]
+    assert [(e.type, e.attempt, e.worker, e.extra.get("stalls")) for e in events
+            if e.job_id == job_id and e.type in ("reap", "dead")] == [
+        ("reap", 1, first, "1"), ("dead", 2, second, "2")]
+    assert verdict.invariants["stall_limit"].ok and verdict.invariants["no_loss"].ok
+    assert verdict.jobs.completed == 4 and verdict.passed, _failed(verdict)
+
+
 @pytest.mark.parametrize(("fault", "worker_break", "reaper_break", "invariant", "op"), [
     ("kill", "", "lazy-reaper", "reap_prompt", ""),
     ("pause", "unfenced-complete", "", "exclusive_lease", "complete"),
@@ -357,7 +387,7 @@ def test_the_runner_judges_it_from_a_scenario_file(tmp_path: Path, name: str,
     from chaos.scenario.loading import load_scenario
 
     scenario = load_scenario(SUT.parent.parent / "scenarios" / "echomq" / f"{name}.toml")
-    assert scenario.sut.login == "default"
+    assert scenario.sut.login == "default" and scenario.sut.contract == "echomq"
     result = run_scenario(scenario, tmp_path / "run", io.StringIO())
     assert result.checked is not None
     assert result.checked.failed_invariants() == failed, result.report["verdict"]
