@@ -502,7 +502,10 @@ def build_parser() -> argparse.ArgumentParser:
     clean = commands.add_parser(
         "clean", help="undo what crashed runs left behind: faults on an attached deployment "
         "(attach.json), processes, pid files, containers",
-        description="Each run records its children in <run dir>/pids/. Children die with the "
+        description="An attach run killed outright leaves its faults applied to the "
+                    "deployment: this runs the undo commands its attach.json lists (resume, "
+                    "heal; argv, no shell) and keeps there only what failed. "
+                    "Each run records its children in <run dir>/pids/. Children die with the "
                     "runner even when it is SIGKILLed; this removes anything left anyway: it "
                     "kills a recorded process only if its pid, boot and start time still match "
                     "(never a recycled pid), with its process group, and deletes the pid files. "
