@@ -20,6 +20,7 @@ PROTOCOLS = (
     "short-lease",
     "complete-skips-active",
     "padded-lease",
+    "sparse-reaper",
 )
 INVARIANTS = (
     "no_loss",
@@ -33,9 +34,10 @@ INVARIANTS = (
     "stall_limit",
     "needless_limit",
     "live_lease_honoured",
+    "reap_cadence",
 )
 HISTORY_SOURCES = ("scripts", "monitor", "both")  # history.source: what the checker judges
 # The checker's default allowance for the reaper's own wake-up and sweep (check.tolerance_ms for
-# recovery_bound, check.reap_allowance_ms for reap_prompt): small, so a reaper that takes a
-# lapsed lease a good part of an interval late is caught.
+# recovery_bound, check.reap_allowance_ms for reap_prompt and reap_cadence): small, so a reaper
+# that takes a lapsed lease a good part of an interval late, or sweeps late, is caught.
 DEFAULT_ALLOWANCE_MS = 100

@@ -45,6 +45,9 @@ WHAT_IT_CHECKS = {
                       "lease reaped from a holder no fault cut off)",
     "live_lease_honoured": "no extend or finish of the live lease's holder is refused before "
                            "its deadline while no fault touches the holder or the store",
+    "reap_cadence": "every reaper the queue promises a cadence of sweeps at least every "
+                    "reap_interval_ms + reap_allowance_ms (server clock), swept empty or not, "
+                    "unless a fault holds it or the store is down",
 }
 assert tuple(WHAT_IT_CHECKS) == INVARIANTS, "chaos.names lists the invariants judged here"
 # Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).
@@ -67,6 +70,9 @@ class CheckConfig:
     reap_allowance_ms: int = DEFAULT_ALLOWANCE_MS
     max_needless: int | None = None  # needless redeliveries tolerated; None: not judged
     dialect: str = ""  # the queue that made the history (the run event's); "" is echomq
+    # The processes the queue family promises sweep at least every reap interval (the run
+    # event's ``sweepers``); empty: reap_cadence is not judged.
+    sweepers: tuple[str, ...] = ()
 
     @property
     def bound_ms(self) -> int:
@@ -79,6 +85,16 @@ class CheckConfig:
         """reap_prompt's limit: a lapsed lease is reaped this long after its deadline, at most."""
         if self.dialect == "bullmq":
             return bullmq_reap_lag_ms(self.lease_ms, self.reap_interval_ms) + self.reap_allowance_ms
+        return self.reap_interval_ms + self.reap_allowance_ms
+
+    @property
+    def sweep_limit_ms(self) -> int:
+        """reap_cadence's limit: the longest gap between two sweeps of one sweeper. A reaper
+        sweeps every reap interval, plus the allowance for its wake-up and the sweep itself;
+        BullMQ's stalled checks are judged as recovery_bound always judged them, every
+        stalledInterval + tolerance (``chaos.check.bullmq.StalledChecks``)."""
+        if self.dialect == "bullmq":
+            return self.reap_interval_ms + self.tolerance_ms
         return self.reap_interval_ms + self.reap_allowance_ms
 
     @classmethod
@@ -103,6 +119,7 @@ class CheckConfig:
                                else run.reap_allowance_ms),
             max_needless=run.max_needless,
             dialect=run.dialect,
+            sweepers=run.sweepers,
         )
 
 

@@ -146,7 +146,7 @@ class Run:
             max_stalls=topo.max_stalls or 0, heartbeat=topo.heartbeat,
             reap_allowance_ms=scenario.check.reap_allowance_ms,
             max_needless=scenario.check.max_needless,
-            dialect=self.family.dialect_name,
+            dialect=self.family.dialect_name, sweepers=self.family.sweepers,
         ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path,
                                         trim=self.trim_history,
