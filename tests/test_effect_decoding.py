@@ -186,3 +186,59 @@ def test_a_job_named_like_a_zadd_option_is_a_member_not_an_option():
     events = [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()]
     assert [(e.type, e.job_id) for e in events] == [("enqueue", "xx"), ("claim", "xx")]
     assert health.undecoded_calls == 0
+
+
+def test_a_reap_that_finds_nothing_is_a_sweep_of_its_connection_by_effect():
+    """EchoMQ's reap (and its stalled sweep) as MONITOR shows them when nothing lapsed: TIME and
+    a scan of the active set, no write. By effect that is a sweep, the reaper the connection
+    that made it; a scan of another set (its promote, over the schedule) is none, and neither
+    is a lookup of the active set that does not start at -inf. A sweep from a connection the
+    recorder cannot resolve names no sweeper (the checker blinds the gaps it falls in) and,
+    naming no job, blinds no job's holder."""
+    q = "emq:{jobs}:"
+    sha = ["EVALSHA", "e" * 40]
+    t0 = 1_796_319_520_000
+    calls = [
+        (t0, [*sha, "2", q + "active", q + "pending", q],
+         [["TIME"], ["ZRANGEBYSCORE", q + "active", "-inf", str(t0), "LIMIT", "0", "100"]]),
+        (t0 + 5, [*sha, "3", q + "active", q + "pending", q + "dead", q, "1", "100"],
+         [["TIME"], ["zrangebyscore", q + "active", "-INF", str(t0 + 5), "LIMIT", "0", "100"]]),
+        (t0 + 10, [*sha, "2", q + "schedule", q + "pending", q, "100"],
+         [["TIME"], ["ZRANGEBYSCORE", q + "schedule", "-inf", str(t0 + 10), "LIMIT", "0",
+                     "100"]]),
+        (t0 + 20, [*sha, "1", q + "active"],
+         [["ZRANGEBYSCORE", q + "active", f"({t0 + 20}", "+inf", "LIMIT", "0", "10"]]),
+        (t0 + 30, [*sha, "1", q + "active"],
+         [["TIME"], ["ZRANGE", q + "active", "-inf", str(t0 + 30), "BYSCORE"]]),
+    ]
+    for connection, sweeper in (("w1-reaper", "w1-reaper"), (None, "")):
+        handle = io.StringIO()
+        health = RecorderHealth("echomq")
+        decode_lines(_monitor_lines(calls), HistoryWriter(
+            EchoMQ("emq:", "jobs", lease_ms=1000), handle, health,
+            resolve=lambda address, connection=connection: connection))
+        events = [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()]
+        assert [(e.type, e.worker or "", e.ts) for e in events] == [
+            ("sweep", sweeper, t0), ("sweep", sweeper, t0 + 5), ("sweep", sweeper, t0 + 30)]
+        assert health.undecoded_calls == 0 and health.unattributed_calls == (
+            0 if connection else 3)
+
+
+def test_our_reap_scripts_sweep_as_their_connection_whatever_name_they_pass(
+        valkey_server: ValkeyServer, tmp_path: Path):
+    """The recorder takes a sweep's reaper from the connection that made it, by SHA1 and by
+    effect alike: a reaper passing another name to reap.lua records that name in the stream,
+    and the MONITOR history says whose connection swept."""
+    keys = QueueKeys("sweeps:", "q")
+    recorder = live_recorder(valkey_server, keys, tmp_path)
+    client: redis.Redis = redis_client(valkey_server.url, password=valkey_server.password,
+                                       decode_responses=True, client_name="reaper")
+    queue = QueueClient(client, keys)
+    assert queue.reap(100, sweeper="someone-else") == 0
+    assert queue.reap(100, sweeper="reaper") == 0
+    recorder.stop()
+    stream = [fields["worker"] for _, fields in client.xrange(keys.events)
+              if fields["type"] == "sweep"]
+    assert stream == ["someone-else", "reaper"]
+    decoded = [e.worker for e in read_history(tmp_path / MONITOR_HISTORY) if e.type == "sweep"]
+    assert decoded == ["reaper", "reaper"]
