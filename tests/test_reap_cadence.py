@@ -137,6 +137,21 @@ def test_a_store_outage_exempts_the_gap_across_it():
     assert after[1]["examples"][0]["sweep_ts"] == 2500
 
 
+def test_after_a_failover_the_first_sweep_may_wait_out_a_wait_the_new_replica_cannot_ack():
+    """Seen in failover.toml (wait_replicas = 1): the store back at 2000 (a replica online), the
+    reaper's first sweep at 2083, its WAIT 1 unanswered for its full second, the next sweep at
+    3082. The outage holds the reaper until its first sweep after the store was back (and at
+    least one interval + the allowance after): that gap is the store's. A second slow gap is
+    the reaper's own again."""
+    sweeps = every(R, 0, 1000) + [2083] + every(R, 3082, 4500)
+    failed, cadence = cadence_of(run_with({"reaper": sweeps}, 4500, store_down=(1000, 2000)))
+    assert failed == [] and cadence["exempt_gaps"] == 2
+    twice = every(R, 0, 1000) + [2083, 3082] + every(R, 4081, 5500)
+    failed, cadence = cadence_of(run_with({"reaper": twice}, 5500, store_down=(1000, 2000)))
+    assert failed == ["reap_cadence"]
+    assert [(e["sweep_ts"], e["next_sweep_ts"]) for e in cadence["examples"]] == [(3082, 4081)]
+
+
 def test_the_run_start_and_wind_down_are_judged_up_to_the_drain():
     """A reaper whose first sweep comes 600 ms into the run, one that stopped sweeping long
     before the drain began: both fail. Sweeping on through the drain until the runner stops it

@@ -101,12 +101,13 @@ class StalledChecks:
 
     def __init__(self, sweeps: list[tuple[int, str, bool]], windows: FaultWindows,
                  lease_ms: int, interval_ms: int, limit_ms: int,
-                 outages: Sequence[tuple[int, int]] = ()) -> None:
+                 store_down: Sequence[tuple[int, int]] = ()) -> None:
         """``limit_ms``: the longest gap allowed between one worker's checks
-        (``CheckConfig.sweep_limit_ms``: S + tolerance)."""
+        (``CheckConfig.sweep_limit_ms``: S + tolerance); ``store_down``: (down from, back at)
+        per store fault."""
         self.times = sorted(ts for ts, _, ran in sweeps if ran)  # the checks that ran
         # each worker's checks, ran or turned away (each one its timer firing)
-        self.cadence = SweepCadence(sweeps, windows, limit_ms, outages)
+        self.cadence = SweepCadence(sweeps, windows, limit_ms, store_down)
         self.lease_ms, self.interval_ms = lease_ms, interval_ms
 
     def __bool__(self) -> bool:

@@ -21,18 +21,38 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import sys
 from collections.abc import Iterator, Sequence
 
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
 
+def outages_until_seen(down: Sequence[tuple[int, int]], seen: Sequence[int],
+                       settle_ms: int) -> list[tuple[int, int]]:
+    """(down from, exempt until) per store outage ((down from, back at), server ms): until the
+    process was seen at work again once the store was back (``seen``: its reaps, or its
+    sweeps, sorted), and at least ``settle_ms`` after it was back (it has to find the store
+    again: reconnect, ask Sentinel, wait for a replica to acknowledge); for good when it never
+    was, since what happened after is then the fault's as much as the reaper's."""
+    outages = []
+    for killed, back in down:
+        index = bisect.bisect_left(seen, back)
+        first = seen[index] if index < len(seen) else None
+        outages.append((killed, max(back + settle_ms, first) if first is not None
+                        else sys.maxsize))
+    return outages
+
+
 class SweepCadence:
     """Each sweeper's sweeps (server ms, in order; BullMQ's turned-away attempts included: the
     timer fired all the same), the fault windows, the store's outages ((down from, back at),
-    server ms), and the longest gap allowed between two sweeps of one sweeper."""
+    server ms), and the longest gap allowed between two sweeps of one sweeper. An outage holds
+    a sweeper until its first sweep after the store was back, and at least ``limit_ms`` after
+    (``outages_until_seen``): under ``wait_replicas`` that first sweep may wait out a WAIT the
+    new primary's replica cannot acknowledge yet."""
 
     def __init__(self, sweeps: Sequence[tuple[int, str, bool]], windows: FaultWindows,
-                 limit_ms: int, outages: Sequence[tuple[int, int]] = ()) -> None:
+                 limit_ms: int, store_down: Sequence[tuple[int, int]] = ()) -> None:
         self.times: dict[str, list[int]] = {}  # sweeper -> its sweeps
         for ts, sweeper, _ in sweeps:
             self.times.setdefault(sweeper or UNKNOWN_WORKER, []).append(ts)
@@ -40,7 +60,8 @@ class SweepCadence:
             times.sort()
         self.windows = windows
         self.limit_ms = limit_ms
-        self.outages = list(outages)
+        self.store_down = list(store_down)
+        self._outages: dict[str, list[tuple[int, int]]] = {}  # sweeper -> (down, exempt until)
 
     @property
     def unattributed(self) -> list[int]:
@@ -51,8 +72,15 @@ class SweepCadence:
     def held(self, sweeper: str, start_ts: int, end_ts: int) -> bool:
         """Was the sweeper under a fault, or the store down, at some point between two server
         times? Then a longer gap is no broken promise: nothing could sweep, or not on time."""
-        return any(window.overlaps_ts(start_ts, end_ts) for window in self.windows.of(sweeper)) \
-            or any(down <= end_ts and start_ts <= back for down, back in self.outages)
+        if any(window.overlaps_ts(start_ts, end_ts) for window in self.windows.of(sweeper)):
+            return True
+        if not self.store_down:
+            return False
+        outages = self._outages.get(sweeper)
+        if outages is None:
+            outages = self._outages[sweeper] = outages_until_seen(
+                self.store_down, self.times.get(sweeper, []), self.limit_ms)
+        return any(down <= end_ts and start_ts <= until for down, until in outages)
 
     def late(self, sweeper: str, after_ts: int | None = None,
              before_ts: int | None = None) -> Iterator[tuple[int, int]]:

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chaos.check.bullmq import StalledChecks, bound_comparison, checks_on_time_bound_ms
-from chaos.check.cadence import SweepCadence
+from chaos.check.cadence import SweepCadence, outages_until_seen
 from chaos.check.replay import LapsedLease, ReplayFacts
 from chaos.check.verdict import (
     EXAMPLES,
@@ -200,14 +200,9 @@ def store_outages(facts: ReplayFacts, config: CheckConfig) -> list[tuple[int, in
     first reap after the store was back, and at least one interval + the allowance after that;
     a reaper that never came back leaves everything after the kill to recovery_bound and
     no_loss."""
-    reaps = [item.seen_ts for item in facts.lapsed if item.reaped]
-    outages = []
-    for killed_ts, back_ts in store_down(facts):
-        first_reap = min((ts for ts in reaps if ts >= back_ts), default=None)
-        until = back_ts + config.reap_interval_ms + config.reap_allowance_ms
-        outages.append((killed_ts, max(until, first_reap) if first_reap is not None
-                        else sys.maxsize))
-    return outages
+    reaps = sorted(item.seen_ts for item in facts.lapsed if item.reaped)
+    return outages_until_seen(store_down(facts), reaps,
+                              config.reap_interval_ms + config.reap_allowance_ms)
 
 
 def store_down(facts: ReplayFacts) -> list[tuple[int, int]]:
