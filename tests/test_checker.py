@@ -30,7 +30,7 @@ from chaos.check.checker import (
 )
 from chaos.history.events import read_history
 from chaos.history.schema import Claim, Retry
-from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
+from chaos.names import DEFAULT_ALLOWANCE_MS, DEFAULT_SWEEP_ALLOWANCE_MS, INVARIANTS
 
 L, R, TOL = 1000, 250, 100
 BOUND = L + R + TOL  # 1350
@@ -1073,7 +1073,7 @@ def test_sweeps_missing_from_a_stretch_fail_reap_cadence_only(
     longer than reap_interval_ms + the allowance, and no other invariant sees anything."""
     records = model.h.records()
     sweeps = [index for index, record in enumerate(records) if record["type"] == "sweep"]
-    interval, limit = model.reap_interval_ms, model.reap_interval_ms + DEFAULT_ALLOWANCE_MS
+    interval, limit = model.reap_interval_ms, model.reap_interval_ms + DEFAULT_SWEEP_ALLOWANCE_MS
     skipped = limit // interval  # that many ticks skipped in a row leave a gap past the limit
     assume(len(sweeps) >= skipped + 2)
     first = data.draw(st.integers(1, len(sweeps) - 1 - skipped), label="first skipped")

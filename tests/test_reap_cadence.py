@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 
 from chaos.check.checker import check
 from chaos.history.schema import Fault, Run
-from chaos.names import DEFAULT_ALLOWANCE_MS
+from chaos.names import DEFAULT_SWEEP_ALLOWANCE_MS
 
 R, L = 250, 1000
-LIMIT = R + DEFAULT_ALLOWANCE_MS  # 350
+LIMIT = R + DEFAULT_SWEEP_ALLOWANCE_MS  # 450
 
 
 def run_with(sweeps: dict[str, list[int]], end: int, sweepers: tuple[str, ...] = ("reaper",),
@@ -77,7 +77,7 @@ def cadence_of(h: History) -> tuple[list[str], dict]:
 def test_a_reaper_sweeping_every_interval_passes_and_its_worst_gap_is_reported():
     failed, cadence = cadence_of(run_with({"reaper": every(R, 0, 3000)}, 3000))
     assert failed == [] and cadence["status"] == "ok"
-    assert cadence["limit_ms"] == LIMIT and cadence["allowance_ms"] == DEFAULT_ALLOWANCE_MS
+    assert cadence["limit_ms"] == LIMIT and cadence["allowance_ms"] == DEFAULT_SWEEP_ALLOWANCE_MS
     assert cadence["per_sweeper"] == {"reaper": {"sweeps": 12, "max_gap_ms": R}}
     assert cadence["max_gap_ms"] == R and cadence["sweepers"] == ["reaper"]
 
@@ -225,8 +225,8 @@ def test_the_summary_junit_and_page_show_the_cadence():
     verdict = check(run_with({"reaper": every(3 * R, 0, 3000)}, 3000).events())
     report = build_report("hand-written", verdict.word, verdict)
     text = summary_text(report)
-    assert ("  cadence   sweep gap ms max 750 (reaper 750; 4 sweeps)  limit 350 (reap 250 + "
-            "allowance 100)") in text
+    assert ("  cadence   sweep gap ms max 750 (reaper 750; 4 sweeps)  limit 450 (reap 250 + "
+            "allowance 200)") in text
     assert "[FAIL] reap_cadence  3 violation(s)" in text
     assert 'name="reap_cadence"' in junit_document([(report, None)])
     unjudged = check(run_with({"w1": every(R, 0, 3000)}, 3000, sweepers=()).events())
@@ -264,7 +264,7 @@ def grid_sweeps(draw: st.DrawFn) -> tuple[int, list[int]]:
     ticks = draw(st.integers(3, 60))
     sweeps = []
     for tick in range(ticks):
-        at = tick * interval + draw(st.integers(0, DEFAULT_ALLOWANCE_MS), label="late by")
+        at = tick * interval + draw(st.integers(0, DEFAULT_SWEEP_ALLOWANCE_MS), label="late by")
         sweeps.append(at)
         if draw(st.booleans()):
             sweeps.append(at + draw(st.integers(0, 5), label="again"))
@@ -279,7 +279,7 @@ def test_a_fixed_rate_reaper_late_by_up_to_the_allowance_passes(drawn: tuple[int
     failed, cadence = cadence_of(run_with({"reaper": sweeps}, end + 400,
                                           reap_interval_ms=interval))
     assert failed == [], cadence["examples"]
-    assert cadence["max_gap_ms"] <= interval + DEFAULT_ALLOWANCE_MS
+    assert cadence["max_gap_ms"] <= interval + DEFAULT_SWEEP_ALLOWANCE_MS
 
 
 @PROPERTY
@@ -292,7 +292,7 @@ def test_a_reaper_skipping_ticks_fails_on_exactly_the_late_gaps(
     kept = sorted(data.draw(st.lists(st.sampled_from(sweeps), min_size=1, unique=True),
                             label="kept"))
     end = max(sweeps) + 401
-    limit = interval + DEFAULT_ALLOWANCE_MS
+    limit = interval + DEFAULT_SWEEP_ALLOWANCE_MS
     late = [(a, b) for a, b in zip(kept, kept[1:], strict=False) if b - a > limit]
     if end - 400 - kept[-1] > limit:
         late.append((kept[-1], end - 400))

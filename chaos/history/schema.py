@@ -324,6 +324,7 @@ class Run:
     # events the history source records (the reference reapers; BullMQ's workers). Empty: the
     # cadence is not judged (a queue of the user's, an older history).
     sweepers: tuple[str, ...] = ()
+    sweep_allowance_ms: int | None = None  # the checker's reap_cadence allowance
     ts: int = 0
     seq: str = ""
 
@@ -337,7 +338,8 @@ class Run:
             ("report_only", ",".join(self.report_only)), ("wait_replicas", self.wait_replicas),
             ("max_stalls", self.max_stalls), ("heartbeat", self.heartbeat),
             ("reap_allowance_ms", self.reap_allowance_ms), ("max_needless", self.max_needless),
-            ("dialect", self.dialect or None), ("sweepers", ",".join(self.sweepers) or None)))
+            ("dialect", self.dialect or None), ("sweepers", ",".join(self.sweepers) or None),
+            ("sweep_allowance_ms", self.sweep_allowance_ms)))
 
     @classmethod
     def decode(cls, event: Event) -> Run:
@@ -349,7 +351,7 @@ class Run:
             get("protocol", ""), _int(get("reapers")), _names(get("report_only")),
             _int(get("wait_replicas")), _int(get("max_stalls")), get("heartbeat", ""),
             _int(get("reap_allowance_ms")), _int(get("max_needless")), get("dialect", ""),
-            _names(get("sweepers")), event.ts, event.seq)
+            _names(get("sweepers")), _int(get("sweep_allowance_ms")), event.ts, event.seq)
 
 
 def _names(value: str | None) -> tuple[str, ...]:
