@@ -108,7 +108,7 @@ BUG_CLASSES: tuple[BugClass, ...] = (
     BugClass("sparse-reaper", "reaper that sweeps less often than its interval",
              ("reap_cadence",),
              ("staggered-lapses", "long-handlers"),
-             ("sparse-reaper",)),
+             ("sparse-reaper", "idle-backoff-reaper")),
     BugClass("non-renewing", "non-renewing worker",
              ("needless_limit",),
              ("long-handlers",),
