@@ -10,6 +10,7 @@ lapse need show (every test here has no lapse at all unless it says so)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import pytest
 from histories import History
@@ -17,8 +18,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from chaos.check.checker import check
+from chaos.family import family_for
 from chaos.history.schema import Fault, Run
 from chaos.names import DEFAULT_SWEEP_ALLOWANCE_MS
+from chaos.protocol.client import QueueKeys
+from chaos.scenario.loading import load_scenario
 
 R, L = 250, 1000
 LIMIT = R + DEFAULT_SWEEP_ALLOWANCE_MS  # 450
@@ -311,3 +315,26 @@ def test_the_same_skipped_ticks_under_a_fault_on_the_reaper_pass(held_by: str):
     failed, cadence = cadence_of(run_with({"reaper": sweeps}, 3000,
                                           faults=[(held_by, "reaper", 900, 1800)]))
     assert failed == [] and cadence["exempt_gaps"] == 1
+
+
+# --- who promises a cadence: the queue family -------------------------------------------------
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize(("path", "overrides", "sweepers"), [
+    ("scenarios/kill-worker.toml", [], ("reaper",)),
+    ("scenarios/mutants/nonatomic-reap.toml", [], ("reaper-1", "reaper-2")),
+    ("scenarios/mutants/no-reaper.toml", [], ()),
+    # the user's own reaper (the Node example, the real EchoMQ contract): no grid promised
+    ("scenarios/node/kill-worker.toml", [], ()),
+    ("scenarios/echomq/kill-worker.toml", [], ()),
+    # the built-in reaper beside the user's workers: the reference grid again
+    ("scenarios/node/kill-worker.toml", ['sut.reaper="builtin"'], ("reaper",)),
+    # BullMQ: every worker runs its own stalled-check timer
+    ("scenarios/bullmq/kill-worker.toml", [], ("worker-1", "worker-2", "worker-3")),
+], ids=["reference", "two-reapers", "no-reaper", "node", "echomq", "node-builtin", "bullmq"])
+def test_each_family_says_which_processes_promise_a_cadence(path: str, overrides: list[str],
+                                                            sweepers: tuple[str, ...]):
+    scenario = load_scenario(ROOT / path, overrides)
+    family = family_for(scenario, QueueKeys(scenario.valkey.prefix, scenario.valkey.queue))
+    assert family.sweepers == sweepers
