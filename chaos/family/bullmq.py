@@ -52,5 +52,8 @@ class BullMQFamily(QueueFamily):
         """BullMQ puts a stalled job back on its wait list like a new one: every waiting job."""
         return self.backlog(queue)[0]
 
+    def reaping_workers(self) -> str:
+        return "BullMQ's workers are its only stalled checkers (it has no reaper)"
+
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
         return BullMQFaultHistory(queue, queue.client, self.keys.prefix, self.keys.queue)
