@@ -25,7 +25,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -163,6 +163,14 @@ class Target:
         if self.foreign:
             return bool(self.parts["sut"]["reaper"] != "none")
         return self.protocol != "no-reaper"
+
+    def with_overrides(self, overrides: Sequence[str]) -> Target:
+        """The same queue, its label naming the ``--set`` every battery scenario gets (another
+        ``sut.workers``: what was certified is not the file's alone)."""
+        if not overrides:
+            return self
+        return replace(self, label=f"{self.label}, every scenario with --set "
+                                   + ", --set ".join(overrides))
 
     @classmethod
     def reference(cls, protocol: str | None) -> Target:
