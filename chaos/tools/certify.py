@@ -93,8 +93,8 @@ class BugClass:
 
 
 BUG_CLASSES: tuple[BugClass, ...] = (
-    BugClass("stale-finish", "unfenced complete / stale finish",
-             ("exclusive_lease", "no_double_completion"),
+    BugClass("stale-finish", "unfenced complete / stale finish / a token handed out twice",
+             ("exclusive_lease", "no_double_completion", "attempts_monotonic"),
              ("stale-finish-during-rework", "lone-worker-frozen", "all-workers-frozen"),
              ("unfenced-complete", "reused-token")),
     BugClass("complete-skips-active", "complete that skips the active check",
@@ -114,8 +114,8 @@ BUG_CLASSES: tuple[BugClass, ...] = (
              ("recovery_bound", "reap_prompt"),
              ("kill-busy-workers",),
              ("single-batch-reaper",)),
-    BugClass("non-renewing", "non-renewing worker",
-             ("needless_limit",),
+    BugClass("non-renewing", "non-renewing worker, or its live lease's renewal refused",
+             ("needless_limit", "live_lease_honoured"),
              ("long-handlers",),
              ()),
     BugClass("premature-reap", "premature reap (or a lease granted short or padded)",
