@@ -207,6 +207,9 @@ def test_the_fit_is_the_familys_not_the_dialects():
     for target in (Target.from_file(ECHOMQ_SCENARIO, None), Target.reference(None),
                    Target.reference("no-reaper")):
         assert not any(run.adapted for run in plan_battery(target, 1))
+    # what was certified is named with the --set every scenario got
+    assert Target.reference(None).with_overrides(["seed=5", "topology.heartbeat_ms=0"]).label \
+        .endswith("every scenario with --set seed=5, --set topology.heartbeat_ms=0")
 
 
 # --- bad input -----------------------------------------------------------------------------------
