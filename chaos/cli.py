@@ -227,8 +227,10 @@ def cmd_certify(args: argparse.Namespace) -> int:
 
 
 def cmd_clean(args: argparse.Namespace) -> int:
-    """Two parts: processes (the pid files under --runs), then labelled containers."""
+    """Three parts: what attach runs left applied to a deployment (their attach.json), the
+    processes (the pid files under --runs), then labelled containers."""
     from chaos.run.offline import write_missing_report
+    from chaos.runtime.attach import undo_left_behind
     from chaos.runtime.pids import clean_processes
 
     root = Path(args.runs)
@@ -236,7 +238,7 @@ def cmd_clean(args: argparse.Namespace) -> int:
         print(f"{root}: not a directory", file=sys.stderr)
         return EXIT_USAGE
     if root.exists():
-        done = clean_processes(root, write_report=write_missing_report)
+        done = undo_left_behind(root) + clean_processes(root, write_report=write_missing_report)
         for line in done:
             print(line)
         if not done:
@@ -498,8 +500,12 @@ def build_parser() -> argparse.ArgumentParser:
     certify_cmd.set_defaults(handler=cmd_certify)
 
     clean = commands.add_parser(
-        "clean", help="kill what crashed runs left behind: processes, pid files, containers",
-        description="Each run records its children in <run dir>/pids/. Children die with the "
+        "clean", help="undo what crashed runs left behind: faults on an attached deployment "
+        "(attach.json), processes, pid files, containers",
+        description="An attach run killed outright leaves its faults applied to the "
+                    "deployment: this runs the undo commands its attach.json lists (resume, "
+                    "heal; argv, no shell) and keeps there only what failed. "
+                    "Each run records its children in <run dir>/pids/. Children die with the "
                     "runner even when it is SIGKILLed; this removes anything left anyway: it "
                     "kills a recorded process only if its pid, boot and start time still match "
                     "(never a recycled pid), with its process group, and deletes the pid files. "

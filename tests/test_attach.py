@@ -41,6 +41,7 @@ from chaos.lifeline import die_with_parent
 from chaos.protocol.client import QueueClient, QueueKeys, redis_client
 from chaos.runtime.attach import AttachRuntime
 from chaos.runtime.drivers import ActionLog, CommandDriver
+from chaos.runtime.pids import RUNNER, record_process
 from chaos.runtime.valkey import ValkeyServer
 from chaos.scenario.loading import ScenarioError, load_scenario
 from chaos.scenario.model import Scenario
@@ -475,3 +476,65 @@ def test_a_command_never_gets_the_servers_password_and_a_failure_names_it_all(
         driver.kill()
     assert str(raised.value).startswith("worker-1: kill: `ls /no/such/p-worker-1` exited 2: ")
     assert "No such file" in str(raised.value)
+
+
+def test_clean_undoes_what_a_killed_runner_left_applied(tmp_path: Path):
+    """A runner SIGKILLed mid-fault never runs its wind-down: ``echomq-chaos clean`` reads its
+    ``attach.json`` and runs the undo commands there (the frozen member thawed, the partition
+    healed), keeps what failed in the journal, names the killed member, and leaves a run whose
+    runner still lives alone."""
+    sleeper = subprocess.Popen(["sleep", "60"], start_new_session=True,
+                               preexec_fn=die_with_parent)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    runs = tmp_path / "runs"
+    try:
+        def attach_runtime(run: str, heal: list[str]) -> AttachRuntime:
+            scenario = Scenario.model_validate({
+                "name": "left", "runtime": "attach", "valkey": {"url": "redis://127.0.0.1:1"},
+                "attach": {"idle_limit_ms": 0, "command": {
+                    "kill": ["true"], "pause": ["kill", "-STOP", "{pid}"],
+                    "resume": ["kill", "-CONT", "{pid}"],
+                    "partition": ["touch", f"{marks}/{run}-{{name}}.cut"], "heal": heal},
+                    "members": [{"name": "worker-1", "driver": "command",
+                                 "values": {"pid": str(sleeper.pid)}},
+                                {"name": "worker-2", "driver": "command",
+                                 "values": {"pid": "0"}}]}})
+            runtime = AttachRuntime(scenario, runs / run)
+            runtime.start_workers()
+            return runtime
+
+        left = attach_runtime("killed", ["rm", f"{marks}/killed-{{name}}.cut"])
+        left.pause("worker-1")
+        left.partition("worker-2", "f1", None)
+        left.kill("worker-1")
+        failing = attach_runtime("failing", ["false"])
+        failing.partition("worker-2", "f1", None)
+        alive = attach_runtime("alive", ["rm", f"{marks}/alive-{{name}}.cut"])
+        alive.partition("worker-2", "f1", None)
+        record_process(runs / "alive", RUNNER, os.getpid())  # its runner: this test, alive
+        assert process_state(sleeper.pid) == "T"
+        assert (marks / "killed-worker-2.cut").exists()
+        # ... and the runners die here without a wind-down: nothing calls close()
+
+        cleaned = subprocess.run([sys.executable, "-m", "chaos", "clean", "--runs", str(runs),
+                                  "--no-containers"], capture_output=True, text=True,
+                                 timeout=60, check=True).stdout
+        assert process_state(sleeper.pid) in ("S", "R"), cleaned
+        assert not (marks / "killed-worker-2.cut").exists(), cleaned
+        assert (marks / "alive-worker-2.cut").exists()
+        assert f"worker-1: ran kill -CONT {sleeper.pid}" in cleaned
+        assert "worker-1 was killed by the run and is not restarted" in cleaned
+        assert "worker-2: LEFT UNDONE: false (exit 1" in cleaned
+        killed = journal(runs / "killed")["members"]
+        assert killed["worker-1"]["undo"] == killed["worker-2"]["undo"] == []
+        assert not killed["worker-1"]["paused"] and not killed["worker-2"]["cut_off"]
+        assert journal(runs / "failing")["members"]["worker-2"]["undo"] == ["false"]
+        assert journal(runs / "alive")["members"]["worker-2"]["cut_off"]  # left alone
+        assert [line for line in cleaned.splitlines() if str(runs / "alive") in line] == [
+            f"{runs / 'alive'}: still running (runner pid {os.getpid()}); left alone"]
+        alive.close()
+        assert not (marks / "alive-worker-2.cut").exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()

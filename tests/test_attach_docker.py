@@ -2,19 +2,23 @@
 (docs/attach.md): the machine's engine and a second dockerd this module starts with its own
 socket, data root, exec root and pid file (host networking, no bridge, no iptables), stopped
 afterwards. The test, not the run, deploys the Node example SUT (`echomq-chaos/node-echomq`,
-built offline by `echomq-chaos images build`; the second engine gets it by `docker save |
-docker load`) as containers split over both engines, found by name on one and by labels on the
-other. The run really `docker kill`s and `docker pause`s them: kill and pause pass, the broken
-workers fail, nothing is left paused, and a killed container is started again at the end.
-Skipped without an engine or the image, failed instead under ECHOMQ_CHAOS_REQUIRE_DOCKER=1."""
+built offline by `echomq-chaos images build`) as containers split over both engines, found by
+name on one and by labels on the other. On the second engine the same program runs from this
+host's files, bind-mounted read-only into an image holding only the merged-/usr links (copying
+the 260 MB image there by `docker save | docker load` took most of a minute of every suite).
+The run really `docker kill`s and `docker pause`s them: kill and pause pass, the broken workers
+fail, nothing is left paused, and a killed container is started again at the end. Skipped
+without an engine or the image, failed instead under ECHOMQ_CHAOS_REQUIRE_DOCKER=1."""
 
 from __future__ import annotations
 
 import contextlib
+import io
 import secrets
 import shutil
 import signal
 import subprocess
+import tarfile
 import tempfile
 import time
 from collections.abc import Callable, Iterator
@@ -46,6 +50,10 @@ from chaos.runtime.engine import engine_address, find_image
 from chaos.runtime.images import NODE_SUT_IMAGE as NODE_IMAGE
 from chaos.runtime.valkey import ValkeyServer
 
+REPO = Path(__file__).resolve().parent.parent
+NODE_SUT = REPO / "sut" / "node-echomq"  # it reads the scripts from the repo's chaos/protocol/lua
+HOST_ROOT_IMAGE = "echomq-chaos-test/host-usr:latest"  # the second engine's: links into /usr
+
 pytestmark = pytest.mark.integration
 engine = docker_support.engine  # the fixture, under its own name
 # Where each member runs: engine "a" (this machine's) or "b" (the second one), found by its
@@ -62,6 +70,9 @@ def engines(engine: docker.DockerClient) -> Iterator[dict[str, tuple[str, docker
     if image is None:
         unavailable(f"no image {NODE_IMAGE} (echomq-chaos images build makes it, with node "
                     "and sut/node-echomq's npm ci)")
+    if not (NODE_SUT / "node_modules").is_dir():
+        unavailable("sut/node-echomq has no node_modules (npm ci there, as .ci/run does): the "
+                    "second engine's containers run it from this host")
     dockerd = shutil.which("dockerd")
     if dockerd is None:
         unavailable("no dockerd binary to start a second engine (install Debian's Docker "
@@ -90,12 +101,9 @@ def engines(engine: docker.DockerClient) -> Iterator[dict[str, tuple[str, docker
                     unavailable("a second dockerd did not come up: "
                                 + (root / "dockerd.log").read_text()[-800:])
                 time.sleep(0.2)
-        # docker save | docker load, streamed; the load goes on while its progress is read
-        for progress in second.api.load_image(image.save(chunk_size=1 << 20, named=NODE_IMAGE)):
-            if "error" in progress:
-                unavailable(f"loading {NODE_IMAGE} into the second engine: {progress}")
-        if find_image(second, NODE_IMAGE) is None:
-            unavailable(f"the second engine did not keep {NODE_IMAGE} after docker load")
+        second.api.import_image_from_data(host_usr_rootfs(), repository=HOST_ROOT_IMAGE)
+        if find_image(second, HOST_ROOT_IMAGE) is None:
+            unavailable(f"the second engine did not keep {HOST_ROOT_IMAGE} after docker import")
         yield {"a": (engine_address(), engine), "b": (url, second)}
     finally:
         if second is not None:
@@ -114,6 +122,22 @@ def engines(engine: docker.DockerClient) -> Iterator[dict[str, tuple[str, docker
             if point.startswith(str(root)):
                 subprocess.run(["umount", "-l", point], check=False)
         shutil.rmtree(root, ignore_errors=True)
+
+
+def host_usr_rootfs() -> bytes:
+    """A root filesystem of the merged-/usr links only (bin, lib, lib64, sbin -> usr/...):
+    with this host's /usr bind-mounted, a container runs the host's node."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        for link in ("bin", "lib", "lib64", "sbin"):
+            entry = tarfile.TarInfo(link)
+            entry.type, entry.linkname = tarfile.SYMTYPE, f"usr/{link}"
+            tar.addfile(entry)
+        for directory in ("usr", "tmp", "etc"):
+            entry = tarfile.TarInfo(directory)
+            entry.type, entry.mode = tarfile.DIRTYPE, 0o1777 if directory == "tmp" else 0o755
+            tar.addfile(entry)
+    return buffer.getvalue()
 
 
 class Containers:
@@ -138,11 +162,19 @@ class Containers:
             script = "reaper.js" if name == "reaper" else "worker.js"
             argv = ["node", script, *(["--break", worker_break]
                                       if worker_break and script == "worker.js" else [])]
-            _, client = engines[PLACEMENT[name][0]]
+            where = PLACEMENT[name][0]
+            _, client = engines[where]
+            # engine b: the host's node, and this repo (sut/node-echomq after its npm ci, the
+            # scripts it loads), read-only
+            from_host = {} if where == "a" else {
+                "volumes": {"/usr": {"bind": "/usr", "mode": "ro"},
+                            str(REPO): {"bind": str(REPO), "mode": "ro"}},
+                "working_dir": str(NODE_SUT)}
             self.containers[name] = client.containers.run(
-                NODE_IMAGE, argv, detach=True, name=f"attach-{self.token}-{name}",
-                network_mode="host", environment=deployment_env(name, url, queue),
-                labels={"attach-test": self.token, "member": name})
+                NODE_IMAGE if where == "a" else HOST_ROOT_IMAGE, argv, detach=True,
+                name=f"attach-{self.token}-{name}", network_mode="host",
+                environment=deployment_env(name, url, queue),
+                labels={"attach-test": self.token, "member": name}, **from_host)
         wait_until(self.connected, "every member connected as its own user")
 
     def connected(self) -> bool:

@@ -29,7 +29,7 @@ from chaos.check.checker import (
     store_fault_recovery,
 )
 from chaos.history.events import read_history
-from chaos.history.schema import Claim, Retry
+from chaos.history.schema import Claim, Enqueue, Promote, Retry
 from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
 
 L, R, TOL = 1000, 250, 100
@@ -470,6 +470,41 @@ def test_a_retry_ends_the_lease_and_the_job_waits_for_its_next_attempt():
     never.write(Retry("a", 1, "w1", to="wait"), ts=100)
     never.phase("end", ts=400, drained=1, aborted=0)
     assert_fails_only(check(never.events()), "no_loss")  # handed back, never done
+
+
+def test_a_job_waiting_in_the_schedule_is_neither_pending_nor_lost_until_the_drain_is_over():
+    """EchoMQ's retry into the schedule (due later) and its scheduled admission: the job waits
+    for a promote. Promoted, claimed and completed: a pass, one retried and two promoted. Still
+    waiting when the drain timed out: undrained in state ``scheduled`` (unknown, not pending,
+    not lost); still waiting after a full drain: lost, in state ``scheduled``."""
+    def waiting(promoted: bool, drained: int) -> History:
+        h = history()
+        h.enqueue("a", ts=0)
+        h.write(Enqueue("b", due=300), ts=5)
+        h.claim("a", attempt=1, worker="w1", ts=10)
+        h.write(Retry("a", 1, "w1", to="schedule", due=300), ts=100)
+        if promoted:
+            h.write(Promote("a", "w2", due=300), ts=310)
+            h.write(Promote("b", "w2", due=300), ts=310)
+            h.claim("a", attempt=2, worker="w2", ts=320)
+            h.claim("b", attempt=1, worker="w2", ts=320)
+            h.complete("a", attempt=2, worker="w2", ts=400)
+            h.complete("b", attempt=1, worker="w2", ts=400)
+        h.phase("end", ts=500, drained=drained, aborted=0)
+        return h
+
+    verdict = check(waiting(promoted=True, drained=1).events())
+    assert_fails_only(verdict)
+    figures = verdict.invariants["no_loss"].figures
+    assert (figures["retried"], figures["promoted"], figures["completed"]) == (1, 2, 2)
+    undrained = check(waiting(promoted=False, drained=0).events())
+    assert undrained.word == "unknown" and undrained.invariants["no_loss"].ok
+    assert sorted((job["job"], job["state"]) for job in undrained.undrained) == [
+        ("a", "scheduled"), ("b", "scheduled")]
+    lost = check(waiting(promoted=False, drained=1).events())
+    assert_fails_only(lost, "no_loss")
+    assert {(e["job"], e["state"]) for e in lost.invariants["no_loss"].examples} == {
+        ("a", "scheduled"), ("b", "scheduled")}
 
 
 def test_a_retry_from_a_lease_no_longer_live_breaks_exclusive_lease():

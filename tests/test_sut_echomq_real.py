@@ -66,7 +66,8 @@ class RealRun:
     every one of them a `node sut.js` process that logs in as `default`."""
 
     def __init__(self, server: ValkeyServer, directory: Path, runs: list[RealRun],
-                 worker_break: str = "", reaper_break: str = "") -> None:
+                 worker_break: str = "", reaper_break: str = "",
+                 worker_options: tuple[str, ...] = (), max_stalls: int | None = None) -> None:
         runs.append(self)  # torn down by the fixture, however far this gets
         self.processes: dict[str, subprocess.Popen[str]] = {}
         self.queue = f"real{next(_runs)}"
@@ -82,27 +83,27 @@ class RealRun:
         self.runner.record(**Run(
             scenario="echomq-real", lease_ms=LEASE_MS, reap_interval_ms=REAP_MS,
             heartbeat_ms=HEARTBEAT_MS, workers=WORKERS, concurrency=CONCURRENCY,
-            protocol="echomq-real", reapers=1, dialect="echomq").fields())
+            protocol="echomq-real", reapers=1, dialect="echomq", max_stalls=max_stalls).fields())
         self.runner.record(**Phase("warmup").fields())
         self.env = {**os.environ, "CHAOS_QUEUE": self.queue, "CHAOS_PREFIX": "emq:",
                     "CHAOS_VALKEY_URL": f"redis://default:{server.password}@127.0.0.1:"
                                         f"{server.port}",
                     "CHAOS_LEASE_MS": str(LEASE_MS), "CHAOS_HEARTBEAT_MS": str(HEARTBEAT_MS),
                     "CHAOS_REAP_INTERVAL_MS": str(REAP_MS),
-                    "CHAOS_CONCURRENCY": str(CONCURRENCY)}
+                    "CHAOS_CONCURRENCY": str(CONCURRENCY), "CHAOS_MAX_STALLS": str(max_stalls or 0)}
         # One at a time, each ready (every connection named) before the next starts: the
         # recorder caches CLIENT LIST's names, and a connection listed between its HELLO and
         # its CLIENT SETNAME would keep an `id:N` for the run.
         for name in WORKERS:
-            self.start(name, "worker", worker_break)
+            self.start(name, "worker", worker_break, worker_options)
         self.start("reaper", "reaper", reaper_break)
         self.producer = self.start("producer", "producer", "", stdin=True)
         self.enqueued: list[str] = []
         self.faults = itertools.count(1)
 
-    def start(self, name: str, mode: str, broken: str,
+    def start(self, name: str, mode: str, broken: str, options: tuple[str, ...] = (),
               stdin: bool = False) -> subprocess.Popen[str]:
-        argv = ["node", "sut.js", mode, *(["--break", broken] if broken else [])]
+        argv = ["node", "sut.js", mode, *(["--break", broken] if broken else []), *options]
         with (self.directory / f"{self.queue}-{name}.log").open("w") as log:
             process = subprocess.Popen(
                 argv, cwd=SUT, env={**self.env, "CHAOS_NAME": name}, stdout=log,
@@ -170,11 +171,12 @@ class RealRun:
     def drain(self) -> bool:
         self.runner.record(**Phase("drain").fields())
 
-        def empty() -> bool:  # both read at one instant: a reap moves a job from one to the other
+        def empty() -> bool:  # read at one instant: a reap or promote moves jobs between them
             pipe = self.client.pipeline(transaction=True)
             pipe.zcard(self.keys.pending)
             pipe.zcard(self.keys.active)
-            return pipe.execute() == [0, 0]
+            pipe.zcard(self.keys.schedule)
+            return pipe.execute() == [0, 0, 0]
 
         try:
             _until(empty, "drained")
@@ -190,6 +192,10 @@ class RealRun:
 
     def completed_count(self) -> int:
         return int(self.client.hget(self.key("metrics:completed"), "count") or 0)
+
+    def logged(self, pattern: str, names: tuple[str, ...] = WORKERS) -> list[str]:
+        """Every match of ``pattern`` in the logs of ``names``."""
+        return [found for name in names for found in re.findall(pattern, self.log(name))]
 
     def close(self) -> RecorderHealth:
         """Stop the recorder, SIGKILL every process still running (once; again is a no-op)."""
@@ -215,12 +221,12 @@ def runs(valkey_server: ValkeyServer) -> Iterator[list[RealRun]]:
 
 
 def _run(server: ValkeyServer, directory: Path, runs: list[RealRun], fault: str,
-         worker_break: str = "", reaper_break: str = ""
+         worker_break: str = "", reaper_break: str = "", worker_options: tuple[str, ...] = ()
          ) -> tuple[RealRun, Verdict, list[Event], RecorderHealth, str, dict[str, int]]:
     """Long jobs on four of the six slots; a holder killed, or paused until another worker has
     re-claimed every job it held (then resumed while that worker still holds them); short
     jobs; drain."""
-    run = RealRun(server, directory, runs, worker_break, reaper_break)
+    run = RealRun(server, directory, runs, worker_break, reaper_break, worker_options)
     run.enqueue(4, handler_ms=2000 if fault == "pause" else 800)
     run.runner.record(**Phase("chaos").fields())
     victim, held = run.holder()
@@ -266,16 +272,86 @@ def test_the_sound_sut_recovers_every_job_once(valkey_server: ValkeyServer, tmp_
     assert verdict.passed, _failed(verdict)
 
 
+# Every job's handler fails its first attempt: it is handed back into the schedule (due 100 ms
+# on), promoted by the reaper, claimed again and completed at its second attempt.
+RETRYING = ("--fail-attempts", "1", "--retry-delay-ms", "100")
+
+
+@pytest.mark.parametrize("fault", ["kill", "pause"])
+def test_retried_jobs_come_back_through_the_schedule(valkey_server: ValkeyServer,
+                                                     tmp_path: Path, runs: list[RealRun],
+                                                     fault: str):
+    """Retries on: every job's first attempt fails and is retried (@retry into the schedule),
+    promoted (@promote) and completed at a later attempt, while a holder is killed or paused.
+    The history decodes with nothing undecoded, and what it shows is what the workers' and the
+    reaper's own logs and the store say: each job completed once, every retry the workers saw
+    accepted is a retry event and was promoted once, the paused worker's late retries refused."""
+    run, verdict, events, health, victim, held = _run(valkey_server, tmp_path, runs, fault,
+                                                      worker_options=RETRYING)
+
+    assert health.undecoded_calls == 0 and health.trustworthy, health.problems()
+    assert verdict.jobs.enqueued == verdict.jobs.completed == len(run.enqueued) == 12
+    assert run.completed_count() == 12 and not run.client.exists(run.key("metrics:failed"))
+    retried = run.logged(r" retry id=(\S+) token=\d+ delay_ms=\d+ result=scheduled")
+    promoted = sum(int(n) for n in run.logged(r" promoted n=(\d+)", ("reaper",)))
+    no_loss = verdict.invariants["no_loss"].figures
+    assert sorted(e.job_id or "" for e in events if e.type == "retry") == sorted(retried)
+    assert no_loss["retried"] == len(retried) == promoted == no_loss["promoted"]
+    # Every job failed once at attempt 1 and was retried, but the victim's: those it held were
+    # recovered from it (reaped, claimed again at attempt 2) before it could fail them.
+    assert set(retried) == set(run.enqueued) - set(held)
+    completes = [e for e in events if e.type == "complete"]
+    assert len(completes) == 12 and all((e.attempt or 0) >= 2 for e in completes)
+    if fault == "pause":  # the resumed victim's retries of the jobs it lost: refused (stale)
+        assert len(run.logged(r" retry id=\S+ token=1 result=EMQSTALE", (victim,))) == len(held)
+    assert verdict.stranded == len(held) and verdict.invariants["recovery_bound"].ok
+    assert verdict.passed, _failed(verdict)
+    print(f"{fault} with retries: jobs {verdict.jobs.enqueued}, retried {len(retried)}, "
+          f"promoted {promoted}, stranded {verdict.stranded}")
+
+
+def test_the_stall_limit_maps_to_echomq_stalled(valkey_server: ValkeyServer, tmp_path: Path,
+                                               runs: list[RealRun]):
+    """CHAOS_MAX_STALLS = 1: the reaper sweeps as EchoMQ.Stalled with max_stalled 2
+    (docs/echomq.md's mapping). A job whose lease lapses twice (its holder killed, then the
+    next one) is recovered once, then dead-lettered, its stalls counted on its row: stall_limit
+    holds at max_stalls 1, and the job is dead-lettered, not lost."""
+    run = RealRun(valkey_server, tmp_path, runs, max_stalls=1)
+    run.enqueue(1, handler_ms=10_000)
+    run.runner.record(**Phase("chaos").fields())
+    first, held = run.holder()
+    (job_id,) = held
+    run.fault("kill", first)
+    second = _until(lambda: next((name for name in WORKERS if name != first
+                                  and job_id in run.held_by(name)), None), "claimed again")
+    run.fault("kill", second)
+    _until(lambda: run.client.zscore(run.keys.dead, job_id) is not None, "dead-lettered")
+    run.enqueue(4, handler_ms=100)  # the third worker still works
+    verdict, events, health = run.finish(run.drain())
+
+    assert health.undecoded_calls == 0 and health.trustworthy, health.problems()
+    assert run.client.hget(run.key("job:" + job_id), "stalled") == "2"
+    assert run.client.hget(run.key("metrics:failed"), "count") == "1"
+    assert run.logged(r" reaped n=(\d+) dead=(\d+)", ("reaper",)) == [("1", "0"), ("0", "1")]
+    assert [(e.type, e.attempt, e.worker, e.extra.get("stalls")) for e in events
+            if e.job_id == job_id and e.type in ("reap", "dead")] == [
+        ("reap", 1, first, "1"), ("dead", 2, second, "2")]
+    assert verdict.invariants["stall_limit"].ok and verdict.invariants["no_loss"].ok
+    assert verdict.jobs.completed == 4 and verdict.passed, _failed(verdict)
+
+
 @pytest.mark.parametrize(("fault", "worker_break", "reaper_break", "invariant", "op"), [
     ("kill", "", "lazy-reaper", "reap_prompt", ""),
     ("pause", "unfenced-complete", "", "exclusive_lease", "complete"),
     ("pause", "resurrecting-extend", "", "exclusive_lease", "extend"),
+    ("pause", "unfenced-retry", "", "exclusive_lease", "retry"),
 ])
 def test_each_break_is_caught(valkey_server: ValkeyServer, tmp_path: Path, runs: list[RealRun],
                               fault: str, worker_break: str, reaper_break: str, invariant: str,
                               op: str):
     run, verdict, events, health, victim, held = _run(
-        valkey_server, tmp_path, runs, fault, worker_break, reaper_break)
+        valkey_server, tmp_path, runs, fault, worker_break, reaper_break,
+        RETRYING if worker_break == "unfenced-retry" else ())
 
     assert health.undecoded_calls == 0 and health.trustworthy, health.problems()
     assert not verdict.passed
@@ -297,6 +373,7 @@ def test_each_break_is_caught(valkey_server: ValkeyServer, tmp_path: Path, runs:
 
 @pytest.mark.parametrize(("name", "failed"), [
     ("kill-worker", []),
+    ("retries", []),
     ("broken/unfenced-complete", ["exclusive_lease"]),
 ])
 def test_the_runner_judges_it_from_a_scenario_file(tmp_path: Path, name: str,
@@ -310,7 +387,7 @@ def test_the_runner_judges_it_from_a_scenario_file(tmp_path: Path, name: str,
     from chaos.scenario.loading import load_scenario
 
     scenario = load_scenario(SUT.parent.parent / "scenarios" / "echomq" / f"{name}.toml")
-    assert scenario.sut.login == "default"
+    assert scenario.sut.login == "default" and scenario.sut.contract == "echomq"
     result = run_scenario(scenario, tmp_path / "run", io.StringIO())
     assert result.checked is not None
     assert result.checked.failed_invariants() == failed, result.report["verdict"]
@@ -320,3 +397,7 @@ def test_the_runner_judges_it_from_a_scenario_file(tmp_path: Path, name: str,
     assert result.report["run"]["faults"] and not result.report["run"]["faults_skipped"]
     history = (result.run_dir / "history-monitor.jsonl").read_text()
     assert '"id":"JOB' in history.replace(" ", "")  # EchoMQ's branded ids
+    if name == "retries":  # handed back through the schedule, given back, all completed
+        no_loss = result.report["invariants"]["no_loss"]
+        assert no_loss["retried"] == no_loss["promoted"] > 0, no_loss
+        assert no_loss["completed"] == no_loss["enqueued"] and no_loss["undrained"] == 0

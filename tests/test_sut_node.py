@@ -84,7 +84,8 @@ def test_the_report_draws_the_monitor_history_the_verdict_judged(tmp_path: Path)
     assert_draws_what_was_judged(result.run_dir, result.report, "history-monitor.jsonl")
     assert result.report["run"]["sut"] == {"foreign": True, "dialect": "echomq",
                                            "workers": ["node", "worker.js"],
-                                           "reaper": ["node", "reaper.js"]}
+                                           "reaper": ["node", "reaper.js"],
+                                           "contract": "toolkit"}
     page = (result.run_dir / "report.html").read_text()
     assert "<th>system under test</th><td>own workers node worker.js, reaper node reaper.js" in page
     assert "<th>protocol</th>" not in page

@@ -131,3 +131,46 @@ def test_whether_the_faults_may_stop_every_worker_at_once(tmp_path: Path, worker
     text = (f'name = "t"\n[topology]\nworkers = {workers}\n[phases]\nchaos_ms = 3000\n'
             + "".join(faults))
     assert load_scenario(write(tmp_path, text)).may_cut_off_every_worker() is every_worker
+
+
+# The real EchoMQ's contract, as a scenario gives it (docs/echomq.md): the default user, emq: keys.
+ECHOMQ = ('name = "t"\n[sut]\nworkers = ["elixir", "sut.exs"]\nreaper = "none"\n'
+          'login = "default"\ncontract = "echomq"\n[valkey]\nprefix = "emq:"\n')
+
+
+@pytest.mark.parametrize(("change", "expected"), [
+    ('topology.completed_retention_ms=60000', "topology.completed_retention_ms = 60000: EchoMQ "
+                                              "deletes a completed job's row"),
+    ("valkey.prefix='jobs:'", "valkey.prefix = 'jobs:': EchoMQ's keys are emq:"),
+    ("sut.login='own-user'", "sut.login = 'own-user': EchoMQ's connector logs in only as the "
+                             "default user"),
+    ("history.source='scripts'", "history.source = 'scripts': EchoMQ's scripts write no events"),
+    ("sut.dialect='bullmq'", "contract = 'echomq'"),
+])
+def test_what_the_real_echomq_has_no_equivalent_for_is_refused(tmp_path: Path, change: str,
+                                                                expected: str):
+    """sut.contract = "echomq": a setting the real EchoMQ has no equivalent for is refused by
+    file, field and value, exit 2; the same setting under the toolkit's own contract (the
+    exported scripts honour it) is fine."""
+    path = write(tmp_path, ECHOMQ)
+    done = subprocess.run([sys.executable, "-m", "chaos", "validate", str(path), "--set",
+                           change], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert f"{path}: invalid scenario" in done.stderr and expected in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr
+    if not change.startswith(("sut.", "history.")):
+        load_scenario(path, [change, "sut.contract='toolkit'"])
+
+
+def test_the_stall_limit_and_reap_batch_map_to_echomq_stalled(tmp_path: Path):
+    """max_stalls and reap_limit map exactly (EchoMQ.Stalled max_stalled = max_stalls + 1, its
+    limit = reap_limit): accepted, and the plan says how EchoMQ recovers under them."""
+    from chaos.run.plan import describe_plan as plan_text
+
+    plain = load_scenario(write(tmp_path, ECHOMQ))
+    assert "recovery by Jobs.reap: no stall count, 100 a sweep" in plan_text(plain)
+    mapped = load_scenario(write(tmp_path, ECHOMQ), ["topology.max_stalls=2",
+                                                     "topology.reap_limit=5"])
+    assert "recovery by EchoMQ.Stalled: max_stalled 3, limit 5" in plan_text(mapped)
+    batch = load_scenario(write(tmp_path, ECHOMQ), ["topology.reap_limit=5"])
+    assert "max_stalled one no job reaches, limit 5" in plan_text(batch)

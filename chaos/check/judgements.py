@@ -38,7 +38,8 @@ class Standing:
     lost: list[str]  # enqueued, left the queue neither completed nor (with a stall limit on)
     # dead-lettered
     dead_lettered: list[str]  # enqueued, not completed, dead-lettered (stall limit on only)
-    undrained: list[tuple[str, str]] = field(default_factory=list)  # (job, pending | active)
+    # (job, pending | active | scheduled: waiting in the schedule for its due time)
+    undrained: list[tuple[str, str]] = field(default_factory=list)
 
 
 def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
@@ -73,7 +74,8 @@ def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
             elif job_id in dead:  # dead-lettered with no stall limit: it left the queue
                 lost.append(job_id)
             else:
-                undrained.append((job_id, "pending"))
+                undrained.append((job_id, "scheduled" if job_id in facts.scheduled
+                                  else "pending"))
     return Standing(
         completed_enqueued=completed_enqueued,
         completed_once=completed_once,
@@ -99,7 +101,8 @@ def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantR
             lease = facts.leases.get(job_id)
             # Loss is only certain once the run is over: caught at the end of the history, and
             # only the end proves it (a complete missing from the evidence may come any time).
-            state = "active" if lease else "dead" if job_id in facts.dead else "pending"
+            state = ("active" if lease else "dead" if job_id in facts.dead
+                     else "scheduled" if job_id in facts.scheduled else "pending")
             offences.add({"job": job_id, "state": state,
                           "attempt": lease.attempt if lease else None}, facts.last_ts,
                          proven_ts=sys.maxsize)
@@ -107,7 +110,9 @@ def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantR
         offences, enqueued=len(facts.enqueued), completed=jobs.completed_enqueued,
         lost=len(jobs.lost) if final else 0,
         undrained=len(jobs.undrained) if final else 0, judged=final,
-        **({"retried": facts.retried} if facts.retried else {}))  # handed back (BullMQ)
+        # handed back for another attempt (BullMQ, EchoMQ), given back by the schedule (EchoMQ)
+        **({"retried": facts.retried} if facts.retried else {}),
+        **({"promoted": facts.promoted} if facts.promoted else {}))
 
 
 def judge_no_double_completion(facts: ReplayFacts, jobs: Standing) -> InvariantResult:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,18 @@ import msgspec
 from chaos.check.evidence import NEEDS, BlindSpots
 from chaos.check.verdict import EXAMPLES, Offences, Redeliveries, StrandedLease
 from chaos.history.events import Event
-from chaos.history.schema import Blind, Enqueue, Fault, FaultSkipped, Heal, Phase, Run, Sweep
+from chaos.history.schema import (
+    Blind,
+    Enqueue,
+    Fault,
+    FaultSkipped,
+    Heal,
+    Phase,
+    Promote,
+    Retry,
+    Run,
+    Sweep,
+)
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
 
@@ -111,6 +122,11 @@ class ReplayFacts:
     ran_ms: dict[int, int] = field(default_factory=dict)
     ran_needless_ms: dict[int, int] = field(default_factory=dict)
     retried: int = 0  # accepted retries: a holder handed its job back for another attempt
+    promoted: int = 0  # jobs the schedule gave back to pending (promote events)
+    # Jobs waiting for a due time (a retry into the schedule or BullMQ's delayed set, a
+    # scheduled admission) and not claimed, promoted or settled since: job -> when due (None:
+    # not recorded). Still there at the end: waiting in the schedule, neither pending nor lost.
+    scheduled: dict[str, int | None] = field(default_factory=dict)
     # The reapers' sweeps the history shows (``sweep`` events: BullMQ's stalled checks), as
     # (server time, the worker whose connection made it, whether it ran), in history order.
     sweeps: list[tuple[int, str, bool]] = field(default_factory=list)
@@ -177,65 +193,342 @@ class LockTokens:
             self.reaped.add((job_id, token))
 
 
-def replay(events: Iterable[Event]) -> ReplayFacts:
-    """One pass over the history (a list or a stream) in stream order."""
-    facts = ReplayFacts()
-    enqueued, poison, completes = facts.enqueued, facts.poison, facts.completes
-    second_complete_ts, reap_times, dead = facts.second_complete_ts, facts.reap_times, facts.dead
-    ran_ms, ran_needless_ms = facts.ran_ms, facts.ran_needless_ms
-    stray_calls, stale_claims, early_reaps = (facts.stray_calls, facts.stale_claims,
-                                              facts.early_reaps)
-    redeliveries, windows, rejected = facts.redeliveries, facts.windows, facts.rejected
-    leases = facts.leases
-    lapsed_leases, granted, granted_examples = facts.lapsed, facts.granted, facts.granted_examples
-    claimed_unenqueued: dict[str, int] = {}  # the same as enqueued's attempts, for jobs
-    # claimed before (or without) their enqueue: a broken queue's, rare
-    lapsed: dict[tuple[str, int], tuple[str, int, bool]] = {}  # (job, attempt) -> (worker,
-    # claimed_ts, needless): leases reaped from under a holder that may still complete late
-    stranded: list[StrandedLease] = []
-    open_stranded: dict[str, list[StrandedLease]] = {}  # job -> stranded leases not yet resolved
-    awaiting_reclaim: dict[str, list[StrandedLease]] = {}
-    awaiting_recomplete: dict[str, list[StrandedLease]] = {}
-    first_enqueue_ts: int | None = None
-    last_complete_ts: int | None = None
-    last_ts = 0
-    first_ts = sys.maxsize  # no event yet
-    # Leases granted for the run's own lease_ms, with the recorded lease_ms agreeing, are only
-    # counted (the hot path); any other length or a disagreeing record goes through odd_grant.
-    run_lease_ms = -1  # no length is -1 (nor None) until the run event says
-    run_length_grants = 0
-    event_count = 0
-    tokens = LockTokens()
-    sweeps = facts.sweeps
-    # bound methods as locals: the loop below runs once per event
-    enqueue_job, lease_of, highest_of, completes_of = (enqueued.setdefault, leases.get,
-                                                       enqueued.get, completes.get)
+class _Replay:
+    """The replay's state as it walks the history, and one small handler per event type
+    (``handlers``). The hot path is enqueue, claim, extend, complete (millions in a long run):
+    their handlers take the tables they touch as attributes bound once, and the recovery
+    bookkeeping is only touched for a job it holds."""
 
-    def stale_claim(event: Event, attempt: int, worker: str, earlier: int) -> None:
-        stale_claims.add({"job": event.job_id or "", "attempt": attempt, "worker": worker,
-                          "seq": event.seq, "earlier_attempt": earlier}, event.ts)
+    def __init__(self) -> None:
+        facts = self.facts = ReplayFacts()
+        self.enqueued, self.poison, self.completes = facts.enqueued, facts.poison, facts.completes
+        self.scheduled = facts.scheduled
+        self.leases, self.windows = facts.leases, facts.windows
+        self.lapsed_leases, self.granted = facts.lapsed, facts.granted
+        self.claimed_unenqueued: dict[str, int] = {}  # the same as enqueued's attempts, for
+        # jobs claimed before (or without) their enqueue: a broken queue's, rare
+        self.lapsed: dict[tuple[str, int], tuple[str, int, bool]] = {}  # (job, attempt) ->
+        # (worker, claimed_ts, needless): leases reaped from under a holder that may still
+        # complete late
+        self.stranded: list[StrandedLease] = []
+        self.open_stranded: dict[str, list[StrandedLease]] = {}  # job -> stranded leases not
+        # yet resolved
+        self.awaiting_reclaim: dict[str, list[StrandedLease]] = {}
+        self.awaiting_recomplete: dict[str, list[StrandedLease]] = {}
+        # Leases granted for the run's own lease_ms, with the recorded lease_ms agreeing, are
+        # only counted (the hot path); any other length or a disagreeing record goes through
+        # odd_grant.
+        self.run_lease_ms = -1  # no length is -1 (nor None) until the run event says
+        self.run_length_grants = 0
+        self.tokens = LockTokens()
+        self.handlers: dict[str, Callable[[Event], None]] = {
+            "enqueue": self.enqueue, "claim": self.claim, "extend": self.extend,
+            "complete": self.complete, "retry": self.retry, Promote.TYPE: self.promote,
+            "reap": self.recovered, "dead": self.recovered, Fault.TYPE: self.fault,
+            Heal.TYPE: self.heal,
+            Blind.TYPE: self.blind, Sweep.TYPE: self.sweep,
+            FaultSkipped.TYPE: self.fault_skipped, Run.TYPE: self.run, Phase.TYPE: self.phase,
+        }
 
-    def unenqueued_claim(event: Event, attempt: int, worker: str) -> None:
+    # --- the queue's transitions ----------------------------------------------------------
+    def enqueue(self, event: Event) -> None:
+        job_id = event.job_id or ""
+        self.enqueued.setdefault(job_id, None)  # enqueued again: it keeps its highest attempt
+        claimed_unenqueued = self.claimed_unenqueued
+        if claimed_unenqueued and job_id in claimed_unenqueued:  # claimed before it
+            self.enqueued[job_id] = claimed_unenqueued.pop(job_id)
+        if event.extra:  # only a kind or a due time makes extra fields
+            enqueue = Enqueue.decode(event)
+            if enqueue.poison:
+                self.poison.add(job_id)
+            if enqueue.due is not None:  # a scheduled admission: waits to be promoted
+                self.scheduled[job_id] = enqueue.due
+        facts = self.facts
+        if facts.first_enqueue_ts is None:
+            facts.first_enqueue_ts = event.ts
+
+    def claim(self, event: Event) -> None:
+        job_id, ts, leases = event.job_id or "", event.ts, self.leases
+        scheduled = self.scheduled
+        if scheduled and job_id in scheduled:
+            del scheduled[job_id]
+        previous = leases.get(job_id)
+        if previous is not None:  # two holders of one job at once
+            self.facts.stray_calls.add({"job": job_id, "op": "claim", "attempt": event.attempt,
+                                        "worker": event.worker, "seq": event.seq,
+                                        "live_attempt": previous.attempt,
+                                        "live_worker": previous.worker}, ts)
+            del leases[job_id]
+        attempt = event.attempt or 0
+        worker = event.worker or UNKNOWN_WORKER
+        enqueued = self.enqueued
+        highest = enqueued.get(job_id)
+        if highest is None:
+            if job_id in enqueued:  # its first claim: the usual case
+                enqueued[job_id] = attempt
+            else:
+                self.unenqueued_claim(event, attempt, worker)
+        elif attempt > highest:
+            enqueued[job_id] = attempt
+        else:
+            self.stale_claim(event, attempt, worker, highest)
+        if event.extra and (token := event.extra.get("token")):
+            reuse = self.tokens.claimed(job_id, attempt, token, leases)
+            if reuse is not None:
+                self.facts.stale_claims.add({"job": job_id, "attempt": attempt,
+                                             "worker": worker, "seq": event.seq, **reuse}, ts)
+        deadline = event.deadline  # lease_deadline(event), inlined: the hot path
+        if deadline is None:
+            deadline = lease_deadline(event)
+        leases[job_id] = Lease(attempt, worker, deadline, event.seq, ts, ts)
+        self.granted_for(event, deadline)
+        awaiting_reclaim = self.awaiting_reclaim
+        if awaiting_reclaim and job_id in awaiting_reclaim:
+            for item in awaiting_reclaim.pop(job_id):
+                item.reclaim_ts = ts
+                self.awaiting_recomplete.setdefault(job_id, []).append(item)
+
+    def granted_for(self, event: Event, deadline: int) -> None:
+        """A lease granted by a claim or an accepted extend: counted when it is the run's own
+        length, recorded as such; anything else through ``odd_grant``."""
+        length = event.lease_ms
+        run_lease_ms = self.run_lease_ms
+        if deadline - event.ts == run_lease_ms and (length is None or length == run_lease_ms):
+            self.run_length_grants += 1
+        else:
+            self.odd_grant(event, deadline)
+
+    def live_call(self, event: Event) -> tuple[Lease | None, bool]:
+        """An extend, complete or retry met against the job's live lease: (the live lease,
+        whether the call carries its attempt, so the store acted on it). A call that is not
+        the live lease holder's is a stray call; one after the deadline, the reaper not having
+        taken the lease yet, a lapsed lease (``reap_prompt``)."""
+        job_id, ts = event.job_id or "", event.ts
+        lease = self.leases.get(job_id)
+        # live: the call carries the live lease's attempt, so the store acted on it; it is the
+        # holder's only if the worker matches too (a token reused by another worker).
+        if lease is not None and lease.attempt == event.attempt:
+            live = True
+            holder = lease.worker == (event.worker or UNKNOWN_WORKER)
+            if ts > lease.deadline:  # lapsed, yet the reaper had not taken it
+                self.lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
+                                                      lease.deadline, ts, False))
+        else:
+            live = holder = False
+        if not holder:
+            self.facts.stray_calls.add({
+                "job": job_id, "op": event.type, "attempt": event.attempt,
+                "worker": event.worker, "seq": event.seq,
+                "live_attempt": lease.attempt if lease else None,
+                "live_worker": lease.worker if lease else None,
+                "reason": "not the holder of the live lease" if live
+                else "not the live lease's attempt",
+            }, ts)
+        return lease, live
+
+    def extend(self, event: Event) -> None:
+        lease, live = self.live_call(event)
+        if live:
+            assert lease is not None
+            deadline = event.deadline
+            if deadline is None:
+                deadline = lease_deadline(event)
+            lease.deadline = deadline
+            lease.renewed = event.seq
+            lease.renewed_ts = event.ts
+            self.granted_for(event, deadline)
+        open_stranded = self.open_stranded
+        if open_stranded and (job_id := event.job_id or "") in open_stranded:
+            self.holder_acted(job_id, event.attempt, event.worker)
+
+    def retry(self, event: Event) -> None:
+        """Handed back: the job waits for another attempt (in the schedule, until promoted,
+        when it waits for a due time)."""
+        lease, _ = self.live_call(event)
+        self.facts.retried += 1
+        job_id = event.job_id or ""
+        retry = Retry.decode(event)
+        if retry.waits_for_due:
+            self.scheduled[job_id] = retry.due
+        if lease is not None:
+            del self.leases[job_id]
+        self.lease_ended(job_id)
+
+    def promote(self, event: Event) -> None:
+        """Due again: pending, for a claim to take."""
+        self.facts.promoted += 1
+        self.scheduled.pop(event.job_id or "", None)
+
+    def complete(self, event: Event) -> None:
+        lease, live = self.live_call(event)
+        job_id, ts, facts = event.job_id or "", event.ts, self.facts
+        completes = self.completes
+        count = completes.get(job_id, 0) + 1
+        completes[job_id] = count
+        facts.last_complete_ts = ts
+        if count == 2:
+            facts.second_complete_ts[job_id] = ts
+        scheduled = self.scheduled
+        if scheduled and job_id in scheduled:
+            del scheduled[job_id]
+        if live:
+            assert lease is not None
+            if lease.worker == event.worker:
+                ran_ms = facts.ran_ms
+                ran = ts - lease.claimed_ts
+                ran_ms[ran] = ran_ms.get(ran, 0) + 1
+        elif self.lapsed:
+            self.ended_late(event)
+        awaiting_recomplete = self.awaiting_recomplete
+        if awaiting_recomplete and job_id in awaiting_recomplete:
+            for item in awaiting_recomplete.pop(job_id):
+                item.recomplete_ts = ts
+        if lease is not None:  # a completed job closes every lease on it
+            del self.leases[job_id]
+            if self.tokens.live or self.open_stranded and job_id in self.open_stranded:
+                self.lease_ended(job_id)
+
+    def recovered(self, event: Event) -> None:
+        """A reap, or a dead letter: the reaper's recovery of a lapsed lease (the same checks
+        on the lease), but a dead-lettered job leaves the queue instead of going back to
+        pending."""
+        job_id, ts, facts = event.job_id or "", event.ts, self.facts
+        lease = self.leases.get(job_id)
+        if lease is None or lease.attempt != event.attempt:
+            facts.early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
+                                   "reason": "reaped a lease that was not live"}, ts)
+        else:
+            if ts < lease.deadline:
+                facts.early_reaps.add({"job": job_id, "attempt": event.attempt,
+                                       "seq": event.seq, "reap_ts": ts,
+                                       "deadline": lease.deadline,
+                                       "early_ms": lease.deadline - ts}, ts)
+            self.lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
+                                                  lease.deadline, ts, True))
+            needless = False
+            if event.type == "dead":
+                pass  # not redelivered: the job left the queue
+            elif self.windows.cut_off_between(lease.worker, lease.renewed, event.seq):
+                facts.redeliveries.needed += 1
+            else:
+                facts.redeliveries.needless += 1
+                needless = True
+                slowed_by = self.windows.slowed_by(lease.worker, lease.renewed, event.seq)
+                facts.needless_by_fault[slowed_by] += 1
+                facts.needless.append((ts, job_id))
+                if len(facts.needless_examples) < EXAMPLES:
+                    facts.needless_examples.append({
+                        "job": job_id, "attempt": lease.attempt, "worker": lease.worker,
+                        "seq": event.seq, "renewed_ts": lease.renewed_ts,
+                        "deadline": lease.deadline, "reap_ts": ts,
+                        "holder_under": slowed_by})
+            self.lapsed[(job_id, lease.attempt)] = (lease.worker, lease.claimed_ts, needless)
+        reap_times = facts.reap_times
+        if event.type == "reap":
+            reap_times.setdefault(job_id, []).append(ts)
+        else:
+            facts.dead[job_id] = (len(reap_times.get(job_id, [])), ts)
+            self.scheduled.pop(job_id, None)
+        self.leases.pop(job_id, None)
+        if self.tokens.live:
+            self.tokens.ended(job_id, True)
+        for item in self.open_stranded.pop(job_id, []):
+            if item.attempt == event.attempt:
+                item.reap_ts = ts
+                self.awaiting_reclaim.setdefault(job_id, []).append(item)
+
+    def rejected_call(self, event: Event) -> None:
+        """A call the store refused (``<op>_rejected``): counted; the live holder's refused
+        before its deadline is judged (``refused``)."""
+        kind = event.type
+        self.facts.rejected[kind] += 1
+        if kind == "complete_rejected" and self.lapsed:
+            self.ended_late(event)
+        lease = self.leases.get(event.job_id or "")
+        if (lease is not None and lease.attempt == event.attempt
+                and lease.worker == (event.worker or UNKNOWN_WORKER)
+                and event.ts + CLOCK_SLACK_MS < lease.deadline):
+            self.refused(event, lease)
+
+    # --- the run's own events -------------------------------------------------------------
+    def fault(self, event: Event) -> None:
+        fault = Fault.decode(event)
+        facts = self.facts
+        facts.faults += 1
+        if fault.is_store:  # figures only, it strands no lease
+            facts.store_faults.append(fault)
+        window = self.windows.opened(fault)
+        # the jobs its worker holds: live leases are few (those in flight), so a scan at each
+        # fault is cheaper than keeping an index up to date at every claim
+        struck = window.worker
+        held_now = [held for held, lease in self.leases.items() if lease.worker == struck]
+        if not fault.cuts_off:  # its holder can still renew: slowed, not stranded
+            facts.slowed += len(held_now)
+            return
+        for held in sorted(held_now):
+            lease = self.leases[held]
+            item = StrandedLease(held, lease.attempt, window.worker, event.ts, fault.fault_id,
+                                 lease.renewed_ts)
+            self.stranded.append(item)
+            self.open_stranded.setdefault(held, []).append(item)
+
+    def heal(self, event: Event) -> None:
+        self.windows.healed(Heal.decode(event))
+
+    def blind(self, event: Event) -> None:
+        self.facts.blind.note(Blind.decode(event))
+
+    def sweep(self, event: Event) -> None:
+        self.facts.sweeps.append((event.ts, event.worker or UNKNOWN_WORKER,
+                                  not event.extra or event.extra.get("ran") != "0"))
+
+    def fault_skipped(self, event: Event) -> None:
+        self.facts.faults_skipped.append(FaultSkipped.decode(event))
+
+    def run(self, event: Event) -> None:
+        facts = self.facts
+        if facts.run is None:  # the first run event: the checker's default configuration
+            facts.run = Run.decode(event)
+            self.run_lease_ms = -1 if facts.run.lease_ms is None else facts.run.lease_ms
+
+    def phase(self, event: Event) -> None:
+        phase, facts = Phase.decode(event), self.facts
+        if phase.name != "end":
+            facts.last_phase_ts = event.ts
+        else:
+            facts.end = phase
+        if phase.ended_normally:
+            facts.ended_normally = True
+            facts.drained = phase.drained
+
+    # --- bookkeeping shared by the handlers -----------------------------------------------
+    def stale_claim(self, event: Event, attempt: int, worker: str, earlier: int) -> None:
+        self.facts.stale_claims.add({"job": event.job_id or "", "attempt": attempt,
+                                     "worker": worker, "seq": event.seq,
+                                     "earlier_attempt": earlier}, event.ts)
+
+    def unenqueued_claim(self, event: Event, attempt: int, worker: str) -> None:
         """A claim of a job not enqueued (yet): its fencing tokens are vetted all the same."""
         job_id = event.job_id or ""
-        highest = claimed_unenqueued.get(job_id)
+        highest = self.claimed_unenqueued.get(job_id)
         if highest is None or attempt > highest:
-            claimed_unenqueued[job_id] = attempt
+            self.claimed_unenqueued[job_id] = attempt
         else:
-            stale_claim(event, attempt, worker, highest)
+            self.stale_claim(event, attempt, worker, highest)
 
-    def ended_late(event: Event) -> None:
+    def ended_late(self, event: Event) -> None:
         """The complete (rejected, or accepted by a broken protocol) of a lease reaped earlier:
         how long that handler ran."""
-        late = lapsed.pop((job_id, event.attempt or 0), None)
+        late = self.lapsed.pop((event.job_id or "", event.attempt or 0), None)
         if late is not None and late[0] == event.worker:
-            counts = ran_needless_ms if late[2] else ran_ms
+            counts = self.facts.ran_needless_ms if late[2] else self.facts.ran_ms
             ran = event.ts - late[1]
             counts[ran] = counts.get(ran, 0) + 1
 
-    def odd_grant(event: Event, deadline: int) -> None:
+    def odd_grant(self, event: Event, deadline: int) -> None:
         """A lease granted for other than the run's lease_ms (judged by the deadline written to
         active), or one whose recorded lease_ms says otherwise: counted, the first few kept."""
+        facts, granted = self.facts, self.granted
         length = deadline - event.ts
         recorded = event.lease_ms
         example = {"job": event.job_id, "op": event.type, "attempt": event.attempt,
@@ -244,7 +537,7 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
         grants = granted.get(length, 0)
         granted[length] = grants + 1
         if grants < EXAMPLES:
-            granted_examples.setdefault(length, []).append(example)
+            facts.granted_examples.setdefault(length, []).append(example)
         if recorded is not None and abs(recorded - length) > 1:
             misrecorded = facts.misrecorded
             misrecorded[length] = misrecorded.get(length, 0) + 1
@@ -253,273 +546,70 @@ def replay(events: Iterable[Event]) -> ReplayFacts:
                     {**example, "reason": "the recorded lease_ms disagrees with the deadline "
                                           "written to active"})
 
-    def refused(event: Event, lease: Lease) -> None:
+    def refused(self, event: Event, lease: Lease) -> None:
         """A call of the live lease's holder, refused before its deadline: an offence unless a
         fault touched the holder (or the store) since the lease's last renewal."""
-        start, end = lease.renewed_ts, event.ts
+        start, end, windows = lease.renewed_ts, event.ts, self.windows
         if any(window.overlaps_ts(start, end) for window in windows.of(lease.worker)) or any(
                 window.fault.is_store and window.overlaps_ts(start, end)
                 for window in windows.windows):
-            facts.refused_under_fault += 1
+            self.facts.refused_under_fault += 1
             return
-        facts.refused_live.add({
+        self.facts.refused_live.add({
             "job": event.job_id, "op": event.type, "attempt": event.attempt,
             "worker": event.worker, "seq": event.seq, "deadline": lease.deadline,
             "before_deadline_ms": lease.deadline - event.ts,
             "target": event.extra.get("target") or None}, event.ts)
 
-    def lease_ended(job_id: str) -> None:
+    def lease_ended(self, job_id: str) -> None:
         """An accepted finish (or retry) ends every lease on the job, whoever's call it was:
         the store took it out of the active set (the caller drops the live lease itself), so
         its token is free again and no lease of it is left to recover."""
-        if tokens.live:
-            tokens.ended(job_id, False)
-        for item in open_stranded.pop(job_id, []):
+        if self.tokens.live:
+            self.tokens.ended(job_id, False)
+        for item in self.open_stranded.pop(job_id, []):
             item.dismissed = True
 
-    def holder_acted(job_id: str, attempt: int | None, worker: str | None) -> None:
+    def holder_acted(self, job_id: str, attempt: int | None, worker: str | None) -> None:
         """The holder acted after its fault: it was back, the lease was not stranded."""
         kept = []
-        for item in open_stranded.get(job_id, []):
+        for item in self.open_stranded.get(job_id, []):
             if item.attempt == attempt and item.worker == worker:
                 item.dismissed = True
             else:
                 kept.append(item)
         if kept:
-            open_stranded[job_id] = kept
+            self.open_stranded[job_id] = kept
         else:
-            open_stranded.pop(job_id, None)
+            self.open_stranded.pop(job_id, None)
 
-    # The hot path: a history is mostly enqueue, claim, extend, complete, millions of them in a
-    # long run, so these branches avoid calls and allocations; the recovery bookkeeping is only
-    # touched for a job it holds.
+    def finish(self, event_count: int, first_ts: int, last_ts: int) -> ReplayFacts:
+        facts = self.facts
+        facts.events, facts.last_ts = event_count, last_ts
+        facts.first_ts = first_ts if event_count else None
+        if self.run_length_grants:
+            run_lease_ms = self.run_lease_ms
+            self.granted[run_lease_ms] = self.granted.get(run_lease_ms, 0) \
+                + self.run_length_grants
+        facts.stranded = [item for item in self.stranded if not item.dismissed]
+        return facts
+
+
+def replay(events: Iterable[Event]) -> ReplayFacts:
+    """One pass over the history (a list or a stream) in stream order: each event to its
+    type's handler (``_Replay.handlers``; a refused call, ``<op>_rejected``, to one for all)."""
+    state = _Replay()
+    handler_of, rejected_call = state.handlers.get, state.rejected_call
+    event_count, first_ts, last_ts = 0, sys.maxsize, 0  # sys.maxsize: no event yet
     for event_count, event in enumerate(events, 1):  # noqa: B007 - the count is kept
-        job_id = event.job_id or ""
-        kind = event.type
         ts = event.ts
         if ts > last_ts:
             last_ts = ts
         if ts < first_ts:
             first_ts = ts
-        if kind == "enqueue":
-            enqueue_job(job_id, None)  # enqueued again: it keeps its highest attempt
-            if claimed_unenqueued and job_id in claimed_unenqueued:  # claimed before it
-                enqueued[job_id] = claimed_unenqueued.pop(job_id)
-            if event.extra and Enqueue.decode(event).poison:  # only a kind makes extra fields
-                poison.add(job_id)
-            if first_enqueue_ts is None:
-                first_enqueue_ts = ts
-
-        elif kind == "claim":
-            previous = lease_of(job_id)
-            if previous is not None:  # two holders of one job at once
-                stray_calls.add({"job": job_id, "op": "claim", "attempt": event.attempt,
-                                 "worker": event.worker, "seq": event.seq,
-                                 "live_attempt": previous.attempt,
-                                 "live_worker": previous.worker}, ts)
-                del leases[job_id]
-            attempt = event.attempt or 0
-            worker = event.worker or UNKNOWN_WORKER
-            highest = highest_of(job_id)
-            if highest is None:
-                if job_id in enqueued:  # its first claim: the usual case
-                    enqueued[job_id] = attempt
-                else:
-                    unenqueued_claim(event, attempt, worker)
-            elif attempt > highest:
-                enqueued[job_id] = attempt
-            else:
-                stale_claim(event, attempt, worker, highest)
-            if event.extra and (token := event.extra.get("token")):
-                reuse = tokens.claimed(job_id, attempt, token, leases)
-                if reuse is not None:
-                    stale_claims.add({"job": job_id, "attempt": attempt, "worker": worker,
-                                      "seq": event.seq, **reuse}, ts)
-            deadline = event.deadline  # lease_deadline(event), inlined: the hot path
-            if deadline is None:
-                deadline = lease_deadline(event)
-            leases[job_id] = Lease(attempt, worker, deadline, event.seq, ts, ts)
-            length = event.lease_ms
-            if deadline - ts == run_lease_ms and (length is None or length == run_lease_ms):
-                run_length_grants += 1
-            else:
-                odd_grant(event, deadline)
-            if awaiting_reclaim and job_id in awaiting_reclaim:
-                for item in awaiting_reclaim.pop(job_id):
-                    item.reclaim_ts = ts
-                    awaiting_recomplete.setdefault(job_id, []).append(item)
-
-        elif kind == "complete" or kind == "extend" or kind == "retry":
-            lease = lease_of(job_id)
-            # live: the call carries the live lease's attempt, so the store acted on it; it is
-            # the holder's only if the worker matches too (a token reused by another worker).
-            if lease is not None and lease.attempt == event.attempt:
-                live = True
-                holder = lease.worker == (event.worker or UNKNOWN_WORKER)
-                if ts > lease.deadline:  # lapsed, yet the reaper had not taken it
-                    lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
-                                                     lease.deadline, ts, False))
-            else:
-                live = holder = False
-            if not holder:
-                stray_calls.add({
-                    "job": job_id, "op": kind, "attempt": event.attempt,
-                    "worker": event.worker, "seq": event.seq,
-                    "live_attempt": lease.attempt if lease else None,
-                    "live_worker": lease.worker if lease else None,
-                    "reason": "not the holder of the live lease" if live
-                    else "not the live lease's attempt",
-                }, ts)
-            if kind == "extend":
-                if live:
-                    assert lease is not None
-                    deadline = event.deadline
-                    if deadline is None:
-                        deadline = lease_deadline(event)
-                    lease.deadline = deadline
-                    lease.renewed = event.seq
-                    lease.renewed_ts = ts
-                    length = event.lease_ms
-                    if deadline - ts == run_lease_ms and (length is None
-                                                          or length == run_lease_ms):
-                        run_length_grants += 1
-                    else:
-                        odd_grant(event, deadline)
-            elif kind == "retry":  # handed back: the job waits for another attempt
-                facts.retried += 1
-                if lease is not None:
-                    del leases[job_id]
-                lease_ended(job_id)
-                continue
-            else:
-                count = completes_of(job_id, 0) + 1
-                completes[job_id] = count
-                last_complete_ts = ts
-                if count == 2:
-                    second_complete_ts[job_id] = ts
-                if live:
-                    assert lease is not None
-                    if lease.worker == event.worker:
-                        ran = ts - lease.claimed_ts
-                        ran_ms[ran] = ran_ms.get(ran, 0) + 1
-                elif lapsed:
-                    ended_late(event)
-                if awaiting_recomplete and job_id in awaiting_recomplete:
-                    for item in awaiting_recomplete.pop(job_id):
-                        item.recomplete_ts = ts
-                if lease is not None:  # a completed job closes every lease on it
-                    del leases[job_id]
-                    if tokens.live or open_stranded and job_id in open_stranded:
-                        lease_ended(job_id)
-                continue
-            if open_stranded and job_id in open_stranded:
-                holder_acted(job_id, event.attempt, event.worker)
-
-        elif kind == "reap" or kind == "dead":
-            # A dead-letter is the reaper's recovery of a lapsed lease too (the same checks on
-            # the lease), but the job leaves the queue instead of going back to pending.
-            lease = leases.get(job_id)
-            if lease is None or lease.attempt != event.attempt:
-                early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
-                                 "reason": "reaped a lease that was not live"}, ts)
-            else:
-                if ts < lease.deadline:
-                    early_reaps.add({"job": job_id, "attempt": event.attempt, "seq": event.seq,
-                                     "reap_ts": ts, "deadline": lease.deadline,
-                                     "early_ms": lease.deadline - ts}, ts)
-                lapsed_leases.append(LapsedLease(job_id, lease.attempt, lease.worker,
-                                                 lease.deadline, ts, True))
-                needless = False
-                if kind == "dead":
-                    pass  # not redelivered: the job left the queue
-                elif windows.cut_off_between(lease.worker, lease.renewed, event.seq):
-                    redeliveries.needed += 1
-                else:
-                    redeliveries.needless += 1
-                    needless = True
-                    slowed_by = windows.slowed_by(lease.worker, lease.renewed, event.seq)
-                    facts.needless_by_fault[slowed_by] += 1
-                    facts.needless.append((ts, job_id))
-                    if len(facts.needless_examples) < EXAMPLES:
-                        facts.needless_examples.append({
-                            "job": job_id, "attempt": lease.attempt, "worker": lease.worker,
-                            "seq": event.seq, "renewed_ts": lease.renewed_ts,
-                            "deadline": lease.deadline, "reap_ts": ts,
-                            "holder_under": slowed_by})
-                lapsed[(job_id, lease.attempt)] = (lease.worker, lease.claimed_ts, needless)
-            if kind == "reap":
-                reap_times.setdefault(job_id, []).append(ts)
-            else:
-                dead[job_id] = (len(reap_times.get(job_id, [])), ts)
-            leases.pop(job_id, None)
-            if tokens.live:
-                tokens.ended(job_id, True)
-            for item in open_stranded.pop(job_id, []):
-                if item.attempt == event.attempt:
-                    item.reap_ts = ts
-                    awaiting_reclaim.setdefault(job_id, []).append(item)
-
-        elif kind == Fault.TYPE:
-            fault = Fault.decode(event)
-            facts.faults += 1
-            if fault.is_store:  # figures only, it strands no lease
-                facts.store_faults.append(fault)
-            window = windows.opened(fault)
-            # the jobs its worker holds: live leases are few (those in flight), so a scan at
-            # each fault is cheaper than keeping an index up to date at every claim
-            struck = window.worker
-            held_now = [held for held, lease in leases.items() if lease.worker == struck]
-            if not fault.cuts_off:  # its holder can still renew: slowed, not stranded
-                facts.slowed += len(held_now)
-                continue
-            for held in sorted(held_now):
-                lease = leases[held]
-                item = StrandedLease(held, lease.attempt, window.worker, event.ts,
-                                     fault.fault_id, lease.renewed_ts)
-                stranded.append(item)
-                open_stranded.setdefault(held, []).append(item)
-
-        elif kind == Heal.TYPE:
-            windows.healed(Heal.decode(event))
-
-        elif kind == Blind.TYPE:
-            facts.blind.note(Blind.decode(event))
-
-        elif kind == Sweep.TYPE:
-            sweeps.append((ts, event.worker or UNKNOWN_WORKER,
-                           not event.extra or event.extra.get("ran") != "0"))
-
-        elif kind == FaultSkipped.TYPE:
-            facts.faults_skipped.append(FaultSkipped.decode(event))
-
-        elif kind.endswith("_rejected"):
-            rejected[kind] += 1
-            if kind == "complete_rejected" and lapsed:
-                ended_late(event)
-            lease = lease_of(job_id)
-            if (lease is not None and lease.attempt == event.attempt
-                    and lease.worker == (event.worker or UNKNOWN_WORKER)
-                    and ts + CLOCK_SLACK_MS < lease.deadline):
-                refused(event, lease)
-
-        elif kind == Run.TYPE and facts.run is None:
-            facts.run = Run.decode(event)
-            run_lease_ms = -1 if facts.run.lease_ms is None else facts.run.lease_ms
-
-        elif kind == Phase.TYPE:
-            phase = Phase.decode(event)
-            if phase.name != "end":
-                facts.last_phase_ts = ts
-            else:
-                facts.end = phase
-            if phase.ended_normally:
-                facts.ended_normally = True
-                facts.drained = phase.drained
-
-    facts.events, facts.last_ts = event_count, last_ts
-    facts.first_ts = first_ts if event_count else None
-    if run_length_grants:
-        granted[run_lease_ms] = granted.get(run_lease_ms, 0) + run_length_grants
-    facts.first_enqueue_ts, facts.last_complete_ts = first_enqueue_ts, last_complete_ts
-    facts.stranded = [item for item in stranded if not item.dismissed]
-    return facts
+        handler = handler_of(event.type)
+        if handler is not None:
+            handler(event)
+        elif event.type.endswith("_rejected"):
+            rejected_call(event)
+    return state.finish(event_count, first_ts, last_ts)

@@ -23,7 +23,8 @@ EXAMPLES = 10  # offending cases listed per invariant; the counts are always com
 WHAT_IT_CHECKS = {
     "no_loss": "every enqueued job has an accepted complete (or, with max_stalls, a dead "
                "letter) after the drain; a job that left the queue without one is lost, a job "
-               "still pending or leased when the drain ends is undrained (verdict unknown)",
+               "still pending, leased or scheduled when the drain ends is undrained (verdict "
+               "unknown)",
     "no_double_completion": "no job has more than one accepted complete",
     "recovery_bound": "every lease stranded by a cut-off fault (kill, pause, partition) is "
                       "reaped within lease_ms + reap_interval_ms + tolerance_ms of its "

@@ -55,6 +55,8 @@ class QueueFamily:
 
     name = "reference"
     id_style = "plain"  # the job ids it accepts (chaos.protocol.ids)
+    # Why heartbeat_ms = 0 cannot switch this queue's lease renewal off (None: it can).
+    renewal_off_refused: str | None = None
 
     def __init__(self, scenario: Scenario, keys: QueueKeys) -> None:
         self.scenario = scenario
@@ -66,6 +68,13 @@ class QueueFamily:
         event's ``dialect``; "" when the scripts record the history themselves)."""
         history = self.scenario.history
         return "" if history.source == "scripts" else history.dialect
+
+    def bound_source(self) -> str:
+        """The recovery bound of the scenario's own settings, in this queue's terms (the
+        sweep's default target says where its number comes from)."""
+        topology = self.scenario.topology
+        return (f"the scenario's own lease_ms + reap_interval_ms = {topology.lease_ms} + "
+                f"{topology.reap_interval_ms}")
 
     @property
     def key_base(self) -> str:
@@ -135,6 +144,11 @@ class QueueFamily:
         """What the nemesis records through and asks for the oldest leases' holders
         (``recorder``: the run's MONITOR recorder, None without one)."""
         return queue
+
+
+def family_of(scenario: Scenario) -> QueueFamily:
+    """The family of the scenario's queue, on the keys its ``[valkey]`` section names."""
+    return family_for(scenario, QueueKeys(scenario.valkey.prefix, scenario.valkey.queue))
 
 
 def family_for(scenario: Scenario, keys: QueueKeys) -> QueueFamily:

@@ -27,6 +27,14 @@ from chaos.scenario.model import Load
 
 class BullMQFamily(QueueFamily):
     name = "bullmq"
+    renewal_off_refused = ("BullMQ always renews its locks: heartbeat_ms = 0 gives "
+                           "lockRenewTime = lockDuration / 2 (its default), not 'off'; sweep "
+                           "values in ms instead")
+
+    def bound_source(self) -> str:
+        lease, reap = self.scenario.topology.lease_ms, self.scenario.topology.reap_interval_ms
+        return (f"BullMQ's bound for the scenario's own settings, 2 x stalledInterval + "
+                f"max(lockDuration, stalledInterval) = 2 x {reap} + max({lease}, {reap})")
 
     def producer(self, runtime: RuntimeBase, load: Load) -> LoadSource:
         # producer.js from the folder the workers run from: their own bullmq adds the jobs

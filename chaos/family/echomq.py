@@ -16,6 +16,16 @@ class EchoMQFamily(QueueFamily):
     name = "echomq"
     id_style = "branded"
 
+    def backlog(self, queue: QueueClient) -> tuple[int, int]:
+        """(waiting, leased): waiting counts the jobs in the schedule too (EchoMQ's retries,
+        delays and scheduled admissions), which the drain waits for as for pending ones."""
+        pipe = queue.client.pipeline(transaction=False)
+        pipe.zcard(queue.keys.pending)
+        pipe.zcard(queue.keys.schedule)
+        pipe.zcard(queue.keys.active)
+        pending, scheduled, active = pipe.execute()
+        return int(pending) + int(scheduled), int(active)
+
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
         if recorder is None:  # history from the scripts: the rows name their holders
             return queue

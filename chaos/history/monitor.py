@@ -351,7 +351,8 @@ class MonitorRecorder:
     def __init__(self, dialect: Dialect, path: Path, host: str, port: int,
                  password: str | None, username: str | None = None,
                  members: list[str] | None = None,
-                 socket_owner: Callable[[str], str | None] | None = None) -> None:
+                 socket_owner: Callable[[str], str | None] | None = None,
+                 line_buffered: bool = False) -> None:
         self.dialect = dialect
         self.path = path
         self.address = (host, port)
@@ -364,7 +365,10 @@ class MonitorRecorder:
         # A connection with neither a user of its own nor a name: the member whose process
         # holds its socket, when the runtime can tell (chaos.runtime.sockets).
         self.socket_owner = socket_owner
-        self._handle = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed in stop()
+        # line_buffered: each history line is on disk as it is written, for a reader following
+        # the file as the run goes on (capacity); else block-buffered (read once, at the end)
+        self._handle = open(path, "w", encoding="utf-8",  # noqa: SIM115 - closed in stop()
+                            buffering=1 if line_buffered else -1)
         self._writer = HistoryWriter(dialect, self._handle, self.health, self._resolve,
                                      self.members, lambda address: self.names.pop(address, None))
         self._grouper = _Grouper(self._writer)

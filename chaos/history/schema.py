@@ -39,9 +39,13 @@ def _fields(type_: str, pairs: tuple[tuple[str, Any], ...]) -> dict[str, Any]:
 
 @dataclass(frozen=True, slots=True)
 class Enqueue:
+    """A job added. ``due``: a scheduled admission (EchoMQ's ``enqueue_in``/``enqueue_at``):
+    it waits in the schedule until then (server ms) and is claimable only once promoted."""
+
     TYPE: ClassVar[str] = "enqueue"
     job_id: str
     kind: str = ""  # the job's kind, when it has one (``poison``: its handler never finishes)
+    due: int | None = None
     ts: int = 0
     seq: str = ""
 
@@ -50,11 +54,13 @@ class Enqueue:
         return self.kind == "poison"
 
     def fields(self) -> dict[str, Any]:
-        return _fields(self.TYPE, (("id", self.job_id), ("kind", self.kind or None)))
+        return _fields(self.TYPE, (("id", self.job_id), ("kind", self.kind or None),
+                                   ("due", self.due)))
 
     @classmethod
     def decode(cls, event: Event) -> Enqueue:
-        return cls(event.job_id or "", event.extra.get("kind", ""), event.ts, event.seq)
+        return cls(event.job_id or "", event.extra.get("kind", ""),
+                   _int(event.extra.get("due")), event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,26 +192,59 @@ class CompleteRejected:
 @dataclass(frozen=True, slots=True)
 class Retry:
     """The holder handed its job back for another attempt, accepted (BullMQ: its handler threw
-    and the job's ``attempts`` allow another): the lease ends, the job waits again, ``to`` says
-    where (``delayed``: after a backoff; ``wait``: at once). It is not finished: it must still
-    be completed (or dead-lettered) later, under a higher attempt."""
+    and the job's ``attempts`` allow another; EchoMQ: ``retry`` below its max attempts, or
+    ``delay``, which runs the job again later without counting an attempt): the lease ends, the
+    job waits again, ``to`` says where (BullMQ's ``delayed``: after a backoff; ``wait``: at
+    once; EchoMQ's ``schedule``: until ``due``, server ms, then a promote puts it back in
+    pending). It is not finished: it must still be completed (or dead-lettered) later, under a
+    higher attempt."""
 
     TYPE: ClassVar[str] = "retry"
     job_id: str
     attempt: int
     worker: str
     to: str = ""
+    due: int | None = None
     ts: int = 0
     seq: str = ""
 
+    @property
+    def waits_for_due(self) -> bool:
+        """Does the job wait for a due time (a promote) before it can be claimed again?"""
+        return self.to in ("schedule", "delayed")
+
     def fields(self) -> dict[str, Any]:
         return _fields(self.TYPE, (("id", self.job_id), ("attempt", self.attempt),
-                                   ("worker", self.worker), ("to", self.to or None)))
+                                   ("worker", self.worker), ("to", self.to or None),
+                                   ("due", self.due)))
 
     @classmethod
     def decode(cls, event: Event) -> Retry:
         return cls(event.job_id or "", event.attempt or 0, event.worker or "",
-                   event.extra.get("to", ""), event.ts, event.seq)
+                   event.extra.get("to", ""), _int(event.extra.get("due")), event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Promote:
+    """A job waiting in the schedule (a retry, a delay, a scheduled admission) moved back to
+    pending, claimable again (EchoMQ's ``promote``), by ``worker``'s connection; ``due``: the
+    score it had in the schedule (when it was due, server ms)."""
+
+    TYPE: ClassVar[str] = "promote"
+    job_id: str
+    worker: str = ""
+    due: int | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("worker", self.worker or None),
+                                   ("due", self.due)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Promote:
+        return cls(event.job_id or "", event.worker or "", _int(event.extra.get("due")),
+                   event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -511,10 +550,11 @@ TRANSITION_EVIDENCE, HOLDER_EVIDENCE = "transition", "holder"  # what a Blind ev
 
 
 TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Retry
-              | Reap | Dead | Sweep | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped
-              | Blind)
+              | Promote | Reap | Dead | Sweep | HandlerHog | Run | Phase | Fault | Heal
+              | FaultSkipped | Blind)
 TRANSITIONS: tuple[type[TypedEvent], ...] = (
-    Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Retry, Reap, Dead)
+    Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Retry, Promote, Reap,
+    Dead)
 RUNNER_EVENTS: tuple[type[TypedEvent], ...] = (Run, Phase, Fault, Heal, FaultSkipped)
 EVENT_TYPES: dict[str, type[TypedEvent]] = {
     kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, HandlerHog, *RUNNER_EVENTS, Blind)}

@@ -117,6 +117,12 @@ class QueueKeys:
         return self.base + "dead"
 
     @property
+    def schedule(self) -> str:
+        """ZSET of jobs waiting for a due time (EchoMQ's retries, delays and scheduled
+        admissions), scored by it; the reference protocol has none."""
+        return self.base + "schedule"
+
+    @property
     def job_prefix(self) -> str:
         return self.base + "job:"
 

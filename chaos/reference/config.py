@@ -1,8 +1,12 @@
-"""What a reference worker is told (its command line, parsed), and its queue client."""
+"""What a reference worker is told, and its queue client. ``WorkerConfig`` is the launch
+contract both sides share: the runtime builds one from the scenario and starts the worker with
+``to_argv()``; the worker reads its command line back into an equal one
+(``chaos.reference.worker.parse_args``; tests/test_launch_contract.py holds them to it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 
 from chaos.protocol.client import QueueClient, QueueKeys, connect
 from chaos.protocol.clock import LocalClock
@@ -33,6 +37,21 @@ class WorkerConfig:
     ack_ledger: str | None = None  # acks file of this worker's acknowledged transitions
     wait_replicas: int = 0  # WAIT for this many replicas after each script call
     completed_retention_ms: int = 0  # > 0: a completed job's hash expires that long after
+
+    def to_argv(self) -> list[str]:
+        """The worker's command line after ``python -m chaos.reference.worker``."""
+        optional = (("--clock-file", self.clock_file), ("--claim-gap-ms", self.claim_gap_ms),
+                    ("--control-file", self.control_file), ("--ack-ledger", self.ack_ledger))
+        return ["--url", self.url, "--name", self.name, "--prefix", self.keys.prefix,
+                "--queue", self.keys.queue, "--lease-ms", str(self.lease_ms),
+                "--heartbeat-ms", str(self.heartbeat_ms), "--heartbeat", self.heartbeat,
+                "--concurrency", str(self.concurrency), "--poll-ms", str(self.poll_ms),
+                "--handler", json.dumps(asdict(self.handler)), "--seed", str(self.seed),
+                "--protocol", self.protocol, "--wait-replicas", str(self.wait_replicas),
+                "--completed-retention-ms", str(self.completed_retention_ms),
+                *(item for flag, value in optional if value is not None
+                  for item in (flag, str(value))),
+                *([] if self.record_events else ["--no-events"])]
 
 
 def queue_client(config: WorkerConfig, client_name: str) -> QueueClient:

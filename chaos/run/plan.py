@@ -38,7 +38,9 @@ def describe_plan(scenario: Scenario) -> str:
             if scenario.sut.standalone_reaper else "") + " ("
          + (f"image {scenario.sut.image}" if scenario.runtime == "docker" and scenario.sut.image
             else f"in {scenario.sut.cwd}")
-         + f"), history {scenario.history.source}")
+         + f"), history {scenario.history.source}"
+         + (f", EchoMQ's contract ({_echomq_recovery(topo.max_stalls, topo.reap_limit)})"
+            if scenario.sut.contract == "echomq" else ""))
         + (f", stall limit {topo.max_stalls}" if topo.max_stalls else "")
         + (", crashed workers restarted" if topo.restart_crashed else ""),
         f"  handler   {handler.distribution} "
@@ -116,3 +118,12 @@ def describe_fault(scenario: Scenario, fault: PlannedFault) -> str:
     parameters = " ".join(f"{name}={value}" for name, value in fault_parameters(declared).items())
     return (f"    {fault.at_ms:>7}  {fault.kind} {fault.target}{declared.describe_duration()}"
             + (f"  ({parameters})" if parameters else ""))
+
+
+def _echomq_recovery(max_stalls: int | None, reap_limit: int) -> str:
+    """How EchoMQ recovers lapsed leases under the scenario's stall limit and reap batch
+    (docs/echomq.md, "What maps to what")."""
+    if not max_stalls and reap_limit == 100:
+        return "recovery by Jobs.reap: no stall count, 100 a sweep"
+    return (f"recovery by EchoMQ.Stalled: max_stalled "
+            f"{max_stalls + 1 if max_stalls else 'one no job reaches'}, limit {reap_limit}")

@@ -56,7 +56,7 @@ def sut_seen(scenario: Scenario) -> dict[str, Any]:
                 "attached": [f"{member.name} ({member.role}, {member.driver})"
                              for member in scenario.attach.members]}
     return {"foreign": sut.foreign, "dialect": sut.dialect, "workers": sut.workers,
-            "reaper": sut.reaper}
+            "reaper": sut.reaper, **({"contract": sut.contract} if sut.foreign else {})}
 
 
 def finish(run: FinishedRun, outcome: str, error: str | None, wall_ms: int,

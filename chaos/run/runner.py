@@ -82,6 +82,10 @@ class Run:
     and the nemesis, driven through the stages below. ``run_scenario`` runs them all; the
     capacity search and the pytest plugin use the pieces they need."""
 
+    # True where something reads the MONITOR recorder's history while the run goes on (capacity):
+    # the recorder then puts each line on disk as it writes it.
+    follows_history = False
+
     def __init__(self, scenario: Scenario, run_dir: Path, progress: Progress,
                  strict: bool = False) -> None:
         self.scenario = scenario
@@ -171,7 +175,7 @@ class Run:
             self.family.dialect(), self.run_dir / MONITOR_HISTORY, server["host"],
             int(server["port"]), server.get("password"), server.get("username"),
             members=[*self.scenario.worker_names, *self.scenario.reaper_names],
-            socket_owner=self.runtime.socket_owner)
+            socket_owner=self.runtime.socket_owner, line_buffered=self.follows_history)
         self.recorder.start()
         if self.scenario.history.source == "monitor":
             self.live_counts = LiveCounts(self.run_dir / MONITOR_HISTORY)

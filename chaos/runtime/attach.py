@@ -22,9 +22,13 @@ hand and listed in report.json (``run.runtime.left_undone``).
 from __future__ import annotations
 
 import contextlib
+import json
+import shlex
+import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import redis
@@ -36,6 +40,7 @@ from chaos.network.client import ToxiproxyServerInfo
 from chaos.protocol.client import QueueClient
 from chaos.runtime.base import RuntimeBase
 from chaos.runtime.drivers import ActionLog, CommandDriver, DockerDriver, Driver, Engines
+from chaos.runtime.pids import PID_DIR, RUNNER, is_alive, read_record
 from chaos.scenario.attach import Attach
 
 JOURNAL = "attach.json"
@@ -365,3 +370,60 @@ class AttachRuntime(RuntimeBase):
 def _describe_client(client: Mapping[str, Any]) -> str:
     return (f"{client.get('addr')} (id {client.get('id')}, user {client.get('user', 'default')}, "
             f"name {client.get('name') or '-'}, last command {client.get('cmd', '?')})")
+
+
+# How long `clean` gives one undo command (a resume or heal the scenario's driver would run).
+UNDO_TIMEOUT_S = 30
+
+
+def undo_left_behind(root: Path) -> list[str]:
+    """``echomq-chaos clean``: for each attach run under ``root`` whose runner is gone (killed
+    outright, so its own wind-down never ran), run the commands its ``attach.json`` says undo
+    what is still applied (a resume, a heal; argv, no shell), and keep in the journal only what
+    did not work. A member a kill took down is named, not restarted (the deployment's own
+    business, as ``restart_killed`` would have done it). Returns one line per thing done."""
+    done: list[str] = []
+    candidates = [root, *sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []
+    for run_dir in candidates:
+        journal_path = run_dir / JOURNAL
+        runner = read_record(run_dir / PID_DIR / f"{RUNNER}.json")
+        if not journal_path.exists() or (runner is not None and is_alive(runner)):
+            continue
+        try:
+            journal = json.loads(journal_path.read_text())
+            members = dict(journal["members"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            done.append(f"{journal_path}: unreadable ({error}); undo its members by hand")
+            continue
+        for name, state in members.items():
+            left = []
+            for command in state.get("undo", []):
+                outcome = _run_undo(command)
+                if outcome is None:
+                    done.append(f"{run_dir}: {name}: ran {command}")
+                else:
+                    left.append(command)
+                    done.append(f"{run_dir}: {name}: LEFT UNDONE: {command} ({outcome})")
+            if not left:
+                state["paused"] = state["cut_off"] = False
+            state["undo"] = left
+            if state.get("killed"):
+                done.append(f"{run_dir}: {name} was killed by the run and is not restarted "
+                            "by clean: bring it back as your deployment does")
+        write_json_atomic(journal_path, {**journal, "members": members,
+                                         "cleaned": time.time()})
+    return done
+
+
+def _run_undo(command: str) -> str | None:
+    """Run one undo command of a journal; None when it worked, else why not."""
+    if command.startswith("("):  # no template: "(resume NAME as your deployment does)"
+        return "no command to run: do it by hand"
+    try:
+        done = subprocess.run(shlex.split(command), capture_output=True, text=True,
+                              timeout=UNDO_TIMEOUT_S, check=False)
+    except (OSError, ValueError, subprocess.TimeoutExpired) as error:
+        return str(error)
+    if done.returncode != 0:
+        return f"exit {done.returncode}: {(done.stderr or done.stdout).strip()[-200:]}"
+    return None

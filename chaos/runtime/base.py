@@ -11,7 +11,6 @@ process dies and freezes with it, as every process of a container does under ``d
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import signal
@@ -38,9 +37,10 @@ from chaos.network.client import (
     wait_for_api,
 )
 from chaos.protocol.acks import ACKS_DIR
-from chaos.protocol.client import QueueClient, connect
+from chaos.protocol.client import QueueClient, QueueKeys, connect
 from chaos.protocol.clock import write_offset
-from chaos.reference.config import CLAIM_GAP_SUFFIX
+from chaos.reference.config import CLAIM_GAP_SUFFIX, WorkerConfig
+from chaos.reference.payload import HandlerDistribution
 from chaos.runtime.pids import forget_process, record_process
 from chaos.runtime.valkey import split_password
 from chaos.scenario.model import Scenario
@@ -290,23 +290,28 @@ class RuntimeBase(ABC):
         path.mkdir(parents=True, exist_ok=True)
         return path / f"{name}.json"
 
-    def worker_args(self, name: str, index: int, clock_file: str, ack_ledger: str,
-                    control_file: str, incarnation: int = 0) -> list[str]:
-        """``python`` arguments of the ``index``-th worker; each incarnation (a restart after a
-        crash) draws other handler times."""
+    def worker_config(self, name: str, index: int, clock_file: str, ack_ledger: str,
+                      control_file: str, incarnation: int = 0) -> WorkerConfig:
+        """The ``index``-th reference worker's launch contract, from the scenario; each
+        incarnation (a restart after a crash) draws other handler times."""
         topo = self.scenario.topology
         settings = self.scenario.valkey
-        return ["-m", "chaos.reference.worker", "--url", self._valkey_url_for(name),
-                "--name", name, "--prefix", settings.prefix, "--queue", settings.queue,
-                "--lease-ms", str(topo.lease_ms),
-                "--heartbeat-ms", str(topo.effective_heartbeat_ms), "--heartbeat", topo.heartbeat,
-                "--concurrency", str(topo.concurrency), "--poll-ms", str(topo.poll_ms),
-                "--handler", json.dumps(topo.handler.model_dump()),
-                "--seed", str(self.scenario.seed * 7919 + index + 104_729 * incarnation),
-                "--protocol", self.scenario.protocol, "--clock-file", clock_file,
-                "--control-file", control_file,
-                "--ack-ledger", ack_ledger, "--wait-replicas", str(self.scenario.wait_replicas),
-                "--completed-retention-ms", str(topo.completed_retention_ms)]
+        return WorkerConfig(
+            url=self._valkey_url_for(name), name=name,
+            keys=QueueKeys(settings.prefix, settings.queue), lease_ms=topo.lease_ms,
+            heartbeat_ms=topo.effective_heartbeat_ms, heartbeat=topo.heartbeat,
+            concurrency=topo.concurrency, poll_ms=topo.poll_ms,
+            handler=HandlerDistribution(**topo.handler.model_dump()),
+            seed=self.scenario.seed * 7919 + index + 104_729 * incarnation,
+            protocol=self.scenario.protocol, clock_file=clock_file, control_file=control_file,
+            ack_ledger=ack_ledger, wait_replicas=self.scenario.wait_replicas,
+            completed_retention_ms=topo.completed_retention_ms)
+
+    def worker_args(self, name: str, index: int, clock_file: str, ack_ledger: str,
+                    control_file: str, incarnation: int = 0) -> list[str]:
+        """``python`` arguments of the ``index``-th worker."""
+        return ["-m", "chaos.reference.worker", *self.worker_config(
+            name, index, clock_file, ack_ledger, control_file, incarnation).to_argv()]
 
     # --- a foreign SUT's processes (docs/sut.md): their environment is the whole contract ---
     def sut_user(self, name: str) -> str:

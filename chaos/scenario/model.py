@@ -400,6 +400,8 @@ class Scenario(Strict):
             raise ValueError(f"topology.completed_retention_ms = "
                              f"{self.topology.completed_retention_ms}: BullMQ keeps or removes "
                              "its completed jobs by its own removeOnComplete option")
+        if self.sut.contract == "echomq":
+            self._echomq_fits()
         if self.history.source != "scripts" and self.history.dialect != self.sut.dialect:
             raise ValueError(f"history.dialect = {self.history.dialect!r}: the SUT speaks "
                              f"sut.dialect = {self.sut.dialect!r}")
@@ -409,6 +411,29 @@ class Scenario(Strict):
                 raise ValueError(f"faults.{index}.kind = {fault.kind!r}: needs {why}; a "
                                  "foreign SUT (sut.workers) cannot carry it out")
         return self
+
+    def _echomq_fits(self) -> None:
+        """``sut.contract = "echomq"``: the settings the real EchoMQ has no equivalent for
+        (docs/echomq.md, "What maps to what"); max_stalls and reap_limit map exactly
+        (EchoMQ.Stalled's max_stalled = max_stalls + 1 and limit)."""
+        if self.valkey.prefix != "emq:":
+            raise ValueError(f"valkey.prefix = {self.valkey.prefix!r}: EchoMQ's keys are "
+                             "emq:{<queue>}:... (its prefix is fixed); set prefix = 'emq:' "
+                             "(sut.contract = 'echomq')")
+        if self.sut.login != "default":
+            raise ValueError(f"sut.login = {self.sut.login!r}: EchoMQ's connector logs in only "
+                             "as the default user; set login = 'default' (sut.contract = "
+                             "'echomq')")
+        if self.topology.completed_retention_ms:
+            raise ValueError(f"topology.completed_retention_ms = "
+                             f"{self.topology.completed_retention_ms}: EchoMQ deletes a "
+                             "completed job's row at its complete (counting it in "
+                             "metrics:completed) and keeps none for a while (sut.contract = "
+                             "'echomq')")
+        if self.history.source == "scripts":
+            raise ValueError("history.source = 'scripts': EchoMQ's scripts write no events "
+                             "stream; its history comes from MONITOR ('monitor') "
+                             "(sut.contract = 'echomq')")
 
     @model_validator(mode="after")
     def _runtime_fits(self) -> Scenario:

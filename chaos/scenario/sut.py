@@ -57,6 +57,11 @@ class Sut(Strict):
     # processes must then name their connections (CLIENT SETNAME) after themselves
     # (CHAOS_NAME, or CHAOS_NAME-<anything>), or their calls cannot be attributed.
     login: Literal["own-user", "default"] = "own-user"
+    # Whose scripts and settings the processes run: ``toolkit``, the contract of docs/sut.md as
+    # written (the exported scripts honour every setting); ``echomq``, the real EchoMQ's
+    # (echo_mq): each setting mapped to EchoMQ's own, exactly, and a setting EchoMQ has no
+    # equivalent for refused at validation (docs/echomq.md, "What maps to what").
+    contract: Literal["toolkit", "echomq"] = "toolkit"
     # Where the commands run; relative to the scenario file when loaded from one.
     cwd: str = "."
     # How long a SUT process has to connect (a client with its ACL user in CLIENT LIST).
@@ -75,6 +80,10 @@ class Sut(Strict):
                 if "{" in stray or "}" in stray:
                     raise ValueError(f"{label} element {part!r}: the only placeholders are "
                                      f"{', '.join(PLACEHOLDERS)}")
+        if self.contract == "echomq" and (self.workers is None or self.dialect != "echomq"):
+            raise ValueError("contract = 'echomq': the real EchoMQ's workers (set workers = "
+                             "[argv...]), whose calls the echomq dialect reads (dialect = "
+                             f"{self.dialect!r})")
         if self.workers is None and self.reaper != "builtin":
             raise ValueError(f"reaper = {self.reaper!r}: the reference workers run with the "
                              "built-in reaper; set workers = [argv...] for a SUT of your own")

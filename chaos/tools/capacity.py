@@ -32,7 +32,6 @@ raw Locust files (``step01_stats.csv`` ...).
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import sys
@@ -269,26 +268,10 @@ class HistoryTail:
         return [Event.from_record(json.loads(line)) for line in lines if line.strip()]
 
 
-def flush_each_line(recorder: Any) -> None:
-    """Make the MONITOR recorder put each history line on disk as it writes it. It writes
-    ``history-monitor.jsonl`` through a block-buffered file, read back once a run is over;
-    capacity reads a step's events while the pool keeps running. ``chaos.history.monitor``
-    has no public switch for this yet, so its file handle is reconfigured here, before the
-    recorder has written anything; if that handle is not where it was, say so rather than
-    wait for lines that sit in a buffer."""
-    handle = getattr(recorder, "_handle", None)
-    if not isinstance(handle, io.TextIOWrapper):
-        raise InfraError("capacity cannot read the MONITOR recorder's history as it is "
-                         "written: the recorder has no text file handle to flush per line")
-    handle.reconfigure(line_buffering=True)
-
-
 class _Machinery(Run):
     """The scenario's machinery, with a recorder whose history capacity can read live."""
 
-    def start_recorder(self) -> None:
-        super().start_recorder()
-        flush_each_line(self.recorder)
+    follows_history = True
 
 
 def judge(step: Step, search: CapacitySearch) -> None:

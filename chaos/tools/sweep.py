@@ -30,6 +30,7 @@ from chaos.check.tuning import (
     recommend,
 )
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS
+from chaos.family import family_of
 from chaos.files import write_json_atomic, write_text_atomic
 from chaos.history.events import read_history
 from chaos.report.html import figure_svg
@@ -101,10 +102,9 @@ def plan_cells(path: str | Path, leases: list[int], reaps: list[int],
         except ScenarioError as error:
             errors.append(f"cell {cell}: {error}")
             continue
-        if heartbeat == 0 and is_bullmq(scenario):
-            errors.append(f"cell {cell}: BullMQ always renews its locks: heartbeat_ms = 0 "
-                          "gives lockRenewTime = lockDuration / 2 (its default), not 'off'; "
-                          "sweep values in ms instead")
+        refused = family_of(scenario).renewal_off_refused
+        if heartbeat == 0 and refused:
+            errors.append(f"cell {cell}: {refused}")
             continue
         plans.append(CellPlan(lease, reap, heartbeat, scenario))
     if errors:
@@ -112,21 +112,10 @@ def plan_cells(path: str | Path, leases: list[int], reaps: list[int],
     return plans
 
 
-def is_bullmq(scenario: Scenario) -> bool:
-    """Real BullMQ under test (docs/bullmq.md): its recovery bound, its lock renewal."""
-    return scenario.sut.foreign and scenario.sut.dialect == "bullmq"
-
-
 def default_target(scenario: Scenario) -> tuple[int, str]:
     """The recovery target without ``--target-recovery-ms``: the recovery the scenario's own
     settings promise, by its family's bound (and where that number comes from)."""
-    lease, reap = scenario.topology.lease_ms, scenario.topology.reap_interval_ms
-    if scenario.history.dialect == "bullmq":
-        return scenario.recovery_bound_ms, (
-            f"default: BullMQ's bound for the scenario's own settings, 2 x stalledInterval + "
-            f"max(lockDuration, stalledInterval) = 2 x {reap} + max({lease}, {reap})")
-    return scenario.recovery_bound_ms, (
-        f"default: the scenario's own lease_ms + reap_interval_ms = {lease} + {reap}")
+    return scenario.recovery_bound_ms, f"default: {family_of(scenario).bound_source()}"
 
 
 @dataclass
@@ -225,7 +214,7 @@ def cell_result(plan: CellPlan, results: list[RunResult],
         heartbeat_set=plan.heartbeat_ms,
         # the family its histories name (the run event's dialect), else the scenario's
         dialect=next((m.dialect for m in measured if m.dialect),
-                     "bullmq" if is_bullmq(plan.scenario) else ""),
+                     family_of(plan.scenario).dialect_name),
     )
 
 

@@ -2,25 +2,37 @@
 // lease queue on Valkey), written from the facts of its keys, rows, scripts and login (see
 // docs/sut.md), not from its code:
 //
-//   node sut.js worker   [--break unfenced-complete|resurrecting-extend]
+//   node sut.js worker   [--break unfenced-complete|resurrecting-extend|unfenced-retry]
+//                        [--fail-attempts N [--fail-one-in K] [--retry-delay-ms D]
+//                         [--max-attempts M]]
 //   node sut.js reaper   [--break lazy-reaper]
 //   node sut.js producer (one payload a line on stdin; one line `<ms> enqueue id=<id>` each)
 //
 // Keys: emq:{<queue>}:pending (ZSET, every score 0), :active (ZSET, score = the lease's
-// deadline on the server clock), :job:<id> (HASH state/attempts/payload), :metrics:completed
-// (HASH, field count); the prefix is EchoMQ's own `emq` (CHAOS_PREFIX is not honoured, as in
-// EchoMQ). Every connection logs in as `default` with the URL's password and is named
-// CHAOS_NAME (connector.js). Each line this prints is `<unix ms> <event> key=value ...`.
+// deadline on the server clock), :schedule (ZSET, score = when a job is due again), :dead
+// (ZSET), :job:<id> (HASH state/attempts/payload/last_error/stalled), :metrics:completed and
+// :metrics:failed (HASH, field count); the prefix is EchoMQ's own `emq` (CHAOS_PREFIX is not
+// honoured, as in EchoMQ). Every connection logs in as `default` with the URL's password and
+// is named CHAOS_NAME (connector.js). Each line this prints is `<unix ms> <event> key=value ...`.
+//
+// A worker started with --fail-attempts N fails the first N attempts of a job (of one job in
+// K, by its id, with --fail-one-in K): its handler runs, then the job is handed back with
+// @retry, due again D x 2^(attempt - 1) ms later (EchoMQ's exponential backoff), or
+// dead-lettered at its M-th attempt (default 3). The reaper promotes due jobs after each sweep,
+// as EchoMQ's consumer loop does.
 'use strict';
 
 const { Connection, ReplyError, Scripts, sleep } = require('./connector');
 const { Minter } = require('./ids');
 
 const BREAKS = {
-  worker: ['unfenced-complete', 'resurrecting-extend'],
+  worker: ['unfenced-complete', 'resurrecting-extend', 'unfenced-retry'],
   reaper: ['lazy-reaper'],
   producer: [],
 };
+// A worker's options (each takes an integer >= 0) and their defaults.
+const WORKER_OPTIONS = { '--fail-attempts': 0, '--fail-one-in': 1, '--retry-delay-ms': 200,
+  '--max-attempts': 3 };
 
 function log(event, fields = {}) {
   const pairs = Object.entries(fields).map(([key, value]) => ` ${key}=${value}`).join('');
@@ -51,12 +63,27 @@ function intEnv(name, fallback) {
 function parseArgs(argv) {
   const mode = argv[0];
   if (!(mode in BREAKS)) fail(`usage: node sut.js worker|reaper|producer [--break MODE]`);
-  const at = argv.indexOf('--break');
-  const broken = at >= 0 ? argv[at + 1] || '' : '';
-  if (broken && !BREAKS[mode].includes(broken)) {
-    fail(`--break ${JSON.stringify(broken)}: a ${mode} has ${JSON.stringify(BREAKS[mode])}`);
+  let broken = '';
+  const options = { ...WORKER_OPTIONS };
+  for (let i = 1; i < argv.length; i += 2) {
+    const [name, value] = [argv[i], argv[i + 1]];
+    if (value === undefined) fail(`${name}: needs a value`);
+    if (name === '--break') {
+      if (!BREAKS[mode].includes(value)) {
+        fail(`--break ${JSON.stringify(value)}: a ${mode} has ${JSON.stringify(BREAKS[mode])}`);
+      }
+      broken = value;
+    } else if (mode === 'worker' && name in WORKER_OPTIONS) {
+      const number = Number(value);
+      if (!Number.isInteger(number) || number < 0) {
+        fail(`${name} ${JSON.stringify(value)}: expected an integer >= 0`);
+      }
+      options[name] = number;
+    } else {
+      fail(`${name}: not an option of a ${mode}`);
+    }
   }
-  return { mode, broken };
+  return { mode, broken, options };
 }
 
 function settings() {
@@ -75,10 +102,17 @@ function settings() {
     concurrency: Math.max(1, intEnv('CHAOS_CONCURRENCY', 1)),
     pollMs: Math.max(1, intEnv('CHAOS_POLL_MS', 50)),
     node: intEnv('CHAOS_NODE_ID', process.pid % 1024),
+    // The contract's stall limit and reap batch: with either set, the reaper recovers as
+    // EchoMQ.Stalled does (max_stalled = CHAOS_MAX_STALLS + 1, limit = CHAOS_REAP_LIMIT),
+    // else with @reap (no count, 100 a call), as docs/echomq.md maps them.
+    maxStalls: intEnv('CHAOS_MAX_STALLS', 0),
+    reapLimit: Math.max(1, intEnv('CHAOS_REAP_LIMIT', 100)),
     keys: {
       base,
       pending: `${base}pending`,
       active: `${base}active`,
+      schedule: `${base}schedule`,
+      dead: `${base}dead`,
       meta: `${base}meta`,
       jobPrefix: `${base}job:`,
     },
@@ -113,12 +147,21 @@ function parsePayload(payload) {
 
 // CHAOS_CONCURRENCY claim loops, each on its own connection, and a renewal loop on one more
 // (EchoMQ.Locks's beat): every CHAOS_HEARTBEAT_MS one extend_locks call renews every held lease.
-async function worker(config, broken) {
+// Does the handler fail this attempt of the job? Its first N attempts, for one job in K (by
+// the id's last character, so every worker fails the same jobs).
+function failsAttempt(options, id, token) {
+  const oneIn = Math.max(1, options['--fail-one-in']);
+  return Number(token) <= options['--fail-attempts']
+    && id.charCodeAt(id.length - 1) % oneIn === 0;
+}
+
+async function worker(config, broken, options) {
   const k = config.keys;
   const scripts = new Scripts(['claim', 'complete', 'complete_unfenced', 'extend_locks',
-    'extend_locks_unfenced']);
+    'extend_locks_unfenced', 'retry', 'retry_unfenced']);
   const completeScript = broken === 'unfenced-complete' ? 'complete_unfenced' : 'complete';
   const extendScript = broken === 'resurrecting-extend' ? 'extend_locks_unfenced' : 'extend_locks';
+  const retryScript = broken === 'unfenced-retry' ? 'retry_unfenced' : 'retry';
   const slots = [];
   for (let i = 0; i < config.concurrency; i += 1) slots.push(await connect(config));
   const locks = await connect(config);
@@ -149,6 +192,10 @@ async function worker(config, broken) {
     const outcome = await Promise.race([sleep(handlerMs).then(() => 'done'), lost]);
     if (outcome === 'lost') log('lease_lost', { id: job.id, token: job.token });
     if (held.get(job.id)?.token === job.token) held.delete(job.id);
+    if (failsAttempt(options, job.id, job.token)) {
+      await retry(connection, job);
+      return;
+    }
     try {
       // EchoMQ's host looks for a flow parent first, in a round trip of its own.
       await connection.call('HMGET', k.jobPrefix + job.id, 'parent', 'parent_queue');
@@ -158,6 +205,25 @@ async function worker(config, broken) {
     } catch (error) {
       const result = error instanceof ReplyError ? error.message.split(' ')[0] : 'error';
       log('complete', { id: job.id, token: job.token, result, error: JSON.stringify(error.message) });
+    }
+  }
+
+  // The handler failed this attempt: hand the job back, due again after an exponential
+  // backoff, or dead-lettered at its last attempt (the script decides, by the row's attempts).
+  async function retry(connection, job) {
+    const delayMs = options['--retry-delay-ms'] * 2 ** (Number(job.token) - 1);
+    try {
+      // EchoMQ's host looks for a flow parent first, in a round trip of its own.
+      await connection.call('HMGET', k.jobPrefix + job.id, 'parent', 'parent_queue',
+        'parent_policy');
+      const reply = await scripts.run(connection, retryScript,
+        [k.active, k.schedule, k.dead, k.jobPrefix + job.id],
+        [job.id, job.token, String(delayMs), String(options['--max-attempts']), 'chaos-fail',
+          k.base]);
+      log('retry', { id: job.id, token: job.token, delay_ms: delayMs, result: reply });
+    } catch (error) {
+      const result = error instanceof ReplyError ? error.message.split(' ')[0] : 'error';
+      log('retry', { id: job.id, token: job.token, result, error: JSON.stringify(error.message) });
     }
   }
 
@@ -201,7 +267,8 @@ async function worker(config, broken) {
     stopping = true;
   });
   log('worker_ready', { name: config.name, concurrency: config.concurrency,
-    lease_ms: config.leaseMs, heartbeat_ms: config.heartbeatMs, break: broken || 'none' });
+    lease_ms: config.leaseMs, heartbeat_ms: config.heartbeatMs, break: broken || 'none',
+    fail_attempts: options['--fail-attempts'], fail_one_in: options['--fail-one-in'] });
   const beating = config.heartbeatMs > 0
     ? everyPeriod(config.heartbeatMs, () => !stopping || held.size > 0, renew) : null;
   await Promise.all(slots.map(claimLoop));
@@ -210,25 +277,46 @@ async function worker(config, broken) {
   log('stopped');
 }
 
-// @reap every CHAOS_REAP_INTERVAL_MS on a fixed-rate grid; a full batch (100) sweeps again.
+// A max_stalled no job reaches: EchoMQ.Stalled counting stalls with no limit on them.
+const NO_STALL_LIMIT = 2 ** 31 - 1;
+
+// Every CHAOS_REAP_INTERVAL_MS on a fixed-rate grid: recover lapsed leases (a full batch sweeps
+// again), then promote the scheduled jobs that are due, as EchoMQ's consumer loop does. With
+// CHAOS_MAX_STALLS or CHAOS_REAP_LIMIT set, the sweep is EchoMQ.Stalled's (it counts stalls and
+// dead-letters at max_stalled = CHAOS_MAX_STALLS + 1); else @reap (no count, 100 a call).
 async function reaper(config, broken) {
   const k = config.keys;
-  const script = broken === 'lazy-reaper' ? 'reap_lazy' : 'reap';
-  const scripts = new Scripts([script]);
+  const stalled = config.maxStalls > 0 || config.reapLimit !== 100;
+  const script = broken === 'lazy-reaper' ? 'reap_lazy' : stalled ? 'sweep_stalled' : 'reap';
+  const scripts = new Scripts([script, 'promote']);
   const connection = await connect(config);
   await scripts.load(connection);
   let stopping = false;
   process.on('SIGTERM', () => { stopping = true; });
   log('reaper_ready', { name: config.name, interval_ms: config.reapIntervalMs,
-    break: broken || 'none' });
+    sweep: script, break: broken || 'none' });
+  async function sweep() {
+    if (script === 'sweep_stalled') {
+      const maxStalled = config.maxStalls > 0 ? config.maxStalls + 1 : NO_STALL_LIMIT;
+      const [recovered, dead] = await scripts.run(connection, script,
+        [k.active, k.pending, k.dead], [k.base, String(maxStalled), String(config.reapLimit)]);
+      if (recovered.length + dead.length > 0) {
+        log('reaped', { n: recovered.length, dead: dead.length });
+      }
+      return recovered.length + dead.length;
+    }
+    const argv = broken === 'lazy-reaper' ? [k.base, String(config.leaseMs)] : [k.base];
+    const moved = Number(await scripts.run(connection, script, [k.active, k.pending], argv));
+    if (moved > 0) log('reaped', { n: moved });
+    return moved;
+  }
+  const batch = script === 'sweep_stalled' ? config.reapLimit : 100;
   await everyPeriod(config.reapIntervalMs, () => !stopping, async () => {
     try {
-      for (;;) {
-        const argv = broken === 'lazy-reaper' ? [k.base, String(config.leaseMs)] : [k.base];
-        const moved = Number(await scripts.run(connection, script, [k.active, k.pending], argv));
-        if (moved > 0) log('reaped', { n: moved });
-        if (moved < 100) return;
-      }
+      while (await sweep() >= batch) { /* a full batch: sweep again */ }
+      const promoted = Number(await scripts.run(connection, 'promote', [k.schedule, k.pending],
+        [k.base, '100']));
+      if (promoted > 0) log('promoted', { n: promoted });
     } catch (error) {
       log('reap_failed', { error: JSON.stringify(error.message) });
     }
@@ -262,9 +350,9 @@ async function producer(config) {
 }
 
 async function main() {
-  const { mode, broken } = parseArgs(process.argv.slice(2));
+  const { mode, broken, options } = parseArgs(process.argv.slice(2));
   const config = settings();
-  if (mode === 'worker') await worker(config, broken);
+  if (mode === 'worker') await worker(config, broken, options);
   else if (mode === 'reaper') await reaper(config, broken);
   else await producer(config);
 }

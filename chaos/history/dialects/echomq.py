@@ -86,12 +86,13 @@ class EchoMQ:
         self.fast_path = fast_path
         self.holders: dict[str, str] = {}  # job -> the holder of its live claim
         self.pending, self.active, self.events = keys.pending, keys.active, keys.events
-        self.dead = keys.dead
+        self.dead, self.schedule = keys.dead, keys.schedule
         self.job_prefix = keys.job_prefix
         self.base = keys.base
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
+        self.scheduled: dict[str, str] = {}  # id -> when due, as the schedule ZSET scores it
         # Job hashes set to expire (PEXPIRE): id -> the server ms it goes, and the same in time
         # order; ``now_ms`` is the server clock of the call being applied.
         self.expires_at: dict[str, int] = {}
@@ -143,6 +144,14 @@ class EchoMQ:
             elif command == "ZREM":
                 for member in args[2:]:
                     self.leases.pop(member, None)
+        elif args[1] == self.schedule:
+            if command == "ZADD":
+                first = _members_start(args)
+                for index in range(first, len(args) - 1, 2):
+                    self.scheduled[args[index + 1]] = args[index]
+            elif command == "ZREM":
+                for member in args[2:]:
+                    self.scheduled.pop(member, None)
 
     def _row(self, key: str) -> str | None:
         """The job whose row ``key`` is; None for another key (a job's own sub-keys, such as
@@ -206,7 +215,7 @@ class EchoMQ:
 
     def jobs_named(self, call: Call) -> list[str]:
         return jobs_named(self._call_commands(call), self._job_of,
-                          frozenset((self.pending, self.active, self.dead)))
+                          frozenset((self.pending, self.active, self.dead, self.schedule)))
 
     def _job_of(self, key: str) -> str | None:
         """The job of a row or of one of its sub-keys (``job:<id>:lock``)."""
@@ -261,7 +270,7 @@ class EchoMQ:
             kind = event["type"]
             if kind == "claim":
                 self.holders[event["id"]] = conn or event["worker"]
-            elif kind == "complete" or kind == "dead":
+            elif kind == "complete" or kind == "dead" or kind == "retry":
                 self.holders.pop(event["id"], None)
 
     # --- decoding by effect ---------------------------------------------------------------
@@ -274,8 +283,15 @@ class EchoMQ:
             extend     a lease written (ZADD active), attempts untouched, the job not leaving
             complete   out of active (ZREM) with its row deleted or its state set completed
             reap       out of active and back into pending (ZADD pending)
-            dead       out of active and into dead
-            enqueue    a new row with a payload, into pending
+            dead       out of active and into dead, a stall counted on its row (HINCRBY of
+                       a field but attempts): the reaper's dead letter
+            complete   into dead with no stall counted: its holder failed it for good (EchoMQ's
+            (failed)   retry at its max attempts), ``target`` failed
+            retry      a job's row kept, into schedule (ZADD schedule <due>): its holder handed
+                       it back to run again when due (EchoMQ's retry, delay), ``to`` schedule
+            promote    out of schedule and into pending: due again
+            enqueue    a new row with a payload, into pending (or into schedule: a scheduled
+                       admission, with its ``due``)
 
         The holder is the calling connection (``Call.conn``; the scripts need not name one).
         A call that writes nothing is no transition (a refused extend or complete cannot be
@@ -295,7 +311,8 @@ class EchoMQ:
         job_prefix, leases = self.job_prefix, self.leases
         cut = len(job_prefix)
 
-        sets = (active, pending, dead)
+        schedule, scheduled = self.schedule, self.scheduled
+        sets = (active, pending, dead, schedule)
 
         for stamp, args in call.commands:
             name = args[0]
@@ -336,6 +353,8 @@ class EchoMQ:
                     if key == active and member not in leases and (score is None or (
                             name == "ZADD" and "XX" in map(str.upper, args[2:first]))):
                         continue  # a ZADD XX or ZREM of a lease that is not there: no write
+                    if key == schedule and score is None and member not in scheduled:
+                        continue  # a ZREM of a job not waiting there: no write
                     job = effects.get(member) or self._effect(effects, member)
                     if key == active:
                         if score is None:
@@ -345,10 +364,15 @@ class EchoMQ:
                     elif key == pending:
                         if score is not None:
                             job.pending, job.pending_score = True, score
+                    elif key == schedule:
+                        if score is None:
+                            job.left_schedule, job.due_before = True, scheduled.pop(member)
+                        else:
+                            job.due = scheduled[member] = score
                     else:
                         job.dead = score
                 if key != active:
-                    continue  # (the shadow keeps only the active set)
+                    continue  # (the shadow keeps the active and schedule sets, no other)
                 if name == "ZREM":  # _write's, inline
                     for member, _ in members:
                         leases.pop(member, None)
@@ -374,12 +398,15 @@ class EchoMQ:
                         job.payload = True
                 if state == "completed":
                     job.completed = True
-                elif state is not None and state not in ("active", "pending", "dead"):
+                elif state is not None and state not in ("active", "pending", "dead",
+                                                         "scheduled"):
                     job.other_state = True
                 continue
             if name == "HINCRBY" and len(args) == 4:
                 if args[2] == "attempts":
                     job.attempts_raised = True
+                else:  # a count on the row: a reaper's stall count (ours: stalls; EchoMQ's
+                    job.counted = args[2]  # sweep: stalled)
             elif name in ("DEL", "UNLINK"):
                 job.deleted = True
             self._write(args, name, row)
@@ -395,7 +422,7 @@ class EchoMQ:
                 # _note_holders, inline (the runner events before these are none of its)
                 if event["type"] == "claim":
                     self.holders[job_id] = holder
-                elif event["type"] == "complete" or event["type"] == "dead":
+                elif event["type"] in _SETTLING:
                     self.holders.pop(job_id, None)
         # events, undecoded, empty_claim, unscripted_write, not_run, holder_from_connection:
         # positional (keywords cost as much as the rest of the call's bookkeeping)
@@ -420,15 +447,25 @@ class EchoMQ:
             return {"type": "claim", "id": job_id, "attempt": attempt, "worker": holder,
                     "lease_ms": lease_ms, "deadline": job.deadline, "ts": ts}
         settled = job.deleted or job.completed  # EchoMQ deletes the row, ours marks it
+        waits = job.due is not None  # into schedule
         if settled and not job.pending and job.dead is None and job.deadline is None \
-                and not job.attempts_raised:  # out of active (or pending) for good
+                and not job.attempts_raised and not waits:  # out of active (or pending)
             return {"type": "complete", "id": job_id, "attempt": attempt, "worker": holder,
                     "ts": ts}
+        if waits or job.left_schedule:
+            return self._schedule_event(job_id, job, ts, holder, attempt, settled)
+        if job.dead is not None and not job.counted and not job.pending \
+                and job.deadline is None and not job.attempts_raised and not settled:
+            # into dead with no stall counted: its holder failed it for good (EchoMQ's retry
+            # at its max attempts), as BullMQ's last failed attempt: finished, not lost
+            return {"type": "complete", "id": job_id, "attempt": attempt, "worker": holder,
+                    "target": "failed", "ts": ts}
         if job.left_active and job.deadline is None and not job.attempts_raised \
                 and not settled and job.pending != (job.dead is not None):
             row = self.jobs.get(job_id, {})
             taken = {"attempt": attempt, "worker": self.holders.get(job_id) or row.get(
-                "worker", ""), "deadline": job.deadline_before, "stalls": row.get("stalls", "")}
+                "worker", ""), "deadline": job.deadline_before,
+                     "stalls": row.get(job.counted or "stalls", "")}
             if job.pending:
                 return {"type": "reap", "id": job_id, **taken, "ts": ts}
             return {"type": "dead", "id": job_id, **taken, "ts": self._exact(ts, job.dead)}
@@ -441,6 +478,27 @@ class EchoMQ:
             return {"type": "enqueue", "id": job_id,
                     "ts": self._exact(ts, job.pending_score)}
         return {} if not job.changed else None
+
+    def _schedule_event(self, job_id: str, job: _Effect, ts: str, holder: str, attempt: str,
+                        settled: bool) -> dict[str, str] | None:
+        """The transition of a job the call put into the schedule or took out of it: a retry
+        (its row kept, into schedule: handed back to run when due), a scheduled admission (a
+        new row with a payload, into schedule) or a promote (out of schedule, into pending);
+        None for anything else."""
+        if settled or job.attempts_raised or job.deadline is not None or job.dead is not None:
+            return None
+        if job.due is not None and not job.left_schedule and not job.pending:
+            due = _whole(job.due)
+            if job.existed and not job.payload:
+                return {"type": "retry", "id": job_id, "attempt": attempt, "worker": holder,
+                        "to": "schedule", "due": due, "ts": ts}
+            if job.payload and not job.existed and not job.left_active:
+                return {"type": "enqueue", "id": job_id, "due": due, "ts": ts}
+            return None
+        if job.left_schedule and job.pending and job.due is None and not job.left_active:
+            return {"type": "promote", "id": job_id, "worker": holder,
+                    "due": _whole(job.due_before or ""), "ts": ts}
+        return None
 
     def _lease_ts(self, deadline: str, ts: str) -> tuple[str, str]:
         """A granted lease's ``lease_ms`` and ``ts``: ``ts`` exact where deadline - the
@@ -639,10 +697,13 @@ class _Effect:
     sets only what it starts from (one per job a call touches, on the recorder's hot path)."""
 
     attempts_raised = completed = deleted = left_active = False
-    payload = pending = other_state = False
+    payload = pending = other_state = left_schedule = False
     pending_score: str | None = None  # its score in pending (enqueue: TIME, or 0)
     deadline: str | None = None  # the lease written to active
     dead: str | None = None  # its score in dead
+    due: str | None = None  # its score written to schedule (when it is due)
+    due_before: str | None = None  # its score in schedule when the call took it out
+    counted: str | None = None  # a field of its row (not attempts) the call counted up
 
     def __init__(self, existed: bool, deadline_before: str, attempt_before: str) -> None:
         self.existed = existed  # its row held something when the call began
@@ -654,7 +715,28 @@ class _Effect:
         """Did the call change the job's lease, place or fate (not only bookkeeping)?"""
         return (self.attempts_raised or self.completed or self.deleted or self.left_active
                 or self.pending or self.other_state or self.deadline is not None
-                or self.dead is not None)
+                or self.dead is not None or self.due is not None or self.left_schedule)
+
+
+_SETTLING = frozenset(("complete", "dead", "retry"))  # the events that end a job's holding
+
+
+def _whole(score: str) -> str:
+    """A ZADD score as whole ms (digits as they are; a float's integer part), "" if none."""
+    if score.isdigit():
+        return score
+    try:
+        return str(int(float(score)))
+    except ValueError:
+        return ""
+
+
+def _members_start(args: list[str]) -> int:
+    """Where a ZADD's scores and members begin, past its options."""
+    first = 2
+    while first < len(args) and len(args[first]) <= 4 and args[first].upper() in _ZADD_OPTIONS:
+        first += 1
+    return first
 
 
 def _transition_xadd(args: list[str]) -> bool:

@@ -68,6 +68,10 @@ class Timeline:
         return (self.backlog[-1][1], self.backlog[-1][2]) if self.backlog else (0, 0)
 
 
+# The transitions that move a job between waiting and leased (the backlog plot).
+_BACKLOG_MOVES = frozenset(("enqueue", "claim", "complete", "reap", "dead", "retry", "promote"))
+
+
 def build_timeline(events: Iterable[Event], bound_ms: int = 0) -> Timeline:
     """Replay the history once: phases, fault windows, event counts by type over time, and the
     backlog (pending: enqueued or reaped, not yet claimed; active: claimed, not yet completed
@@ -94,14 +98,21 @@ def build_timeline(events: Iterable[Event], bound_ms: int = 0) -> Timeline:
                 warmup_ts = ts
         elif kind == Fault.TYPE or kind == Heal.TYPE:
             windows.observe(event)
-        elif kind in ("enqueue", "claim", "complete", "reap", "dead"):
+        elif kind in _BACKLOG_MOVES:
             if kind == "enqueue":
-                pending.add(job)
+                if "due" not in event.extra:  # (a scheduled one waits in the schedule)
+                    pending.add(job)
             elif kind == "claim":
                 pending.discard(job)
                 active.add(job)
             elif kind in ("complete", "dead"):  # dead: past max_stalls, never pending again
                 active.discard(job)
+            elif kind == "retry":  # handed back: waits again (in the schedule, until promoted)
+                active.discard(job)
+                if event.extra.get("to") == "wait":
+                    pending.add(job)
+            elif kind == "promote":
+                pending.add(job)
             else:
                 active.discard(job)
                 pending.add(job)
