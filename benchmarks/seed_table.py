@@ -1,12 +1,14 @@
-"""python -m benchmarks.seed_table --out DIR [--seeds 1-20] [--run] [--until HH:MM]: the sound
-protocol on every stock scenario over many seeds, as one table.
+"""python -m benchmarks.seed_table --out DIR [--seeds 1-20] [--run] [--until HH:MM]
+[--only NAME,...]: the sound protocol on every stock scenario (or those named) over many seeds,
+as one table.
 
 The proof that the checker's rules raise no false positives: each stock scenario
 (``scenarios/*.toml``, not the mutants nor the hour-long soak) is run with the sound protocol
 once per seed (``--set seed=N``) into ``DIR/<scenario>-s<N>``; runs already there are kept.
 Then, from every run directory's report.json, one row per scenario: the seeds run, their
-verdicts, and the largest deadline → reap lag seen (reap_prompt) against its limit, and the
-largest fault → reap (recovery_bound) against its bound. With ``--recheck`` each run is judged
+verdicts, and the largest deadline → reap lag seen (reap_prompt) against its limit, the
+largest fault → reap (recovery_bound) against its bound, and the longest gap between two sweeps
+of one reaper (reap_cadence) against its limit. With ``--recheck`` each run is judged
 again by this checker (``echomq-chaos check --json``) instead of read from report.json, so runs
 made by an older version count under today's rules.
 
@@ -44,10 +46,11 @@ def past(until: str | None) -> bool:
     return (now.hour, now.minute) >= (hour, minute)
 
 
-def run_seeds(out: Path, seeds: list[int], until: str | None) -> None:
+def run_seeds(out: Path, seeds: list[int], until: str | None,
+              scenarios: list[Path] = SCENARIOS) -> None:
     """Seed by seed, every scenario, so a stopped run still leaves whole seeds."""
     for seed in seeds:
-        for path in SCENARIOS:
+        for path in scenarios:
             run_dir = out / f"{path.stem}-s{seed}"
             if (run_dir / "report.json").exists():
                 continue
@@ -82,13 +85,16 @@ def table(out: Path, recheck: bool) -> str:
         if number.isdigit():
             rows[name].append((int(number), judged(run_dir, recheck)))
     lines = ["| scenario | seeds | verdicts | largest deadline → reap lag / limit (ms) | "
-             "largest fault → reap / bound (ms) | not pass |", "|---|---|---|---|---|---|"]
+             "largest fault → reap / bound (ms) | longest sweep gap / limit (ms) | not pass |",
+             "|---|---|---|---|---|---|---|"]
     for name, runs in sorted(rows.items()):
         verdicts: dict[str, int] = defaultdict(int)
         lags: list[int] = []
         recoveries: list[int] = []
+        gaps: list[int] = []
         limits: set[int] = set()
         bounds: set[int] = set()
+        gap_limits: set[int] = set()
         odd: list[str] = []
         for seed, report in sorted(runs, key=lambda item: item[0]):
             word = report["verdict"] if report else "unreadable"
@@ -107,12 +113,18 @@ def table(out: Path, recheck: bool) -> str:
                 lags.append(prompt["max_ms"])
             if bound.get("max_ms") is not None:
                 recoveries.append(bound["max_ms"])
+            cadence = report["invariants"].get("reap_cadence")  # older runs: none
+            if cadence is not None:
+                gap_limits.add(cadence["limit_ms"])
+                if cadence.get("max_gap_ms") is not None:
+                    gaps.append(cadence["max_gap_ms"])
         seeds = sorted(seed for seed, _ in runs)
         lines.append(
             f"| {name} | {len(seeds)} ({seeds[0]}-{seeds[-1]}) | "
             + ", ".join(f"{word} {count}" for word, count in sorted(verdicts.items()))
             + f" | {max(lags) if lags else '-'} / {'/'.join(map(str, sorted(limits)))} | "
             f"{max(recoveries) if recoveries else '-'} / {'/'.join(map(str, sorted(bounds)))} | "
+            f"{max(gaps) if gaps else '-'} / {'/'.join(map(str, sorted(gap_limits))) or '-'} | "
             f"{'; '.join(odd) or '-'} |")
     return "\n".join(lines)
 
@@ -128,10 +140,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="HH:MM UTC: start no run after this time (with --run)")
     parser.add_argument("--recheck", action="store_true",
                         help="judge each run again with this checker, not its report.json")
+    parser.add_argument("--only", default=None, metavar="NAME,...",
+                        help="run only these stock scenarios (with --run)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
+    scenarios = SCENARIOS
+    if args.only:
+        names = args.only.split(",")
+        scenarios = [path for path in SCENARIOS if path.stem in names]
+        unknown = sorted(set(names) - {path.stem for path in scenarios})
+        if unknown:
+            parser.error(f"--only: no stock scenario {', '.join(unknown)}")
     if args.run:
-        run_seeds(args.out, seed_range(args.seeds), args.until)
+        run_seeds(args.out, seed_range(args.seeds), args.until, scenarios)
     print(table(args.out, args.recheck))
     return 0
 

@@ -35,6 +35,7 @@ from chaos.history.schema import (
     Phase,
     Reap,
     Run,
+    Sweep,
     TypedEvent,
 )
 
@@ -75,6 +76,7 @@ class History:
         run: bool = True,
         ts: int = 0,
         max_stalls: int | None = None,
+        sweepers: tuple[str, ...] = (),
     ) -> None:
         self.lease_ms = lease_ms
         self.reap_interval_ms = reap_interval_ms
@@ -86,7 +88,7 @@ class History:
         if run:
             self.write(Run(scenario="hand-written", seed=1, lease_ms=lease_ms,
                            reap_interval_ms=reap_interval_ms, tolerance_ms=tolerance_ms,
-                           max_stalls=max_stalls), ts)
+                           max_stalls=max_stalls, sweepers=sweepers), ts)
 
     # --- generic -------------------------------------------------------------------------
     def add(self, type: str, ts: int, **fields: Any) -> dict[str, Any]:
@@ -190,6 +192,10 @@ class History:
         _, last_worker, last_deadline = self._leases.get(job_id, (attempt, "", ts))
         return self.write(Dead(job_id, attempt, last_worker if worker is None else worker,
                                last_deadline, stalls), ts)
+
+    def sweep(self, worker: str, ts: int, ran: bool = True) -> dict[str, Any]:
+        """A reaper's sweep (``worker``: the reaper; BullMQ's: the worker whose check it was)."""
+        return self.write(Sweep(worker, ran), ts)
 
     def blind(self, job_id: str | None, ts: int, lacks: str = "transition",
               why: str = "undecoded call") -> dict[str, Any]:

@@ -88,16 +88,22 @@ def test_bullmq_checking_for_stalled_jobs_at_half_rate_fails_kill_worker(tmp_pat
     """kill-worker with every worker's stalled check at 2S while the run says S: the killed
     worker's jobs come back within the worst case 2S + max(L, S) every recovery was once judged
     on, but each waited on checks 2S apart: recovery_bound, judged on the checks that really
-    ran, fails. Judged without them (the sweep events), the same history holds it."""
+    ran, fails; so does reap_cadence, the same gaps judged over the whole run (one piece of
+    code: every worker is a sweeper of the bullmq family). Judged without them (the sweep
+    events), the same history holds it."""
     result = run(BROKEN / "slow-stalled-check.toml", tmp_path)
     assert result.verdict == "fail", result.report["verdict"]
     assert result.checked is not None
     failed = result.checked.failed_invariants()
     # reap_prompt keeps the worst case; a lapse behind the killed checker may exceed it too
-    assert "recovery_bound" in failed and set(failed) <= {"recovery_bound", "reap_prompt"}
+    assert {"recovery_bound", "reap_cadence"} <= set(failed) <= {
+        "recovery_bound", "reap_cadence", "reap_prompt"}
     bound = result.checked.invariants["recovery_bound"]
     late = bound.examples[0]["late_checks"][0]
     assert late["gap_ms"] > late["allowed_ms"] == 500 + 250
+    cadence = result.checked.invariants["reap_cadence"]
+    assert {example["allowed_ms"] for example in cadence.examples} == {500 + 250}
+    assert all(example["gap_ms"] > 750 for example in cadence.examples)
     events = read_history(result.run_dir / "history-monitor.jsonl")
     unaware = check([event for event in events if event.type != "sweep"])
     assert unaware.invariants["recovery_bound"].ok

@@ -30,7 +30,7 @@ from chaos.check.checker import (
 )
 from chaos.history.events import read_history
 from chaos.history.schema import Claim, Enqueue, Promote, Retry
-from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
+from chaos.names import DEFAULT_ALLOWANCE_MS, DEFAULT_SWEEP_ALLOWANCE_MS, INVARIANTS
 
 L, R, TOL = 1000, 250, 100
 BOUND = L + R + TOL  # 1350
@@ -822,7 +822,8 @@ class ProtocolModel:
     """The correct protocol of docs/design.md §2 on a simulated server clock, emitting its history.
 
     The server side (pending, active, attempts) follows the Lua scripts; workers heartbeat every
-    lease_ms // 3 while alive and not slow; a reaper sweeps at fixed multiples of the interval.
+    lease_ms // 3 while alive and not slow; a reaper sweeps at fixed multiples of the interval,
+    recording each sweep as reap.lua does (its ``sweep`` event first, then its reaps).
     Alongside, it keeps the numbers the checker should derive (stranded leases and their reap
     latencies, reaps, rejections) as an independent oracle.
     """
@@ -831,7 +832,7 @@ class ProtocolModel:
         self.lease_ms = lease_ms
         self.reap_interval_ms = reap_interval_ms
         self.heartbeat_ms = lease_ms // 3
-        self.h = History(lease_ms, reap_interval_ms, tolerance_ms=0)
+        self.h = History(lease_ms, reap_interval_ms, tolerance_ms=0, sweepers=("reaper",))
         self.now = 0
         self.pending: dict[str, int] = {}  # id -> score (enqueue time, 0 once recovered)
         self.active: dict[str, int] = {}  # id -> deadline
@@ -910,6 +911,7 @@ class ProtocolModel:
             )
 
     def sweep(self) -> None:
+        self.h.sweep("reaper", ts=self.now)
         for job in sorted(self.active, key=lambda j: (self.active[j], j)):
             deadline = self.active[job]
             if deadline > self.now:
@@ -1087,6 +1089,40 @@ def test_every_history_of_the_correct_protocol_passes(model: ProtocolModel):
     assert redeliveries.needless == model.needless
     if not model.slow_used:
         assert redeliveries.needless == 0
+    # the reaper swept on its grid, every sweep recorded: its cadence judged, and held
+    cadence = verdict.invariants["reap_cadence"]
+    sweeps = [record["ts"] for record in model.h.records() if record["type"] == "sweep"]
+    assert cadence.status == "ok" and cadence.figures["sweepers"] == ["reaper"]
+    assert cadence.figures["sweeps"] == len(sweeps)
+    if len(sweeps) > 1:
+        assert cadence.figures["max_gap_ms"] == model.reap_interval_ms
+
+
+@PROPERTY
+@given(protocol_runs(), st.data())
+def test_sweeps_missing_from_a_stretch_fail_reap_cadence_only(
+    model: ProtocolModel, data: st.DataObject
+):
+    """The same histories with a run of consecutive sweeps taken out (a reaper that skipped
+    those ticks; its reaps, if any, left as they were): one gap between two of its sweeps
+    longer than reap_interval_ms + the allowance, and no other invariant sees anything."""
+    records = model.h.records()
+    sweeps = [index for index, record in enumerate(records) if record["type"] == "sweep"]
+    interval, limit = model.reap_interval_ms, model.reap_interval_ms + DEFAULT_SWEEP_ALLOWANCE_MS
+    skipped = limit // interval  # that many ticks skipped in a row leave a gap past the limit
+    assume(len(sweeps) >= skipped + 2)
+    first = data.draw(st.integers(1, len(sweeps) - 1 - skipped), label="first skipped")
+    dropped = set(sweeps[first:first + skipped])
+    kept = [record for index, record in enumerate(records) if index not in dropped]
+    verdict = check(to_events(resequence(kept)))
+    assert verdict.failed_invariants() == ["reap_cadence"], verdict.as_dict()
+    result = verdict.invariants["reap_cadence"]
+    (example,) = result.examples
+    earlier, later = (int(records[sweeps[first - 1]]["ts"]),
+                      int(records[sweeps[first + skipped]]["ts"]))
+    assert (example["sweep_ts"], example["next_sweep_ts"]) == (earlier, later)
+    assert example["gap_ms"] == (skipped + 1) * interval > limit
+    assert result.first_violation_ts == earlier + limit
 
 
 @PROPERTY

@@ -30,26 +30,28 @@ from chaos.run.evaluate import evaluate
 from chaos.run.sources import compare_histories
 from chaos.runtime.valkey import ValkeyServer
 
-ACCEPTED = ("enqueue", "claim", "extend", "complete", "reap", "dead")
+ACCEPTED = ("enqueue", "claim", "extend", "complete", "reap", "dead", "sweep")
 
 
 def _decoded(dialect: EchoMQ) -> tuple[list[Event], RecorderHealth]:
     handle = io.StringIO()
     health = RecorderHealth("echomq")
-    decode_lines(FIXTURE["monitor"], HistoryWriter(dialect, handle, health))
+    decode_lines(FIXTURE["monitor"], HistoryWriter(dialect, handle, health,
+                                                   resolve=lambda address: "worker-1"))
     return [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()], health
 
 
 def _transitions(events: list[Event]) -> list[tuple[object, ...]]:
-    return [(e.type, e.job_id, e.attempt, e.deadline, e.lease_ms, e.ts) for e in events
-            if e.type in ACCEPTED]
+    return [(e.type, e.job_id, e.attempt, e.deadline, e.lease_ms, e.ts,
+             e.worker if e.type == "sweep" else None) for e in events if e.type in ACCEPTED]
 
 
 def test_our_scripts_decoded_by_effect_give_what_their_sha1_gives():
     """The fast path (a known SHA1 gives the arguments' meaning) is held equal to the effect
     decoder on every accepted transition of a captured run: type, job, attempt, deadline, lease
-    and server time. (A refused extend or complete writes nothing: by effect it is no
-    transition, so only the fast path sees those.)"""
+    and server time, and on every sweep, the reaper (the calling connection) and its time.
+    (A refused extend or complete writes nothing: by effect it is no transition, so only the
+    fast path sees those.)"""
     lease_ms = next(int(r["lease_ms"]) for r in FIXTURE["stream"] if r["type"] == "claim")
     fast, fast_health = _decoded(EchoMQ("emq:", "jobs", lease_ms=lease_ms))
     by_effect, health = _decoded(EchoMQ("emq:", "jobs", lease_ms=lease_ms, fast_path=False))
@@ -83,7 +85,8 @@ def test_scripts_changed_by_one_byte_decode_and_judge_as_our_own(
         assert claimed is not None and off.extend(claimed.job_id, claimed.attempt, 200, "w1")
         assert off.complete(claimed.job_id, claimed.attempt, "w1")
     time.sleep(0.25)  # the other three lapse
-    assert off.reap(100) == 3
+    assert off.reap(100, sweeper="w1") == 3
+    assert off.reap(100, sweeper="w1") == 0  # a sweep that finds nothing is one too
     for _ in range(3):
         claimed = off.claim(200, "w1")
         assert claimed is not None and off.complete(claimed.job_id, claimed.attempt, "w1")
@@ -96,6 +99,7 @@ def test_scripts_changed_by_one_byte_decode_and_judge_as_our_own(
     comparison = compare_histories(stream, decoded)
     assert comparison["agree"], comparison
     assert comparison["counts"]["reap"] == [3, 3] and comparison["counts"]["extend"] == [3, 3]
+    assert comparison["counts"]["sweep"] == [2, 2]
     assert {e.worker for e in decoded if e.type == "claim"} == {"w1"}
     assert sound.claim(200, "w1") is None  # everything settled
     write_json_atomic(run_dir / HEALTH_FILE, health.as_dict())
@@ -157,7 +161,7 @@ def test_calls_shaped_like_echomqs_own_decode_and_its_fencing_gap_is_caught():
     assert health.undecoded_calls == 0
     assert [(e.type, e.attempt, e.deadline) for e in events] == [
         ("enqueue", None, None), ("claim", 1, t0 + 1010), ("extend", 1, t0 + 1500),
-        ("reap", 1, t0 + 1500), ("complete", 1, None)]
+        ("sweep", None, None), ("reap", 1, t0 + 1500), ("complete", 1, None)]
     verdict = check(events, CheckConfig(1000, 250), final=True)
     assert verdict.invariants["exclusive_lease"].violations == 1
     assert verdict.invariants["no_double_completion"].ok and verdict.invariants["no_loss"].ok
@@ -182,3 +186,59 @@ def test_a_job_named_like_a_zadd_option_is_a_member_not_an_option():
     events = [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()]
     assert [(e.type, e.job_id) for e in events] == [("enqueue", "xx"), ("claim", "xx")]
     assert health.undecoded_calls == 0
+
+
+def test_a_reap_that_finds_nothing_is_a_sweep_of_its_connection_by_effect():
+    """EchoMQ's reap (and its stalled sweep) as MONITOR shows them when nothing lapsed: TIME and
+    a scan of the active set, no write. By effect that is a sweep, the reaper the connection
+    that made it; a scan of another set (its promote, over the schedule) is none, and neither
+    is a lookup of the active set that does not start at -inf. A sweep from a connection the
+    recorder cannot resolve names no sweeper (the checker blinds the gaps it falls in) and,
+    naming no job, blinds no job's holder."""
+    q = "emq:{jobs}:"
+    sha = ["EVALSHA", "e" * 40]
+    t0 = 1_796_319_520_000
+    calls = [
+        (t0, [*sha, "2", q + "active", q + "pending", q],
+         [["TIME"], ["ZRANGEBYSCORE", q + "active", "-inf", str(t0), "LIMIT", "0", "100"]]),
+        (t0 + 5, [*sha, "3", q + "active", q + "pending", q + "dead", q, "1", "100"],
+         [["TIME"], ["zrangebyscore", q + "active", "-INF", str(t0 + 5), "LIMIT", "0", "100"]]),
+        (t0 + 10, [*sha, "2", q + "schedule", q + "pending", q, "100"],
+         [["TIME"], ["ZRANGEBYSCORE", q + "schedule", "-inf", str(t0 + 10), "LIMIT", "0",
+                     "100"]]),
+        (t0 + 20, [*sha, "1", q + "active"],
+         [["ZRANGEBYSCORE", q + "active", f"({t0 + 20}", "+inf", "LIMIT", "0", "10"]]),
+        (t0 + 30, [*sha, "1", q + "active"],
+         [["TIME"], ["ZRANGE", q + "active", "-inf", str(t0 + 30), "BYSCORE"]]),
+    ]
+    for connection, sweeper in (("w1-reaper", "w1-reaper"), (None, "")):
+        handle = io.StringIO()
+        health = RecorderHealth("echomq")
+        decode_lines(_monitor_lines(calls), HistoryWriter(
+            EchoMQ("emq:", "jobs", lease_ms=1000), handle, health,
+            resolve=lambda address, connection=connection: connection))
+        events = [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()]
+        assert [(e.type, e.worker or "", e.ts) for e in events] == [
+            ("sweep", sweeper, t0), ("sweep", sweeper, t0 + 5), ("sweep", sweeper, t0 + 30)]
+        assert health.undecoded_calls == 0 and health.unattributed_calls == (
+            0 if connection else 3)
+
+
+def test_our_reap_scripts_sweep_as_their_connection_whatever_name_they_pass(
+        valkey_server: ValkeyServer, tmp_path: Path):
+    """The recorder takes a sweep's reaper from the connection that made it, by SHA1 and by
+    effect alike: a reaper passing another name to reap.lua records that name in the stream,
+    and the MONITOR history says whose connection swept."""
+    keys = QueueKeys("sweeps:", "q")
+    recorder = live_recorder(valkey_server, keys, tmp_path)
+    client: redis.Redis = redis_client(valkey_server.url, password=valkey_server.password,
+                                       decode_responses=True, client_name="reaper")
+    queue = QueueClient(client, keys)
+    assert queue.reap(100, sweeper="someone-else") == 0
+    assert queue.reap(100, sweeper="reaper") == 0
+    recorder.stop()
+    stream = [fields["worker"] for _, fields in client.xrange(keys.events)
+              if fields["type"] == "sweep"]
+    assert stream == ["someone-else", "reaper"]
+    decoded = [e.worker for e in read_history(tmp_path / MONITOR_HISTORY) if e.type == "sweep"]
+    assert decoded == ["reaper", "reaper"]

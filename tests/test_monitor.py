@@ -37,9 +37,12 @@ FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "monitor-echomq.json"
 
 
 def _decode(lines: list[str]) -> tuple[list[Event], RecorderHealth]:
+    """Decoded as a recorder would, every call's connection resolved to the fixture's one
+    (``worker-1``, its CLIENT SETNAME: the reaper's sweeps are that connection's)."""
     handle = io.StringIO()
     health = RecorderHealth("echomq")
-    decode_lines(lines, HistoryWriter(make_dialect("echomq", "emq:", "jobs"), handle, health))
+    decode_lines(lines, HistoryWriter(make_dialect("echomq", "emq:", "jobs"), handle, health,
+                                      resolve=lambda address: "worker-1"))
     events = [Event.from_record(json.loads(line)) for line in handle.getvalue().splitlines()]
     return events, health
 
@@ -139,7 +142,8 @@ def test_recorder_live_matches_the_stream_and_names_the_caller(valkey_server: Va
         if int(claimed.job_id[1:]) % 2:
             queue.complete(claimed.job_id, claimed.attempt, "worker-7")
     time.sleep(0.05)
-    queue.reap(100)
+    queue.reap(100, sweeper="worker-7")
+    queue.reap(100, sweeper="worker-7")  # nothing left to take: a sweep all the same
     health = recorder.stop()
     assert health.trustworthy and health.caught_up, health
     decoded = read_history(tmp_path / MONITOR_HISTORY)
@@ -148,7 +152,9 @@ def test_recorder_live_matches_the_stream_and_names_the_caller(valkey_server: Va
     comparison = compare_histories(stream, decoded)
     assert comparison["agree"], comparison
     assert comparison["counts"]["reap"] == [10, 10]
+    assert comparison["counts"]["sweep"] == [2, 2]
     assert {event.extra.get("conn") for event in decoded} == {"worker-7"}
+    assert [event.worker for event in decoded if event.type == "sweep"] == ["worker-7"] * 2
 
 
 def test_a_claim_many_call_decodes_to_one_claim_event_per_job(valkey_server: ValkeyServer,

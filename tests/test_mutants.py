@@ -117,8 +117,24 @@ def caught_only_by_the_deadline_written(scenario: Scenario, run_dir: Path,
             for example in result["examples"]} == {(lease_ms, lease_ms * 3 // 2)}
 
 
+def caught_only_by_its_sweeps(scenario: Scenario, run_dir: Path, report: dict) -> None:
+    """Nothing lapsed, so no lease shows how seldom the reaper sweeps; its sweeps do: every
+    gap between two of them is past one interval + the allowance, and reap_cadence alone
+    fails."""
+    assert failed(report) == {"reap_cadence"}, report["invariants"]
+    assert report["invariants"]["reap_prompt"]["count"] == 0  # nothing lapsed
+    cadence = report["invariants"]["reap_cadence"]
+    sweeps = [event.ts for event in read_history(run_dir / "history.jsonl")
+              if event.type == "sweep" and event.worker == "reaper"]
+    assert len(sweeps) == cadence["sweeps"] >= 3
+    assert all(later - earlier > cadence["limit_ms"]
+               for earlier, later in zip(sweeps, sweeps[1:], strict=False))
+    assert cadence["violations"] >= len(sweeps) - 1
+
+
 PROVOCATIONS = {
     "padded-lease": caught_only_by_the_deadline_written,
+    "sparse-reaper": caught_only_by_its_sweeps,
     "nonatomic-claim": claim_gap_kill_lost_the_held_job,
     "extend-resurrects": lagged_heartbeat_renewed_after_complete,
     "nonatomic-reap": both_reapers_moved,

@@ -66,7 +66,8 @@ def test_stale_attempt_cannot_extend_or_complete(queue: QueueClient):
     assert not queue.complete("a", 1, "w1")
     assert queue.complete("a", 2, "w2")
     assert [t for t, _, _ in events_of(queue)] == [
-        "enqueue", "claim", "reap", "claim", "extend_rejected", "complete_rejected", "complete"]
+        "enqueue", "claim", "sweep", "reap", "claim", "extend_rejected", "complete_rejected",
+        "complete"]
 
 
 def test_reaped_but_unclaimed_lease_cannot_be_extended_or_completed(queue: QueueClient):
@@ -190,7 +191,7 @@ def test_without_events_the_transitions_hold_and_the_history_stays_empty(queue: 
     assert quiet.extend("a", 1, 5000, "w1") is None  # still fenced
     assert not quiet.complete("a", 1, "w1")
     assert quiet.complete("a", 2, "w2")
-    assert events_of(queue) == [("reap", "a", 1)]
+    assert events_of(queue) == [("sweep", None, None), ("reap", "a", 1)]  # its sweep too
     assert queue.client.hget(queue.keys.job("a"), "state") == "completed"
 
 

@@ -100,6 +100,7 @@ VARIANT_SCRIPTS = {
     "short-lease": set(),
     "complete-skips-active": {"complete_skips_active"},
     "padded-lease": {"claim_padded", "claim_many_padded", "extend_padded"},
+    "sparse-reaper": set(),
 }
 
 
@@ -431,7 +432,7 @@ def run_every_transition(queue: QueueClient) -> tuple[int, int]:
     assert queue.complete(first.job_id, first.attempt, "w1")
     assert queue.claim(40, "w1") is not None
     time.sleep(LAPSE_S)
-    assert queue.reap(100) == 1
+    assert queue.reap(100, sweeper="reaper-1") == 1
     return before, queue.server_time_ms()
 
 
@@ -453,8 +454,10 @@ def test_every_variant_stamps_events_with_server_time_and_the_sound_fields(
     before, after = run_every_transition(queue)
     events = history(queue)
     assert [e.type for e in events] == [
-        "enqueue", "enqueue", "claim", "extend", "complete", "claim", "reap"]
+        "enqueue", "enqueue", "claim", "extend", "complete", "claim", "sweep", "reap"]
     assert all(before <= e.ts <= after for e in events)
+    # the sweep (every reap call records one, before its reaps) names the reaper
+    assert [e.worker for e in events if e.type == "sweep"] == ["reaper-1"]
     assert field_names(queue) == field_names(sound)
     for event in (e for e in events if e.type in ("claim", "extend")):
         granted = 20 if protocol == "short-lease" else 40  # half, and recorded as granted

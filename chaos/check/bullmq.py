@@ -40,11 +40,12 @@ from __future__ import annotations
 
 import bisect
 import itertools
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
+from chaos.check.cadence import SweepCadence
+from chaos.history.windows import FaultWindows
 
 
 def checks_on_time_bound_ms(lease_ms: int, reap_interval_ms: int) -> int:
@@ -94,57 +95,42 @@ class RecoveryChecks:
 class StalledChecks:
     """Every stalled check of a history (``sweep`` events: server time, the worker whose
     connection made it, whether it ran or the ``stalled-check`` key turned it away) and the
-    fault windows, to judge each recovery by the checks that really ran."""
+    fault windows, to judge each recovery by the checks that really ran. One worker's checks
+    are judged as any reaper's sweeps (``chaos.check.cadence``): at most S + tolerance apart,
+    unless a fault held it or the store was down."""
 
     def __init__(self, sweeps: list[tuple[int, str, bool]], windows: FaultWindows,
-                 lease_ms: int, interval_ms: int, tolerance_ms: int) -> None:
+                 lease_ms: int, interval_ms: int, limit_ms: int,
+                 store_down: Sequence[tuple[int, int]] = ()) -> None:
+        """``limit_ms``: the longest gap allowed between one worker's checks
+        (``CheckConfig.sweep_limit_ms``: S + tolerance); ``store_down``: (down from, back at)
+        per store fault."""
         self.times = sorted(ts for ts, _, ran in sweeps if ran)  # the checks that ran
-        self.attempts: dict[str, list[int]] = {}  # worker -> its checks, ran or turned away
-        for ts, worker, _ in sweeps:
-            self.attempts.setdefault(worker, []).append(ts)
-        for times in self.attempts.values():
-            times.sort()
-        self.windows = windows
-        self.lease_ms, self.interval_ms, self.tolerance_ms = lease_ms, interval_ms, tolerance_ms
+        # each worker's checks, ran or turned away (each one its timer firing)
+        self.cadence = SweepCadence(sweeps, windows, limit_ms, store_down)
+        self.lease_ms, self.interval_ms = lease_ms, interval_ms
 
     def __bool__(self) -> bool:
         return bool(self.times)
-
-    def held(self, worker: str, start_ts: int, end_ts: int) -> bool:
-        """Was the worker under a fault (killed, frozen, cut off, slowed) at some point between
-        two of its checks?"""
-        return any(window.overlaps_ts(start_ts, end_ts) for window in self.windows.of(worker))
 
     def gaps(self) -> list[int]:
         """Between consecutive checks that ran."""
         return [later - earlier for earlier, later in itertools.pairwise(self.times)]
 
-    def cadence(self) -> list[int]:
-        """Between consecutive checks of one worker, where no fault held it."""
-        return [later - earlier for worker, times in self.attempts.items()
-                if worker and worker != UNKNOWN_WORKER
-                for earlier, later in itertools.pairwise(times)
-                if not self.held(worker, earlier, later)]
+    def worker_gaps(self) -> list[int]:
+        """Between consecutive checks of one worker, where nothing held it."""
+        return [gap for worker in self.cadence.named() for gap in self.cadence.gaps(worker)]
 
     def recovery(self, renewed_ts: int, reap_ts: int) -> RecoveryChecks:
         """A recovery from a renewal to the reap that returned the job: every worker's checks
         around it came every S + tolerance at most (no fault holding it between two), and its
         bound is S + max(L, S) plus each gap between the checks that ran beyond S."""
         interval = self.interval_ms
-        late: list[dict[str, Any]] = []
-        for worker, times in sorted(self.attempts.items()):
-            if not worker or worker == UNKNOWN_WORKER:
-                continue  # whose timer it was is unknown
-            start = max(1, bisect.bisect_right(times, renewed_ts))  # closes after the renewal
-            for index in range(start, len(times)):
-                earlier, later = times[index - 1], times[index]
-                if earlier >= reap_ts:
-                    break
-                if later - earlier > interval + self.tolerance_ms \
-                        and not self.held(worker, earlier, later):
-                    late.append({"checker": worker, "check_ts": earlier, "next_check_ts": later,
-                                 "gap_ms": later - earlier,
-                                 "allowed_ms": interval + self.tolerance_ms})
+        cadence = self.cadence
+        late = [{"checker": worker, "check_ts": earlier, "next_check_ts": later,
+                 "gap_ms": later - earlier, "allowed_ms": cadence.limit_ms}
+                for worker in cadence.named()  # (whose timer an unnamed check was is unknown)
+                for earlier, later in cadence.late(worker, renewed_ts, reap_ts)]
         times = self.times
         first = bisect.bisect_right(times, renewed_ts)  # the first check after it
         last = bisect.bisect_right(times, reap_ts)  # past the reap's own check

@@ -35,6 +35,12 @@ bandwidth, clock skew). ``judgements.py`` then rules on each invariant, one func
                         times, and a dead-lettered job exactly max_stalls times before its
                         ``dead`` event; without it, nothing is ever dead-lettered
   needless_limit        with ``max_needless`` set: at most that many needless redeliveries
+  live_lease_honoured   no call of the live lease's holder is refused before its deadline while
+                        no fault touched the holder or the store
+  reap_cadence          every reaper the queue promises a cadence (the run event's ``sweepers``)
+                        sweeps at least every reap_interval_ms + sweep_allowance_ms, judged on
+                        its ``sweep`` events (``cadence.py``), lapses or not; exempt while a
+                        fault holds it or the store is down
 
 Figures for store faults (``valkey_restart``, ``failover``: fault events carrying ``killed_ts``):
 per fault, how long after the kill each worker's next transition (and the producer's next

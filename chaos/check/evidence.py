@@ -43,6 +43,10 @@ NEEDS: dict[str, frozenset[str]] = {
     "stall_limit": _TRANSITIONS,
     "needless_limit": _BOTH,  # needless or needed: was the holder cut off
     "live_lease_honoured": _BOTH,  # whether the refused call was the live holder's
+    # A sweep is seen by its scan, decoded or not; only what hides every call (a broken feed,
+    # an unreadable line, a gap) can hide one. A sweep whose sweeper is unknown blinds the gaps
+    # it falls in (chaos.check.judgements.judge_reap_cadence).
+    "reap_cadence": _TRANSITIONS,
 }
 assert tuple(NEEDS) == INVARIANTS, "every invariant says what evidence it needs"
 SELF_EVIDENT = frozenset(("lease_length",))  # offences that are their own evidence

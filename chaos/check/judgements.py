@@ -9,6 +9,8 @@ the queue lost them; the run could not wait to see them done).
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import sys
 import traceback
 from collections.abc import Callable
@@ -16,6 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chaos.check.bullmq import StalledChecks, bound_comparison, checks_on_time_bound_ms
+from chaos.check.cadence import SweepCadence, outages_until_seen
 from chaos.check.replay import LapsedLease, ReplayFacts
 from chaos.check.verdict import (
     EXAMPLES,
@@ -136,7 +139,7 @@ def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
     (``chaos.check.bullmq.StalledChecks``)."""
     offences = facts.offences("recovery_bound")
     checks = (StalledChecks(facts.sweeps, facts.windows, config.lease_ms,
-                            config.reap_interval_ms, config.tolerance_ms)
+                            config.reap_interval_ms, config.sweep_limit_ms, store_down(facts))
               if config.dialect == "bullmq" else None)
     per_recovery = checks is not None and bool(checks)
     judged_on_checks = slowed_by_checks = late_checks = 0
@@ -182,7 +185,7 @@ def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
                 stalled_checks=len(checks.times),
                 stalled_checks_turned_away=len(facts.sweeps) - len(checks.times),
                 max_check_gap_ms=max(checks.gaps(), default=None),
-                max_worker_check_gap_ms=max(checks.cadence(), default=None),
+                max_worker_check_gap_ms=max(checks.worker_gaps(), default=None),
                 recoveries_judged_on_checks=judged_on_checks,
                 recoveries_after_a_slow_gap=slowed_by_checks,
                 recoveries_with_late_checks=late_checks)
@@ -202,16 +205,20 @@ def store_outages(facts: ReplayFacts, config: CheckConfig) -> list[tuple[int, in
     first reap after the store was back, and at least one interval + the allowance after that;
     a reaper that never came back leaves everything after the kill to recovery_bound and
     no_loss."""
-    reaps = [item.seen_ts for item in facts.lapsed if item.reaped]
-    outages = []
+    reaps = sorted(item.seen_ts for item in facts.lapsed if item.reaped)
+    return outages_until_seen(store_down(facts), reaps,
+                              config.reap_interval_ms + config.reap_allowance_ms)
+
+
+def store_down(facts: ReplayFacts) -> list[tuple[int, int]]:
+    """(down from, back at) per store fault: from the kill until it served again (down_ms, or
+    the promotion of a failover)."""
+    down = []
     for fault in facts.store_faults:
         assert fault.killed_ts is not None  # is_store
-        back_ts = fault.killed_ts + max(fault.down_ms or 0, fault.promoted_ms or 0)
-        first_reap = min((ts for ts in reaps if ts >= back_ts), default=None)
-        until = back_ts + config.reap_interval_ms + config.reap_allowance_ms
-        outages.append((fault.killed_ts, max(until, first_reap) if first_reap is not None
-                        else sys.maxsize))
-    return outages
+        down.append((fault.killed_ts,
+                     fault.killed_ts + max(fault.down_ms or 0, fault.promoted_ms or 0)))
+    return down
 
 
 def reap_lags(facts: ReplayFacts, outages: list[tuple[int, int]] | None = None) -> list[int]:
@@ -287,6 +294,73 @@ def judge_reap_prompt(facts: ReplayFacts, config: CheckConfig) -> InvariantResul
         offences, limit_ms=limit, reap_interval_ms=config.reap_interval_ms,
         reap_allowance_ms=config.reap_allowance_ms, exempt_store_outage=exempt,
         **asdict(LatencySummary.of(reap_lags(facts, outages))))
+
+
+CADENCE_NOT_JUDGED = ("not judged: the queue promises no sweep cadence (a reaper of the user's "
+                      "own, or a history older than its sweep events); its gaps are reported")
+
+
+def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
+    """Every reaper the queue promises a cadence (``config.sweepers``) sweeps at least every
+    ``sweep_limit_ms``, judged on its sweeps directly (``chaos.check.cadence``), whether or
+    not anything lapsed: between two of its sweeps, from the run's first phase to its first
+    sweep, and from its last sweep to the last moment the reapers were seen running
+    (``watched_until``: a reaper gone quiet before the run was done with it). A gap is exempt
+    while a fault held that reaper or the store was down; one holding a sweep whose sweeper
+    the history does not name is blinded (that sweep may have been the reaper's). A reaper
+    with no sweep at all in a run that needed it is an offence: the sources that promise
+    sweeps record each one with the call that made it (the reap script's own XADD, the call's
+    own MONITOR line), so none recorded is none made, unless the feed lost lines (a ``blind``
+    spot on every job, which blinds it). Without sweepers (a queue of the user's, whose reaper
+    promises no grid; a history older than its sweeps) the gaps are reported, not judged."""
+    offences = facts.offences("reap_cadence")
+    limit = config.sweep_limit_ms
+    cadence = SweepCadence(facts.sweeps, facts.windows, limit, store_down(facts))
+    unattributed = cadence.unattributed
+    start, end = facts.first_phase_ts, watched_until(facts)
+    exempt = 0
+    for sweeper in config.sweepers:
+        times = cadence.times.get(sweeper, [])
+        spans: list[tuple[int, int, str]] = []
+        if not times:
+            if start is not None and end is not None:
+                spans.append((start, end, "no sweep at all while the run went on"))
+        else:
+            if start is not None and times[0] > start:
+                spans.append((start, times[0], "no sweep yet when the run began"))
+            spans += [(earlier, later, "swept late")
+                      for earlier, later in itertools.pairwise(times)]
+            if end is not None and times[-1] < end:
+                spans.append((times[-1], end, "no sweep since, while the run went on"))
+        for earlier, later, reason in spans:
+            if later - earlier <= limit:
+                continue
+            if cadence.held(sweeper, earlier, later):
+                exempt += 1
+                continue
+            example = {"reaper": sweeper, "sweep_ts": earlier, "next_sweep_ts": later,
+                       "gap_ms": later - earlier, "allowed_ms": limit, "reason": reason}
+            index = bisect.bisect_right(unattributed, earlier)
+            if index < len(unattributed) and unattributed[index] < later:
+                offences.blinded += 1  # an unnamed sweep in the gap may have been its
+                if len(offences.blinded_examples) < EXAMPLES:
+                    offences.blinded_examples.append(example)
+                continue
+            offences.add(example, earlier + limit)  # late the moment the limit passed
+    per_sweeper = {sweeper: {"sweeps": len(cadence.times.get(sweeper, [])),
+                             "max_gap_ms": max(cadence.gaps(sweeper), default=None)}
+                   for sweeper in sorted({*config.sweepers, *cadence.named()})}
+    judged = bool(config.sweepers)
+    gaps = [figures["max_gap_ms"] for sweeper, figures in per_sweeper.items()
+            if figures["max_gap_ms"] is not None and (not judged or sweeper in config.sweepers)]
+    result = InvariantResult.judged(
+        offences, limit_ms=limit, reap_interval_ms=config.reap_interval_ms,
+        allowance_ms=limit - config.reap_interval_ms, sweepers=list(config.sweepers),
+        sweeps=len(facts.sweeps), max_gap_ms=max(gaps, default=None), exempt_gaps=exempt,
+        unattributed_sweeps=len(unattributed), per_sweeper=per_sweeper,
+        **({} if judged else {"judged": False, "not_judged": CADENCE_NOT_JUDGED}))
+    result.blind = result.blind or (result.ok and offences.blinded > 0)
+    return result
 
 
 def judge_no_premature_reap(facts: ReplayFacts) -> InvariantResult:
@@ -393,6 +467,7 @@ def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
         "stall_limit": lambda: judge_stall_limit(facts, config.max_stalls),
         "needless_limit": lambda: judge_needless_limit(facts, config),
         "live_lease_honoured": lambda: judge_live_lease_honoured(facts),
+        "reap_cadence": lambda: judge_reap_cadence(facts, config),
     }
     results = {}
     for name, judge in judges.items():

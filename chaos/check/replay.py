@@ -110,6 +110,7 @@ class ReplayFacts:
     needless: list[tuple[int, str]] = field(default_factory=list)  # each needless reap: ts, job
     drained: bool | None = None  # the end event's word: the queue emptied before the drain ended
     last_phase_ts: int | None = None  # the latest phase start (not the end): before any stop
+    first_phase_ts: int | None = None  # the first phase start: the run under way, reapers up
     windows: FaultWindows = field(default_factory=FaultWindows)
     faults: int = 0
     faults_skipped: list[FaultSkipped] = field(default_factory=list)  # planned, never applied
@@ -127,8 +128,9 @@ class ReplayFacts:
     # scheduled admission) and not claimed, promoted or settled since: job -> when due (None:
     # not recorded). Still there at the end: waiting in the schedule, neither pending nor lost.
     scheduled: dict[str, int | None] = field(default_factory=dict)
-    # The reapers' sweeps the history shows (``sweep`` events: BullMQ's stalled checks), as
-    # (server time, the worker whose connection made it, whether it ran), in history order.
+    # The reapers' sweeps the history shows (``sweep`` events: the reference reap scripts', the
+    # echomq dialect's scans of the active set, BullMQ's stalled checks), as (server time, the
+    # reaper or worker that swept, whether it ran), in history order.
     sweeps: list[tuple[int, str, bool]] = field(default_factory=list)
     refused_under_fault: int = 0  # live holders' calls refused while a fault touched them
     # What the history lacks (its blind events): offences that may be its doing are blinded.
@@ -495,6 +497,8 @@ class _Replay:
         phase, facts = Phase.decode(event), self.facts
         if phase.name != "end":
             facts.last_phase_ts = event.ts
+            if facts.first_phase_ts is None:
+                facts.first_phase_ts = event.ts
         else:
             facts.end = phase
         if phase.ended_normally:

@@ -15,7 +15,7 @@ from chaos.check.bullmq import bullmq_bound_ms, bullmq_reap_lag_ms
 from chaos.check.evidence import BlindSpots
 from chaos.history.events import Event
 from chaos.history.schema import Phase, Run
-from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS
+from chaos.names import DEFAULT_ALLOWANCE_MS, DEFAULT_SWEEP_ALLOWANCE_MS, INVARIANTS
 
 UNDRAINED_LISTED = 1000  # undrained jobs listed by id in report.json; the count is complete
 EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
@@ -46,6 +46,9 @@ WHAT_IT_CHECKS = {
                       "lease reaped from a holder no fault cut off)",
     "live_lease_honoured": "no extend or finish of the live lease's holder is refused before "
                            "its deadline while no fault touches the holder or the store",
+    "reap_cadence": "every reaper the queue promises a cadence of sweeps at least every "
+                    "reap_interval_ms + sweep_allowance_ms (server clock), swept empty or not, "
+                    "unless a fault holds it or the store is down",
 }
 assert tuple(WHAT_IT_CHECKS) == INVARIANTS, "chaos.names lists the invariants judged here"
 # Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).
@@ -68,6 +71,12 @@ class CheckConfig:
     reap_allowance_ms: int = DEFAULT_ALLOWANCE_MS
     max_needless: int | None = None  # needless redeliveries tolerated; None: not judged
     dialect: str = ""  # the queue that made the history (the run event's); "" is echomq
+    # The processes the queue family promises sweep at least every reap interval (the run
+    # event's ``sweepers``); empty: reap_cadence is not judged.
+    sweepers: tuple[str, ...] = ()
+    # reap_cadence's allowance beyond one interval between two sweeps of a reaper: its wake-up
+    # judged at every tick, so the worst on a loaded machine (chaos.names).
+    sweep_allowance_ms: int = DEFAULT_SWEEP_ALLOWANCE_MS
 
     @property
     def bound_ms(self) -> int:
@@ -81,6 +90,16 @@ class CheckConfig:
         if self.dialect == "bullmq":
             return bullmq_reap_lag_ms(self.lease_ms, self.reap_interval_ms) + self.reap_allowance_ms
         return self.reap_interval_ms + self.reap_allowance_ms
+
+    @property
+    def sweep_limit_ms(self) -> int:
+        """reap_cadence's limit: the longest gap between two sweeps of one sweeper. A reaper
+        sweeps every reap interval, plus the allowance for its wake-up and the sweep itself;
+        BullMQ's stalled checks are judged as recovery_bound always judged them, every
+        stalledInterval + tolerance (``chaos.check.bullmq.StalledChecks``)."""
+        if self.dialect == "bullmq":
+            return self.reap_interval_ms + self.tolerance_ms
+        return self.reap_interval_ms + self.sweep_allowance_ms
 
     @classmethod
     def from_history(cls, events: Iterable[Event]) -> CheckConfig:
@@ -104,6 +123,9 @@ class CheckConfig:
                                else run.reap_allowance_ms),
             max_needless=run.max_needless,
             dialect=run.dialect,
+            sweepers=run.sweepers,
+            sweep_allowance_ms=(DEFAULT_SWEEP_ALLOWANCE_MS if run.sweep_allowance_ms is None
+                                else run.sweep_allowance_ms),
         )
 
 

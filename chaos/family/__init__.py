@@ -5,6 +5,8 @@ chosen once per run (docs/design.md §5). A family brings
     producer         how the built-in producer and Locust add jobs it accepts (ids, scripts)
     backlog          how many jobs wait and are leased (the drain and the progress panel)
     lease holders    who holds the oldest live lease (the ``holding_oldest_lease`` target)
+    sweepers         the processes it promises sweep at least every reap interval, whose
+                     cadence the checker judges (``reap_cadence``; the run event's ``sweepers``)
     battery fit      how a scenario of certify's battery fits the queue: as written, adapted
                      (a queue whose workers are its only reapers gets a standalone reaper
                      where every worker is stopped at once), or not at all, with the reason
@@ -99,6 +101,12 @@ class QueueFamily:
         return LocustLoad(runtime, load, self.keys, self.scenario.topology.lease_ms,
                           self.scenario.protocol, run_dir, name, prefix, ready=ready,
                           id_style=self.id_style)
+
+    @property
+    def sweepers(self) -> tuple[str, ...]:
+        """The reference reapers: each ticks on a fixed-rate grid of the reap interval and
+        records a sweep at every tick (reap.lua), so each must sweep at least every interval."""
+        return tuple(self.scenario.reaper_names)
 
     def backlog(self, queue: QueueClient) -> tuple[int, int]:
         """(waiting, leased)."""

@@ -53,6 +53,12 @@ class BullMQFamily(QueueFamily):
     def key_base(self) -> str:
         return bullmq_base(self.keys.prefix, self.keys.queue)
 
+    @property
+    def sweepers(self) -> tuple[str, ...]:
+        """Every worker: each runs its own stalled-check timer, a stalledInterval after its
+        previous attempt (ran or turned away by the shared key: docs/bullmq.md)."""
+        return tuple(self.scenario.worker_names)
+
     def backlog(self, queue: QueueClient) -> tuple[int, int]:
         return backlog(queue.client, self.keys.prefix, self.keys.queue)
 

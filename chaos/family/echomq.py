@@ -26,6 +26,18 @@ class EchoMQFamily(QueueFamily):
         pending, scheduled, active = pipe.execute()
         return int(pending) + int(scheduled), int(active)
 
+    @property
+    def sweepers(self) -> tuple[str, ...]:
+        """Only the built-in reference reaper, where it runs beside the user's workers. A
+        reaper of the user's promises no grid the toolkit knows: the real EchoMQ's consumer
+        reaps once per loop (after draining its lanes, or on a wake token), its flat SUT's
+        reaper sleeps after each reap (docs/echomq.md). Its sweeps are recorded
+        and their gaps reported, not judged; reap_prompt still judges every lapse."""
+        scenario = self.scenario
+        if scenario.attach is not None or scenario.sut.reaper != "builtin":
+            return ()
+        return tuple(scenario.reaper_names)
+
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
         if recorder is None:  # history from the scripts: the rows name their holders
             return queue

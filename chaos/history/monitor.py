@@ -40,7 +40,13 @@ from typing import IO, Any
 import orjson
 
 from chaos.history.dialects import Call, Dialect, toolkit_script
-from chaos.history.schema import CLIENT_CALLS, HOLDER_EVIDENCE, TRANSITION_EVIDENCE, Blind
+from chaos.history.schema import (
+    CLIENT_CALLS,
+    HOLDER_EVIDENCE,
+    TRANSITION_EVIDENCE,
+    Blind,
+    Sweep,
+)
 
 MONITOR_HISTORY = "history-monitor.jsonl"
 HEALTH_FILE = "monitor.json"
@@ -235,7 +241,9 @@ class HistoryWriter:
         conn = call.conn if call.conn or not self.resolve else self.resolve(call.client)
         if conn is None:
             health.unattributed_calls += 1
-            if decoded.holder_from_connection:
+            # (a sweep alone names no job: the checker blinds the reapers' gaps it falls in)
+            if decoded.holder_from_connection and any(
+                    event["type"] != Sweep.TYPE for event in decoded.events):
                 # before the events: the checker meets the blind spot first
                 self.blind(HOLDER_EVIDENCE, "unattributed call", [
                     event["id"] for event in decoded.events

@@ -303,12 +303,15 @@ class HandlerHog:
 
 @dataclass(frozen=True, slots=True)
 class Sweep:
-    """A reaper's sweep, on ``worker``'s connection (the recorder's view of who made the call).
-    Written where the history source sees every sweep, those that recover nothing too: the
-    bullmq dialect, for every ``moveStalledJobsToWait`` call, with ``ran`` false for one BullMQ's
-    ``stalled-check`` key turned away (another worker's check ran less than stalledInterval
-    before). The checker judges each BullMQ recovery on the sweeps that really ran
-    (``chaos.check.bullmq``)."""
+    """A reaper's sweep: ``worker`` is the reaper (the recorder's view of whose connection made
+    the call; the reference reap scripts write the name their caller passes). Written where the
+    history source sees every sweep, those that recover nothing too: the reference reap scripts
+    (one per call, before its reaps), the echomq dialect (every call that scans the active set
+    for lapsed leases, ``ZRANGEBYSCORE active -inf ...``), and the bullmq dialect, for every
+    ``moveStalledJobsToWait`` call, with ``ran`` false for one BullMQ's ``stalled-check`` key
+    turned away (another worker's check ran less than stalledInterval before). The checker
+    judges each reaper's cadence on them (``reap_cadence``, ``chaos.check.cadence``), and each
+    BullMQ recovery on the sweeps that really ran (``chaos.check.bullmq``)."""
 
     TYPE: ClassVar[str] = "sweep"
     worker: str
@@ -356,6 +359,11 @@ class Run:
     reap_allowance_ms: int | None = None  # the checker's reap_prompt allowance
     max_needless: int | None = None  # needless redeliveries the scenario tolerates (None: any)
     dialect: str = ""  # whose queue made the history (``bullmq``: its own recovery bound)
+    # The processes the queue family promises sweep at least every reap interval, whose sweep
+    # events the history source records (the reference reapers; BullMQ's workers). Empty: the
+    # cadence is not judged (a queue of the user's, an older history).
+    sweepers: tuple[str, ...] = ()
+    sweep_allowance_ms: int | None = None  # the checker's reap_cadence allowance
     ts: int = 0
     seq: str = ""
 
@@ -369,7 +377,8 @@ class Run:
             ("report_only", ",".join(self.report_only)), ("wait_replicas", self.wait_replicas),
             ("max_stalls", self.max_stalls), ("heartbeat", self.heartbeat),
             ("reap_allowance_ms", self.reap_allowance_ms), ("max_needless", self.max_needless),
-            ("dialect", self.dialect or None)))
+            ("dialect", self.dialect or None), ("sweepers", ",".join(self.sweepers) or None),
+            ("sweep_allowance_ms", self.sweep_allowance_ms)))
 
     @classmethod
     def decode(cls, event: Event) -> Run:
@@ -381,7 +390,7 @@ class Run:
             get("protocol", ""), _int(get("reapers")), _names(get("report_only")),
             _int(get("wait_replicas")), _int(get("max_stalls")), get("heartbeat", ""),
             _int(get("reap_allowance_ms")), _int(get("max_needless")), get("dialect", ""),
-            event.ts, event.seq)
+            _names(get("sweepers")), _int(get("sweep_allowance_ms")), event.ts, event.seq)
 
 
 def _names(value: str | None) -> tuple[str, ...]:

@@ -48,6 +48,8 @@ complete-skips-active   complete checks the attempt but not that the lease  comp
 padded-lease            claims and extends write a deadline half a lease    claim_padded.lua
                         past the lease_ms they record (now + 1.5 lease_ms): claim_many_padded.lua
                         the event says lease_ms, the deadline says longer   extend_padded.lua
+sparse-reaper           the reaper sweeps on every third tick of its grid   reference.reaper.run
+                        only: every interval but one in three goes unswept
 ======================  ==================================================  =====================
 """
 
@@ -368,10 +370,12 @@ class QueueClient:
     def complete(self, job_id: str, attempt: int, worker: str) -> bool:
         return self._variant.complete(self, job_id, attempt, worker)
 
-    def reap(self, limit: int, max_stalls: int = 0) -> int:
+    def reap(self, limit: int, max_stalls: int = 0, sweeper: str = "") -> int:
         """Return lapsed leases to pending; how many reap (or dead) events were written.
-        ``max_stalls`` > 0: a job's stall past it is dead-lettered instead (reap.lua)."""
-        return self._variant.reap(self, limit, max_stalls)
+        ``max_stalls`` > 0: a job's stall past it is dead-lettered instead (reap.lua). Every
+        call records a ``sweep`` event with ``sweeper``, the reaper's name, moving anything or
+        not: the reaper's cadence as evidence (docs/design.md §4, reap_cadence)."""
+        return self._variant.reap(self, limit, max_stalls, sweeper)
 
     # --- sound ------------------------------------------------------------------------------
     def _claim_sound(self, lease_ms: int, worker: str) -> Claimed | None:
@@ -395,10 +399,10 @@ class QueueClient:
     def _complete_sound(self, job_id: str, attempt: int, worker: str) -> bool:
         return self._complete_with("complete", job_id, attempt, worker, *self._complete_extra)
 
-    def _reap_sound(self, limit: int, max_stalls: int = 0) -> int:
+    def _reap_sound(self, limit: int, max_stalls: int = 0, sweeper: str = "") -> int:
         k = self.keys
         return int(self._call("reap", [k.active, k.pending, k.events, k.dead],
-                              [k.job_prefix, limit, max_stalls]))
+                              [k.job_prefix, limit, max_stalls, sweeper]))
 
     def _extend_with(self, script: str, job_id: str, attempt: int, lease_ms: int, worker: str,
                      *extra: Any) -> int | None:
@@ -440,23 +444,26 @@ class QueueClient:
         return self._extend_with("extend_client_clock", job_id, attempt, lease_ms, worker,
                                  self.clock.now_ms())
 
-    def _reap_client_clock(self, limit: int, max_stalls: int = 0) -> int:
+    def _reap_client_clock(self, limit: int, max_stalls: int = 0, sweeper: str = "") -> int:
         k = self.keys
         return int(self._call("reap_client_clock", [k.active, k.pending, k.events, k.dead],
-                              [k.job_prefix, limit, self.clock.now_ms(), max_stalls]))
+                              [k.job_prefix, limit, self.clock.now_ms(), max_stalls, sweeper]))
 
     # --- MUTANT nonatomic-reap: scan, wait, then move each id in its own round trip ---------
-    def _reap_nonatomic(self, limit: int, max_stalls: int = 0) -> int:
-        scanned = self.reap_scan(limit)
+    def _reap_nonatomic(self, limit: int, max_stalls: int = 0, sweeper: str = "") -> int:
+        scanned = self.reap_scan(limit, sweeper)
         if scanned and self.race_window_ms:
             time.sleep(self.race_window_ms / 1000)  # widen the window another reaper races in
         for job_id in scanned:
             self.reap_move(job_id, max_stalls)
         return len(scanned)
 
-    def reap_scan(self, limit: int) -> list[str]:
-        """nonatomic-reap step 1: ids whose lease lapsed on the server clock (moves nothing)."""
-        return [str(job_id) for job_id in self._call("reap_scan", [self.keys.active], [limit])]
+    def reap_scan(self, limit: int, sweeper: str = "") -> list[str]:
+        """nonatomic-reap step 1: ids whose lease lapsed on the server clock (moves nothing;
+        records the ``sweep``)."""
+        k = self.keys
+        return [str(job_id) for job_id in self._call("reap_scan", [k.active, k.events],
+                                                     [limit, sweeper])]
 
     def reap_move(self, job_id: str, max_stalls: int = 0) -> bool:
         """nonatomic-reap step 2: push ``job_id`` back to pending unconditionally (or dead-letter
@@ -497,11 +504,11 @@ class QueueClient:
         return self._extend_with("extend_resurrects", job_id, attempt, lease_ms, worker)
 
     # --- MUTANT grace-reaper: a lease is reaped only a grace period after its deadline -------
-    def _reap_grace(self, limit: int, max_stalls: int = 0) -> int:
+    def _reap_grace(self, limit: int, max_stalls: int = 0, sweeper: str = "") -> int:
         k = self.keys
         cutoff = self.server_time_ms() - self.reap_grace_ms
         return int(self._call("reap_client_clock", [k.active, k.pending, k.events, k.dead],
-                              [k.job_prefix, limit, cutoff, max_stalls]))
+                              [k.job_prefix, limit, cutoff, max_stalls, sweeper]))
 
     # --- MUTANT short-lease: half the asked lease, recorded as granted ---------------------
     def _claim_short(self, lease_ms: int, worker: str) -> Claimed | None:
@@ -586,8 +593,8 @@ def _claimed(reply: Any) -> Claimed | None:
 @dataclass(frozen=True)
 class _Variant:
     """How one protocol performs each client transition: the sound way unless named here.
-    (single-batch-reaper, idle-backoff-reaper and no-reaper deviate in the reaper process,
-    reused-token in the worker, not in the client.)"""
+    (single-batch-reaper, idle-backoff-reaper, sparse-reaper and no-reaper deviate in the
+    reaper process, reused-token in the worker, not in the client.)"""
 
     scripts: tuple[str, ...] = ()  # loaded besides the sound SCRIPT_NAMES
     claim: Callable[[QueueClient, int, str], Claimed | None] = QueueClient._claim_sound
@@ -596,7 +603,7 @@ class _Variant:
         QueueClient._claim_many_sound)
     extend: Callable[[QueueClient, str, int, int, str], int | None] = QueueClient._extend_sound
     complete: Callable[[QueueClient, str, int, str], bool] = QueueClient._complete_sound
-    reap: Callable[[QueueClient, int, int], int] = QueueClient._reap_sound
+    reap: Callable[[QueueClient, int, int, str], int] = QueueClient._reap_sound
 
 
 _VARIANTS: dict[str, _Variant] = {
@@ -639,5 +646,6 @@ _VARIANTS: dict[str, _Variant] = {
                              claim=QueueClient._claim_padded,
                              claim_many=QueueClient._claim_many_padded,
                              extend=QueueClient._extend_padded),
+    "sparse-reaper": _Variant(),  # chaos.reference.reaper.run: sweeps every third tick only
 }
 assert tuple(_VARIANTS) == PROTOCOLS

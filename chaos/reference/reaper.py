@@ -2,17 +2,21 @@
 
 Ticks fall on a deadline grid (start + k * interval), not "sleep after work", so the period really
 is the reap interval. Within a tick it sweeps again while a sweep returns a full batch, so a mass
-failure with more stranded leases than ``limit`` is still cleared in one tick.
+failure with more stranded leases than ``limit`` is still cleared in one tick. Every reap call
+records a ``sweep`` event with the reaper's name (the reap script's own XADD), so the history
+shows its cadence, swept empty or not (``reap_cadence``, docs/design.md §4).
 
 Run as ``python -m chaos.reference.reaper --url valkey://127.0.0.1:PORT --interval-ms 250``.
 
 Optional flags (the defaults run the sound protocol):
-  --name NAME            client name (default ``reaper``); two racing reapers get two names
+  --name NAME            client name and the name its sweep events carry (default ``reaper``);
+                         two racing reapers get two names
   --protocol NAME        one of chaos.protocol.client.PROTOCOLS (default sound). Under
                          single-batch-reaper a tick sweeps one batch, full or not. Under
                          grace-reaper a lease is taken only GRACE_INTERVALS intervals after its
                          deadline. Under idle-backoff-reaper the sleep doubles after each sweep
                          that moved nothing, up to BACKOFF_INTERVALS intervals. Under
+                         sparse-reaper it sweeps on every SPARSE_TICKS-th tick only. Under
                          no-reaper the reaper refuses to run (exit code 2): that variant is a
                          runtime that starts no reaper at all
   --clock-file PATH      this process's clock offset file (protocol.clock: one integer, ms; absent
@@ -50,31 +54,34 @@ log = logging.getLogger("chaos.reference.reaper")
 GRACE_INTERVALS = 1.5
 # MUTANT idle-backoff-reaper: the longest sleep between sweeps, in reap intervals.
 BACKOFF_INTERVALS = 8
+# MUTANT sparse-reaper: it sweeps on one tick of its grid in this many.
+SPARSE_TICKS = 3
 
 
-def sweep(queue: QueueClient, limit: int, max_stalls: int = 0) -> int:
-    """One tick: reap until a batch comes back short of the limit."""
+def sweep(queue: QueueClient, limit: int, max_stalls: int = 0, name: str = "") -> int:
+    """One tick: reap until a batch comes back short of the limit. Each reap call records a
+    ``sweep`` event with ``name``, the reaper's (one XADD inside the script: no round trip)."""
     if queue.protocol == "single-batch-reaper":
         # MUTANT single-batch-reaper: one batch per tick, even a full one; the rest of a mass
         # failure waits for later ticks, past the recovery bound.
-        return queue.reap(limit, max_stalls)
+        return queue.reap(limit, max_stalls, name)
     total = 0
     while True:
-        moved = queue.reap(limit, max_stalls)
+        moved = queue.reap(limit, max_stalls, name)
         total += moved
         if moved < limit:
             return total
 
 
 def run(queue: QueueClient, interval_ms: int, limit: int, stop: threading.Event,
-        max_stalls: int = 0) -> None:
+        max_stalls: int = 0, name: str = "") -> None:
     interval = interval_ms / 1000
     next_tick = time.monotonic()
     backoff = 1  # idle-backoff-reaper: the next sleep, in intervals
     while not stop.is_set():
         moved = 0
         try:
-            moved = sweep(queue, limit, max_stalls)
+            moved = sweep(queue, limit, max_stalls, name)
             if moved:
                 log.info("reaped %d", moved)
         except (StoreConnectionError, StoreTimeoutError, OSError) as error:
@@ -90,6 +97,10 @@ def run(queue: QueueClient, interval_ms: int, limit: int, stop: threading.Event,
             # a lease that lapses while it sleeps long waits up to BACKOFF_INTERVALS intervals.
             backoff = 1 if moved else min(backoff * 2, BACKOFF_INTERVALS)
             next_tick += interval * (backoff - 1)
+        elif queue.protocol == "sparse-reaper":
+            # MUTANT sparse-reaper: the grid stays, but only every SPARSE_TICKS-th tick sweeps;
+            # a lease that lapses just after a sweep waits up to SPARSE_TICKS intervals.
+            next_tick += interval * (SPARSE_TICKS - 1)
         next_tick += interval
         now = time.monotonic()
         if next_tick < now:  # fell behind (stalled): skip missed ticks rather than burst
@@ -140,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, lambda *_: stop.set())
     log.info("%s up: every %d ms, batch %d, protocol %s, max stalls %d", args.name,
              args.interval_ms, args.limit, args.protocol, args.max_stalls)
-    run(queue, args.interval_ms, args.limit, stop, args.max_stalls)
+    run(queue, args.interval_ms, args.limit, stop, args.max_stalls, args.name)
     return 0
 
 

@@ -105,7 +105,7 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
             failure.text = f"{what_it_checks(name, report) or name}\n{failure_body(result)}"
         elif result.get("judged") is False:
             skipped += 1
-            ET.SubElement(case, "skipped", message=NOT_JUDGED)
+            ET.SubElement(case, "skipped", message=result.get("not_judged") or NOT_JUDGED)
     undrained = (report.get("undrained") or {}).get("count") or 0
     if undrained:  # verdict unknown: no invariant broke, yet it is no pass
         tests += 1

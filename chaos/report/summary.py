@@ -142,6 +142,7 @@ def summary_text(report: dict[str, Any]) -> str:
                else f"reap {prompt['reap_interval_ms']}")
             + f" + allowance {prompt['reap_allowance_ms']})"
         )
+    lines += cadence_lines(invariants.get("reap_cadence"), formula.bullmq)
     for name in ("reclaim", "recomplete"):
         figures = report["recovery"][name]
         lines.append(
@@ -189,7 +190,7 @@ def summary_text(report: dict[str, Any]) -> str:
                 f"; {result['blinded']} offence(s) on those jobs not counted, e.g. "
                 + json.dumps(result["blinded_examples"][:1]) if result.get("blinded") else "")
         elif result["ok"] and result.get("judged") is False:
-            mark, detail = "skip", f"  {NOT_JUDGED}"
+            mark, detail = "skip", f"  {result.get('not_judged') or NOT_JUDGED}"
         elif result.get("blinded"):
             detail += f" ({result['blinded']} more on jobs whose evidence is missing)"
         lines.append(f"  [{mark}] {name}{detail}")
@@ -231,6 +232,25 @@ def summary_text(report: dict[str, Any]) -> str:
     if report.get("error"):
         lines.append(f"  error: {report['error']}")
     return "\n".join(lines)
+
+
+def cadence_lines(cadence: dict[str, Any] | None, bullmq: bool) -> list[str]:
+    """The reapers' cadence (reap_cadence): the worst gap between two sweeps of one reaper,
+    per reaper, against the limit; nothing for a history without sweeps."""
+    if not cadence or not (cadence.get("sweeps") or cadence.get("sweepers")):
+        return []
+    per = cadence.get("per_sweeper") or {}
+    shown = [f"{name} {_ms(figures['max_gap_ms'])}" for name, figures in list(per.items())[:4]]
+    if len(per) > 4:
+        shown.append(f"+{len(per) - 4} more")
+    judged = cadence.get("judged") is not False
+    return [
+        f"  cadence   sweep gap ms max {_ms(cadence['max_gap_ms'])} ({', '.join(shown)}; "
+        f"{cadence['sweeps']} sweeps)  "
+        + (f"limit {cadence['limit_ms']} ("
+           + ("stalledInterval" if bullmq else "reap") + f" {cadence['reap_interval_ms']} + "
+           + ("tolerance" if bullmq else "allowance") + f" {cadence['allowance_ms']})"
+           if judged else "not judged (the queue promises no sweep cadence)")]
 
 
 def evidence_lines(report: dict[str, Any]) -> list[str]:

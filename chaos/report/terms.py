@@ -82,8 +82,8 @@ class BoundFormula:
         return f"{self.bound_ms} ms = {self.terms} + tolerance {self.tolerance_ms}{self.beyond}"
 
 
-# What recovery_bound and reap_prompt check on a BullMQ history, in place of the reference
-# protocol's lines (``chaos.check.verdict.WHAT_IT_CHECKS``): the bound BullMQ has.
+# What recovery_bound, reap_prompt and reap_cadence check on a BullMQ history, in place of the
+# reference protocol's lines (``chaos.check.verdict.WHAT_IT_CHECKS``): the bound BullMQ has.
 BULLMQ_CHECKS = {
     "recovery_bound": "every lease stranded by a cut-off fault (kill, pause, partition) is "
                       "returned by BullMQ's stalled check within stalledInterval + "
@@ -95,6 +95,9 @@ BULLMQ_CHECKS = {
                    "+ max(lockDuration, stalledInterval) - lockDuration + reap_allowance_ms of "
                    "its deadline (server clock); a lock never returned counts as late once the "
                    "stalled check has run that long past its deadline",
+    "reap_cadence": "every worker runs its stalled check (run or turned away by the "
+                    "stalled-check key) at most stalledInterval + tolerance_ms after its "
+                    "previous one, unless a fault holds it or the store is down",
 }
 
 

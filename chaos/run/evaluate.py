@@ -31,7 +31,7 @@ from chaos.check.ledger import check_with_ledger
 from chaos.errors import exit_code_for
 from chaos.history.events import Event, replay_history
 from chaos.history.schema import Phase, Run
-from chaos.names import DEFAULT_ALLOWANCE_MS
+from chaos.names import DEFAULT_ALLOWANCE_MS, DEFAULT_SWEEP_ALLOWANCE_MS
 from chaos.report.summary import build_report, read_report
 from chaos.run.sources import evidence, judged_history
 
@@ -99,7 +99,9 @@ def check_config(history: Path) -> CheckConfig:
                                int(scenario["topology"].get("max_stalls") or 0),
                                int(scenario["check"].get("reap_allowance_ms",
                                                          DEFAULT_ALLOWANCE_MS)),
-                               _optional_int(scenario["check"].get("max_needless")))
+                               _optional_int(scenario["check"].get("max_needless")),
+                               sweep_allowance_ms=int(scenario["check"].get(
+                                   "sweep_allowance_ms", DEFAULT_SWEEP_ALLOWANCE_MS)))
         except (KeyError, TypeError, ValueError) as error:
             raise SavedRunError(f"{resolved}: lacks topology.lease_ms, "
                                 f"topology.reap_interval_ms or check.tolerance_ms ({error})"

@@ -150,7 +150,8 @@ class Run:
             max_stalls=topo.max_stalls or 0, heartbeat=topo.heartbeat,
             reap_allowance_ms=scenario.check.reap_allowance_ms,
             max_needless=scenario.check.max_needless,
-            dialect=self.family.dialect_name,
+            dialect=self.family.dialect_name, sweepers=self.family.sweepers,
+            sweep_allowance_ms=scenario.check.sweep_allowance_ms,
         ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path,
                                         trim=self.trim_history,

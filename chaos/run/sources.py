@@ -28,12 +28,13 @@ from typing import Any
 from chaos.check.checker import CheckConfig, Verdict, check
 from chaos.history.events import Event, read_history
 from chaos.history.monitor import HEALTH_FILE, MONITOR_HISTORY, RecorderHealth
-from chaos.history.schema import TRANSITIONS
+from chaos.history.schema import TRANSITIONS, Sweep
 from chaos.names import HISTORY_SOURCES
 
 SCRIPTS_HISTORY = "history.jsonl"
 SOURCES = HISTORY_SOURCES
-_TRANSITION_TYPES = frozenset(kind.TYPE for kind in TRANSITIONS)
+# The transitions and the reapers' sweeps: what the queue's own calls record, in either source.
+_TRANSITION_TYPES = frozenset((*(kind.TYPE for kind in TRANSITIONS), Sweep.TYPE))
 # What a transition must carry alike in both sources (ts is compared within a tolerance).
 _COMPARED = ("type", "job_id", "attempt", "worker", "deadline", "lease_ms", "current_attempt")
 TS_TOLERANCE_MS = 1

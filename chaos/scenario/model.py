@@ -9,7 +9,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from chaos import __version__
-from chaos.names import DEFAULT_ALLOWANCE_MS, INVARIANTS, PROTOCOLS
+from chaos.names import DEFAULT_ALLOWANCE_MS, DEFAULT_SWEEP_ALLOWANCE_MS, INVARIANTS, PROTOCOLS
 from chaos.scenario.attach import ACTION_OF_KIND, Attach
 from chaos.scenario.faults import HOLDING_OLDEST_LEASE, Fault, FaultBase, StoreFaultBase
 from chaos.scenario.fields import NonNegativeMs, PositiveMs, Strict
@@ -192,6 +192,8 @@ class Check(Strict):
     tolerance_ms: NonNegativeMs = DEFAULT_ALLOWANCE_MS
     # reap_prompt: every lapsed lease is reaped within reap_interval_ms + this of its deadline.
     reap_allowance_ms: NonNegativeMs = DEFAULT_ALLOWANCE_MS
+    # reap_cadence: a reaper sweeps within reap_interval_ms + this of its previous sweep.
+    sweep_allowance_ms: NonNegativeMs = DEFAULT_SWEEP_ALLOWANCE_MS
     # needless_limit: the needless redeliveries the run tolerates (e.g. 0 for steady-state);
     # absent: not judged (needless redeliveries stay a figure).
     max_needless: Annotated[int, Field(ge=0)] | None = None

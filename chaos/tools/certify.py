@@ -114,6 +114,10 @@ BUG_CLASSES: tuple[BugClass, ...] = (
              ("recovery_bound", "reap_prompt"),
              ("kill-busy-workers",),
              ("single-batch-reaper",)),
+    BugClass("sparse-reaper", "reaper that sweeps less often than its interval",
+             ("reap_cadence",),
+             ("staggered-lapses", "long-handlers"),
+             ("sparse-reaper", "idle-backoff-reaper")),
     BugClass("non-renewing", "non-renewing worker, or its live lease's renewal refused",
              ("needless_limit", "live_lease_honoured"),
              ("long-handlers",),
@@ -301,7 +305,8 @@ class CertifyRun:
     verdict: str  # pass | fail | unknown | checker_error | error | aborted
     exit_code: int
     failed: list[str]  # invariants that failed
-    undecided: list[str]  # invariants blind (evidence missing) or whose judge raised
+    undecided: list[str]  # invariants blind (evidence missing), whose judge raised, or not
+    # judged (reap_cadence of a queue that promises no cadence)
     wall_ms: int | None
     run_dir: str
     error: str | None = None
@@ -400,7 +405,10 @@ def _outcome(name: str, seed: int, result: RunResult) -> CertifyRun:
     return CertifyRun(
         name, seed, result.verdict, result.exit_code,
         [n for n, found in invariants.items() if found.get("status") == "fail"],
-        [n for n, found in invariants.items() if found.get("status") in ("blind", "error")],
+        # blind, raised, or not judged at all (a queue that promises no sweep cadence): no
+        # class it sees can be called "not seen"
+        [n for n, found in invariants.items() if found.get("status") in ("blind", "error")
+         or (found.get("ok") and found.get("judged") is False)],
         (result.report.get("run") or {}).get("wall_ms"), str(result.run_dir),
         result.report.get("error"))
 

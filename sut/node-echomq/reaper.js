@@ -1,7 +1,8 @@
 // An EchoMQ reaper in Node.js (docs/sut.md): every CHAOS_REAP_INTERVAL_MS, on a fixed-rate
 // grid (start + k x interval, not a sleep after each sweep), reap.lua returns every lapsed
 // lease to pending (or dead-letters it past CHAOS_MAX_STALLS); a full batch sweeps again at
-// once, so a mass failure is cleared within one tick.
+// once, so a mass failure is cleared within one tick. Every call records its sweep (named
+// CHAOS_NAME), moving anything or not.
 'use strict';
 
 const { settings, keys, connect, defineScripts, sleep } = require('./echomq');
@@ -18,8 +19,9 @@ function log(message) {
 
 async function sweep() {
   for (;;) {
+    // its name last: the sweep event every call records names this reaper
     const moved = Number(await client.reapLeases(k.active, k.pending, k.events, k.dead,
-      k.jobPrefix, String(config.reapLimit), String(config.maxStalls)));
+      k.jobPrefix, String(config.reapLimit), String(config.maxStalls), config.name));
     if (moved > 0) log(`reaped ${moved}`);
     if (moved < config.reapLimit) return;
   }

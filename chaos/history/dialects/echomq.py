@@ -11,6 +11,8 @@ never from its events-stream XADD, so the history does not depend on the scripts
     extend     ZADD active <deadline> <id>               else extend_rejected
     complete   HSET <job> state completed                else complete_rejected
     reap       per id: ZREM active, then ZADD pending 0 (reap) or ZADD dead (dead)
+    sweep      ZRANGEBYSCORE active -inf ...: a scan for lapsed leases (reap, reap_scan,
+               reap_client_clock), whatever it moves; the worker is the calling connection
     record     XADD events <fields>: a runner event (run, phase, fault, ...), taken as written
 
 ``ts`` is the server clock of the script's own TIME command. Valkey answers TIME inside a script
@@ -46,10 +48,12 @@ from importlib import resources
 from typing import Any
 
 from chaos.history.dialects import Call, Decoded, jobs_named, script_sha1
-from chaos.history.schema import TRANSITIONS
+from chaos.history.schema import TRANSITIONS, Sweep
 from chaos.protocol.client import QueueKeys
 
-_TRANSITION_TYPES = frozenset(kind.TYPE for kind in TRANSITIONS)
+# What the queue's own scripts record (read from their effects, never from their XADD): no
+# runner event.
+_TRANSITION_TYPES = frozenset((*(kind.TYPE for kind in TRANSITIONS), Sweep.TYPE))
 # Commands that change a key; anything else (reads, TIME) changes nothing the shadow keeps.
 _ZADD_OPTIONS = frozenset(("XX", "NX", "GT", "LT", "CH", "INCR"))
 _WRITES = frozenset(("HSET", "HINCRBY", "HDEL", "ZADD", "ZREM", "ZPOPMIN", "DEL", "XADD",
@@ -60,6 +64,17 @@ _WRITES = frozenset(("HSET", "HINCRBY", "HDEL", "ZADD", "ZREM", "ZPOPMIN", "DEL"
 _READS = frozenset(("HGET", "HMGET", "HGETALL", "EXISTS", "ZSCORE", "ZRANGE", "ZRANGEBYSCORE",
                     "ZCARD", "GET", "TYPE", "hget", "hmget", "hgetall", "exists", "zscore",
                     "zrange", "zrangebyscore", "zcard", "get", "type"))
+# The reads that scan a sorted set by score: on the active set from -inf, a sweep (_scans_lapsed).
+_SCANS = frozenset(("ZRANGEBYSCORE", "ZRANGE", "zrangebyscore", "zrange"))
+
+
+def _scans_lapsed(args: list[str], active: str) -> bool:
+    """Is this command (a ``_SCANS`` read) a scan of the active set for the leases lapsed by a
+    time, ``ZRANGEBYSCORE active -inf <now> ...`` (or ``ZRANGE active -inf <now> BYSCORE``):
+    what a reaper's sweep does first, whether it finds anything or not?"""
+    if len(args) < 4 or args[1] != active or args[2].lower() != "-inf":
+        return False
+    return args[0].upper() == "ZRANGEBYSCORE" or "BYSCORE" in (arg.upper() for arg in args[4:])
 
 
 def _script_shas() -> dict[str, str]:
@@ -247,20 +262,25 @@ class EchoMQ:
         self.earliest_ms = call.stamp_us // 1000 - 1  # floored: a start in a ms's last µs
         self.latest_ms = call.stamp_us // 1000
         writes: list[list[str]] = []
+        swept = False
         for stamp, args in call.commands:
             name = args[0].upper()
             if name == "TIME":
                 self.latest_ms = stamp // 1000
             elif name in _WRITES:
                 writes.append(args)
+            elif name in _SCANS and not swept:
+                swept = _scans_lapsed(args, self.active)
         kind = script.split("_")[0]
         if kind == "record":
             return Decoded(self._runner_events(writes, ts))
         decoder = getattr(self, f"_{kind}", None)
-        if decoder is None:  # a read-only helper (reap_scan): writes nothing, records nothing
+        if decoder is None:  # none of the shipped scripts: records nothing
             return Decoded([], undecoded=bool(writes))
         decoded: Decoded = decoder(script, argv, writes, ts)
         self._note_holders(decoded.events, call.conn)
+        if swept:  # before the reaps it made, as the reap scripts record it
+            decoded.events.insert(0, _sweep(call, ts))
         return decoded
 
     def _note_holders(self, events: list[dict[str, str]], conn: str | None) -> None:
@@ -314,15 +334,20 @@ class EchoMQ:
         schedule, scheduled = self.schedule, self.scheduled
         sets = (active, pending, dead, schedule)
 
+        swept = False  # a scan of the active set for lapsed leases: a sweep
         for stamp, args in call.commands:
             name = args[0]
             if name in _READS:  # (as scripts spell them: no upper-casing to tell)
+                if name in _SCANS and not swept:
+                    swept = _scans_lapsed(args, active)
                 continue
             if name not in _WRITES:
                 name = name.upper()
                 if name not in _WRITES:
                     if name == "TIME" and not timed:
                         self.latest_ms, timed = stamp // 1000, True
+                    elif name in _SCANS and not swept:
+                        swept = _scans_lapsed(args, active)
                     continue
             if len(args) < 2:
                 continue
@@ -411,6 +436,8 @@ class EchoMQ:
                 job.deleted = True
             self._write(args, name, row)
         events: list[dict[str, str]] = runner
+        if swept:  # before the reaps it made, as the reap scripts record it
+            events.append(_sweep(call, ts))
         undecoded = False
         holder = call.conn or ""
         for job_id, job in effects.items():
@@ -737,6 +764,11 @@ def _members_start(args: list[str]) -> int:
     while first < len(args) and len(args[first]) <= 4 and args[first].upper() in _ZADD_OPTIONS:
         first += 1
     return first
+
+
+def _sweep(call: Call, ts: str) -> dict[str, str]:
+    """A sweep by the calling connection (the reaper is whoever's connection made the call)."""
+    return {"type": Sweep.TYPE, "worker": call.conn or "", "ts": ts}
 
 
 def _transition_xadd(args: list[str]) -> bool:

@@ -108,7 +108,7 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
                       f'missing; {int(result.get("blinded", 0))} offence(s) on those jobs'
                       '</span>')
         elif result.get("judged") is False:
-            status = f'<span class="muted">{_e(NOT_JUDGED)}</span>'
+            status = f'<span class="muted">{_e(result.get("not_judged") or NOT_JUDGED)}</span>'
         elif not result["ok"] and name in report_only:
             status = '<span class="warn">FAIL</span><br><span class="muted">report only</span>'
         else:
@@ -130,6 +130,15 @@ def _invariant_table(report: dict[str, Any], t0: int) -> str:
                        f"lease_ms {result.get('lease_ms')}"
                        + (f"; {result['misrecorded']} recorded another lease_ms than the "
                           "deadline written" if result.get("misrecorded") else ""))
+        elif name == "reap_cadence" and result.get("sweeps"):
+            worst = sorted(((figures["max_gap_ms"], sweeper) for sweeper, figures
+                            in (result.get("per_sweeper") or {}).items()
+                            if figures.get("max_gap_ms") is not None), reverse=True)
+            figures = (f"{result['sweeps']} sweeps; longest gap between two of one reaper's "
+                       f"{_ms(result.get('max_gap_ms'))}"
+                       + (f" ({worst[0][1]})" if worst else "")
+                       + (f" vs limit {_ms(result.get('limit_ms'))}"
+                          if result.get("judged") is not False else " (not judged)"))
         elif name == "needless_limit":
             figures = (f"needless {result.get('needless', 0)}, max "
                        f"{_ms(result.get('max_needless'))}")
