@@ -208,7 +208,7 @@ def cmd_certify(args: argparse.Namespace) -> int:
     from chaos.tools import certify
 
     target = (certify.Target.from_file(Path(args.scenario), args.protocol) if args.scenario
-              else certify.Target.reference(args.protocol))
+              else certify.Target.reference(args.protocol)).with_overrides(args.set)
     planned = certify.plan_battery(target, args.seeds, args.only, args.set)
     out = _output_dir(args, "certify")
     runs = sum(len(run.seeds) for run in planned)

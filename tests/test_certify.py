@@ -30,12 +30,15 @@ from chaos.tools.certify import (
     plan_battery,
     table,
 )
+from tests.test_bullmq import MISSING as BULLMQ_MISSING
 from tests.test_sut_node import NODE_SUT, processes_in
 from tests.test_sut_node import _missing as node_missing
 
 ROOT = Path(__file__).resolve().parent.parent
 BATTERY_DIR = ROOT / "scenarios" / "certify"
 NODE_SCENARIO = ROOT / "scenarios" / "node" / "kill-worker.toml"
+BULLMQ_SCENARIO = ROOT / "scenarios" / "bullmq" / "kill-worker.toml"
+ECHOMQ_SCENARIO = ROOT / "scenarios" / "echomq" / "kill-worker.toml"
 BY_KEY = {bug.key: bug for bug in BUG_CLASSES}
 
 
@@ -140,6 +143,75 @@ def test_a_scenario_the_queue_cannot_run_is_not_applicable_not_an_error():
     assert [name for name, why in no_reaper.items() if why] == ["skewed-reaper-clock"]
 
 
+# --- the battery fitted to the queue's family ----------------------------------------------------
+
+def stops_every_worker() -> set[str]:
+    return {entry.name for entry in BATTERY
+            if load_scenario(BATTERY_DIR / f"{entry.name}.toml").may_cut_off_every_worker()}
+
+
+def test_a_queue_whose_workers_reap_runs_its_standalone_reaper_where_every_worker_stops():
+    """BullMQ's workers are its only stalled checkers: a scenario that freezes every worker at
+    once gets the SUT's standalone reaper beside them (as many as the scenario's reapers), and
+    says so; every other scenario runs as written, with no reaper process."""
+    assert stops_every_worker() == {"lone-worker-frozen", "all-workers-frozen"}
+    planned = {run.entry.name: run for run in
+               plan_battery(Target.from_file(BULLMQ_SCENARIO, None), seeds=1)}
+    standalone = ["node", "worker.js", "--stalled-checks-only"]
+    for name, run in planned.items():
+        if name in stops_every_worker():
+            assert run.scenario is not None and run.scenario.sut.reaper == standalone
+            assert run.adapted and "stop every worker at once" in run.adapted
+            assert "BullMQ's workers are its only stalled checkers" in run.adapted
+            assert len(run.scenario.reaper_names) == run.scenario.topology.reapers
+        elif run.scenario is not None:
+            assert run.scenario.sut.reaper == "none" and run.scenario.reaper_names == []
+            assert run.adapted is None
+    assert planned["all-workers-frozen"].scenario.reaper_names == ["reaper-1", "reaper-2"]
+
+
+def test_without_a_standalone_reaper_such_a_scenario_is_not_applicable_with_its_reason(
+        tmp_path: Path):
+    text = BULLMQ_SCENARIO.read_text().replace(
+        'cwd = "../../sut/bullmq"', f'cwd = "{ROOT / "sut" / "bullmq"}"')
+    path = tmp_path / "bullmq.toml"
+    path.write_text("\n".join(line for line in text.splitlines()
+                              if not line.startswith("standalone_reaper")))
+    planned = {run.entry.name: run for run in plan_battery(Target.from_file(path, None), 1)}
+    for name in stops_every_worker():
+        assert planned[name].scenario is None
+        assert "stop every worker at once" in (planned[name].skipped or "")
+        assert "standalone_reaper" in (planned[name].skipped or "")
+    result = CertifyResult("bullmq", "sound", 1, [made_up("slow-link")],
+                           {run.entry.name: run.skipped for run in planned.values()
+                            if run.skipped})
+    assert "lone-worker-frozen          n/a: its faults stop every worker at once" in table(result)
+    assert BY_KEY["complete-skips-active"].scenarios == ("lone-worker-frozen",
+                                                         "all-workers-frozen")
+    found = {finding.bug.key: finding.status for finding in result.findings()}
+    assert found["complete-skips-active"] == "not applicable"
+
+
+def test_the_fit_is_the_familys_not_the_dialects():
+    """Any SUT whose workers reap is fitted the same way (here the EchoMQ-contract example
+    with its reaper turned off); a queue with a reaper process, and the reference queue's
+    no-reaper variant (its missing reaper is the bug), run every scenario as written."""
+    echomq_reaping = {run.entry.name: run for run in plan_battery(
+        Target.from_file(ECHOMQ_SCENARIO, None), 1, overrides=['sut.reaper="none"'])}
+    for name in stops_every_worker():
+        assert "its workers reap (sut.reaper = 'none')" in (echomq_reaping[name].skipped or "")
+    given = {run.entry.name: run for run in plan_battery(
+        Target.from_file(ECHOMQ_SCENARIO, None), 1,
+        overrides=['sut.reaper="none"', 'sut.standalone_reaper=["node", "sut.js", "reaper"]'])}
+    assert given["lone-worker-frozen"].scenario.sut.reaper == ["node", "sut.js", "reaper"]
+    for target in (Target.from_file(ECHOMQ_SCENARIO, None), Target.reference(None),
+                   Target.reference("no-reaper")):
+        assert not any(run.adapted for run in plan_battery(target, 1))
+    # what was certified is named with the --set every scenario got
+    assert Target.reference(None).with_overrides(["seed=5", "topology.heartbeat_ms=0"]).label \
+        .endswith("every scenario with --set seed=5, --set topology.heartbeat_ms=0")
+
+
 # --- bad input -----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("args", "named"), [
@@ -221,3 +293,29 @@ def test_the_node_example_passes_and_its_broken_switch_is_caught(tmp_path: Path)
     report = json.loads((Path(run["run_dir"]) / "report.json").read_text())
     assert report["history_recorder"]["source"] == "monitor"
     assert processes_in(NODE_SUT.resolve()) == []
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(bool(BULLMQ_MISSING), reason=BULLMQ_MISSING)
+def test_sound_bullmq_with_its_only_worker_frozen_passes_through_its_standalone_checker(
+        tmp_path: Path):
+    """Real BullMQ, its lone worker frozen past its lock: without a reaper beside it nothing
+    returned the job and the sound queue failed reap_prompt; with the standalone stalled
+    checker the job is returned while the worker is frozen, and the worker's stale renewals and
+    finish land between that return and the re-claim, and are refused."""
+    out = tmp_path / "certify"
+    result = certify(str(BULLMQ_SCENARIO), "--only", "lone-worker-frozen", "--out", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr[-3000:]
+    summary, _ = read_summary(out)
+    assert "stop every worker at once" in summary["adapted"]["lone-worker-frozen"]
+    assert "adapted to this queue:" in result.stdout
+    (run,) = summary["runs"]
+    events = [json.loads(line) for line in
+              (Path(run["run_dir"]) / "history-monitor.jsonl").read_text().splitlines()]
+    (reap,) = [index for index, event in enumerate(events) if event["type"] == "reap"]
+    assert events[reap]["conn"] == "reaper" and events[reap]["worker"] == "worker-1"
+    reclaim = next(index for index, event in enumerate(events)
+                   if event["type"] == "claim" and event["attempt"] == "2")
+    assert {event["type"] for event in events[reap + 1:reclaim]
+            if event.get("worker") == "worker-1"} >= {"extend_rejected", "complete_rejected"}
+    assert processes_in((ROOT / "sut" / "bullmq").resolve()) == []

@@ -338,3 +338,17 @@ def test_each_family_says_which_processes_promise_a_cadence(path: str, overrides
     scenario = load_scenario(ROOT / path, overrides)
     family = family_for(scenario, QueueKeys(scenario.valkey.prefix, scenario.valkey.queue))
     assert family.sweepers == sweepers
+
+
+def test_bullmqs_standalone_stalled_checkers_promise_the_same_cadence():
+    """Where certify runs BullMQ with its standalone stalled checkers beside the frozen workers
+    (docs/certify.md), each runs the same stalled-check timer as a worker, and is judged so."""
+    from chaos.tools.certify import Target, plan_battery
+
+    planned = {run.entry.name: run.scenario for run in plan_battery(
+        Target.from_file(ROOT / "scenarios" / "bullmq" / "kill-worker.toml", None), 1,
+        only=["all-workers-frozen"])}
+    scenario = planned["all-workers-frozen"]
+    assert scenario is not None
+    family = family_for(scenario, QueueKeys(scenario.valkey.prefix, scenario.valkey.queue))
+    assert family.sweepers == ("worker-1", "worker-2", "reaper-1", "reaper-2")

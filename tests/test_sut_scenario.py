@@ -81,6 +81,9 @@ def test_what_a_foreign_sut_cannot_honour_is_named(tmp_path: Path, extra: str, e
     ('image = "me/w:1"\n', "image = 'me/w:1'"),
     ('workers = ["w"]\nstart_timeout_s = 0\n', "sut.start_timeout_s = 0"),
     ('workers = ["w"]\nreaper = "sometimes"\n', "sut.reaper"),
+    ('workers = ["w"]\nstandalone_reaper = ["w", "--reap"]\n',
+     r"standalone_reaper = \['w', '--reap'\]: for a queue whose workers reap"),
+    ('workers = ["w"]\nreaper = "none"\nstandalone_reaper = ["w", "{id}"]\n', "placeholders"),
 ])
 def test_bad_sut_sections_are_named(tmp_path: Path, sut: str, expected: str):
     with pytest.raises(ScenarioError, match=expected):
@@ -94,6 +97,40 @@ def test_cli_validate_exits_2_on_a_refused_fault(tmp_path: Path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "cpu_hog" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_standalone_reaper_is_kept_for_certify_and_started_by_no_run(tmp_path: Path):
+    scenario = load_scenario(write(tmp_path, FOREIGN + 'reaper = "none"\n'
+                                   'standalone_reaper = ["node", "worker.js", "--reap-only"]\n'))
+    assert scenario.sut.standalone_reaper == ["node", "worker.js", "--reap-only"]
+    assert scenario.reaper_names == []  # a run of the scenario itself starts no reaper
+
+
+PAUSE = '[[faults]]\nkind = "pause"\ntarget = {target}\nat_ms = {at}\nduration_ms = {ms}\n'
+KILL = '[[faults]]\nkind = "kill"\ntarget = {target}\nat_ms = {at}\n'
+LATENCY = ('[[faults]]\nkind = "latency"\ntarget = {target}\nat_ms = {at}\nduration_ms = {ms}\n'
+           'latency_ms = 500\n')
+
+
+@pytest.mark.parametrize(("workers", "faults", "every_worker"), [
+    (1, [PAUSE.format(target='"holding_oldest_lease"', at=0, ms=2000)], True),
+    (2, [PAUSE.format(target='"worker-1"', at=0, ms=2000),
+         PAUSE.format(target='"worker-2"', at=500, ms=2000)], True),
+    (2, [PAUSE.format(target='"worker-1"', at=0, ms=400),  # one after the other
+         PAUSE.format(target='"worker-2"', at=500, ms=2000)], False),
+    (2, [PAUSE.format(target='"worker-1"', at=0, ms=2000),  # the same worker twice
+         PAUSE.format(target='"worker-1"', at=500, ms=1000)], False),
+    (3, [KILL.format(target="{ random = 2 }", at=0),  # a kill lasts to the end
+         PAUSE.format(target='"holding_oldest_lease"', at=2500, ms=100)], True),
+    (6, [KILL.format(target="{ random = 3 }", at=200),
+         KILL.format(target="{ random = 1 }", at=1700)], False),
+    (1, [LATENCY.format(target='"worker-1"', at=0, ms=2000)], False),  # slowed, not cut off
+])
+def test_whether_the_faults_may_stop_every_worker_at_once(tmp_path: Path, workers: int,
+                                                          faults: list[str], every_worker: bool):
+    text = (f'name = "t"\n[topology]\nworkers = {workers}\n[phases]\nchaos_ms = 3000\n'
+            + "".join(faults))
+    assert load_scenario(write(tmp_path, text)).may_cut_off_every_worker() is every_worker
 
 
 # The real EchoMQ's contract, as a scenario gives it (docs/echomq.md): the default user, emq: keys.

@@ -7,6 +7,9 @@ chosen once per run (docs/design.md §5). A family brings
     lease holders    who holds the oldest live lease (the ``holding_oldest_lease`` target)
     sweepers         the processes it promises sweep at least every reap interval, whose
                      cadence the checker judges (``reap_cadence``; the run event's ``sweepers``)
+    battery fit      how a scenario of certify's battery fits the queue: as written, adapted
+                     (a queue whose workers are its only reapers gets a standalone reaper
+                     where every worker is stopped at once), or not at all, with the reason
 
 and the checker's recovery-bound model is named by the run event's ``dialect``
 (``chaos.check.verdict.CheckConfig``). The runner never asks which queue it runs: a fourth
@@ -21,6 +24,7 @@ family is one more module here and one more name in ``family_for``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +38,17 @@ from chaos.runtime.base import RuntimeBase
 from chaos.scenario.model import Load, Scenario
 
 FAMILIES = ("reference", "echomq", "bullmq")
+
+
+@dataclass(frozen=True)
+class BatteryFit:
+    """How one scenario of certify's battery fits a queue: ``scenario`` as it runs (None: it
+    cannot), ``adapted`` how it was changed for this queue and why, ``not_applicable`` why it
+    cannot run."""
+
+    scenario: Scenario | None
+    adapted: str | None = None
+    not_applicable: str | None = None
 
 
 class QueueFamily:
@@ -101,6 +116,37 @@ class QueueFamily:
         """Waiting jobs less those the reaper returned (a recovered job is scored 0, so it
         goes first): what grows when the pool cannot keep up with new load (capacity)."""
         return int(queue.client.zcount(queue.keys.pending, "(0", "+inf"))
+
+    def reaping_workers(self) -> str | None:
+        """Why the workers are the queue's reapers when it runs no reaper process (None:
+        they are not; the reference queue's reaper is a process of its own, and ``no-reaper``
+        runs none on purpose)."""
+        sut = self.scenario.sut
+        if sut.foreign and sut.reaper == "none":
+            return "its workers reap (sut.reaper = 'none')"
+        return None
+
+    def battery_fit(self) -> BatteryFit:
+        """This family's run of a battery scenario (``self.scenario``, the SUT's parts merged
+        in). A scenario that stops every worker at once must still leave a reaper running, or
+        nothing could recover a lease however sound the queue: where the workers are the only
+        reapers, the SUT's standalone reaper (``[sut] standalone_reaper``) runs beside them as
+        the scenario's reaper(s), and without one the scenario is not applicable."""
+        scenario = self.scenario
+        reaping = self.reaping_workers()
+        if scenario.reaper_names or reaping is None or not scenario.may_cut_off_every_worker():
+            return BatteryFit(scenario)
+        why = f"its faults stop every worker at once, and {reaping}"
+        standalone = scenario.sut.standalone_reaper
+        if standalone is None:
+            return BatteryFit(None, not_applicable=(
+                f"{why}: nothing could recover a lease, however sound the queue (give [sut] "
+                "standalone_reaper, a process of the queue that only reaps)"))
+        sut = scenario.sut.model_copy(update={"reaper": standalone, "standalone_reaper": None})
+        count = scenario.topology.reapers
+        return BatteryFit(scenario.model_copy(update={"sut": sut}), adapted=(
+            f"{why}: {count} standalone reaper{'s' if count > 1 else ''} "
+            f"({' '.join(standalone)}) beside them"))
 
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
         """What the nemesis records through and asks for the oldest leases' holders

@@ -56,8 +56,9 @@ class BullMQFamily(QueueFamily):
     @property
     def sweepers(self) -> tuple[str, ...]:
         """Every worker: each runs its own stalled-check timer, a stalledInterval after its
-        previous attempt (ran or turned away by the shared key: docs/bullmq.md)."""
-        return tuple(self.scenario.worker_names)
+        previous attempt (ran or turned away by the shared key: docs/bullmq.md); and a
+        standalone checker where one runs as the reaper (certify's fit): the same timer."""
+        return tuple(self.scenario.worker_names) + tuple(self.scenario.reaper_names)
 
     def backlog(self, queue: QueueClient) -> tuple[int, int]:
         return backlog(queue.client, self.keys.prefix, self.keys.queue)
@@ -65,6 +66,9 @@ class BullMQFamily(QueueFamily):
     def fresh_backlog(self, queue: QueueClient) -> int:
         """BullMQ puts a stalled job back on its wait list like a new one: every waiting job."""
         return self.backlog(queue)[0]
+
+    def reaping_workers(self) -> str:
+        return "BullMQ's workers are its only stalled checkers (it has no reaper)"
 
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
         return BullMQFaultHistory(queue, queue.client, self.keys.prefix, self.keys.queue)

@@ -33,7 +33,9 @@ def describe_plan(scenario: Scenario) -> str:
          + (f"in a {topo.heartbeat}" if topo.effective_heartbeat_ms else "off")
          if not scenario.sut.foreign else
          f"  sut       workers {' '.join(scenario.sut.workers or [])}, reaper "
-         f"{' '.join(scenario.sut.own_reaper or [str(scenario.sut.reaper)])} ("
+         f"{' '.join(scenario.sut.own_reaper or [str(scenario.sut.reaper)])}"
+         + (f", standalone reaper for certify {' '.join(scenario.sut.standalone_reaper)}"
+            if scenario.sut.standalone_reaper else "") + " ("
          + (f"image {scenario.sut.image}" if scenario.runtime == "docker" and scenario.sut.image
             else f"in {scenario.sut.cwd}")
          + f"), history {scenario.history.source}"

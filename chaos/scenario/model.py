@@ -612,6 +612,32 @@ class Scenario(Strict):
             return self.proxied_names
         return workers
 
+    def may_cut_off_every_worker(self) -> bool:
+        """May the faults, at some instant, leave no worker able to act (every one killed,
+        frozen or cut off at once)? A fault aimed by name counts that worker, one aimed at the
+        oldest lease's holder one worker, ``{random = k}`` k of them; a kill lasts to the end,
+        a fault with no duration to the end of the chaos phase."""
+        spans: list[tuple[int, float, str | None, int]] = []  # start, end, by name, how many
+        for fault in self.faults:
+            if fault.is_store or not fault.cuts_off():
+                continue
+            starts = [fault.at_ms] if fault.every_ms is None else \
+                range(fault.at_ms, self.phases.chaos_ms, fault.every_ms)
+            for start in starts:
+                end = start + fault.duration_ms if fault.duration_ms else float("inf")
+                if isinstance(fault.target, str) and fault.target != HOLDING_OLDEST_LEASE:
+                    spans.append((start, end, fault.target, 1))
+                else:
+                    count = 1 if isinstance(fault.target, str) else fault.target.random
+                    spans.append((start, end, None, count))
+        workers = set(self.worker_names)
+        for instant, _, _, _ in spans:
+            held = [(name, count) for start, end, name, count in spans if start <= instant < end]
+            named = {name for name, _ in held if name in workers}
+            if len(named) + sum(count for name, count in held if name is None) >= len(workers):
+                return True
+        return False
+
     @property
     def recovery_bound_ms(self) -> int:
         lease, interval = self.topology.lease_ms, self.topology.reap_interval_ms

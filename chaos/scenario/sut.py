@@ -45,6 +45,11 @@ class Sut(Strict):
     # from its own working directory (cwd is the host's); the local runtime ignores it.
     image: str | None = None
     reaper: Literal["builtin", "none"] | Argv = "builtin"
+    # A queue whose workers reap (reaper = "none"): a command of the same queue that only
+    # reaps and takes no job (BullMQ: a Worker that only runs stalled checks). A run never
+    # starts it; certify runs it as the reaper of a battery scenario that stops every worker at
+    # once, where otherwise nothing could recover a lease (docs/certify.md).
+    standalone_reaper: Argv | None = None
     dialect: SutDialect = "echomq"
     # How its processes log in: ``own-user``, each with an ACL user of its own named after it
     # (the recorder knows each call's process by it); ``default``, as the ``default`` user with
@@ -68,7 +73,8 @@ class Sut(Strict):
             raise ValueError(f"image = {self.image!r}: the image runs the SUT's commands; set "
                              "workers = [argv...] (and reaper) too")
         for label, argv in (("workers", self.workers),
-                            ("reaper", self.reaper if isinstance(self.reaper, list) else None)):
+                            ("reaper", self.reaper if isinstance(self.reaper, list) else None),
+                            ("standalone_reaper", self.standalone_reaper)):
             for part in argv or []:
                 stray = part.replace("{name}", "").replace("{index}", "")
                 if "{" in stray or "}" in stray:
@@ -81,6 +87,10 @@ class Sut(Strict):
         if self.workers is None and self.reaper != "builtin":
             raise ValueError(f"reaper = {self.reaper!r}: the reference workers run with the "
                              "built-in reaper; set workers = [argv...] for a SUT of your own")
+        if self.standalone_reaper is not None and self.reaper != "none":
+            raise ValueError(f"standalone_reaper = {self.standalone_reaper!r}: for a queue "
+                             "whose workers reap (reaper = 'none'); this one's reaper is "
+                             f"{self.reaper!r}")
         return self
 
     @property

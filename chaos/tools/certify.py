@@ -7,6 +7,13 @@ queue when no file is given (``--protocol NAME``: one of its broken variants). T
 phases, faults, checks. Each of its scenarios reaches one fence by construction, not by chance;
 the ones that only make a bug likely (``seeded``) run once per seed of ``--seeds``.
 
+Each battery scenario is fitted to the queue by its family (``chaos.family``, chosen once per
+scenario): where a queue's workers are its only reapers and a scenario stops every worker at once,
+the queue's standalone reaper runs beside them, or the scenario is not applicable; a scenario
+whose fault the queue cannot take (one the reference worker carries out on itself, one aimed at
+a reaper the queue does not run) is not applicable either. Every such scenario is tabled with
+its reason, never dropped.
+
 ``BUG_CLASSES`` is the static map from a class of bug to the battery scenarios built to reach
 it and the invariants that see it (docs/certify.md prints the same table). certify prints, per
 class, what each of those scenarios found, seed by seed, and exits as ``run`` does for a suite:
@@ -18,12 +25,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TextIO
 
 from chaos.errors import EXIT_ABORTED, EXIT_CHECKER, EXIT_FAIL, EXIT_PASS, EXIT_UNKNOWN
+from chaos.family import family_for
 from chaos.names import INVARIANTS, PROTOCOLS
+from chaos.protocol.client import QueueKeys
 from chaos.run.runner import RunResult, run_scenario
 from chaos.run.suite import worst_exit_code
 from chaos.scenario.loading import (
@@ -84,8 +93,8 @@ class BugClass:
 
 
 BUG_CLASSES: tuple[BugClass, ...] = (
-    BugClass("stale-finish", "unfenced complete / stale finish",
-             ("exclusive_lease", "no_double_completion"),
+    BugClass("stale-finish", "unfenced complete / stale finish / a token handed out twice",
+             ("exclusive_lease", "no_double_completion", "attempts_monotonic"),
              ("stale-finish-during-rework", "lone-worker-frozen", "all-workers-frozen"),
              ("unfenced-complete", "reused-token")),
     BugClass("complete-skips-active", "complete that skips the active check",
@@ -109,8 +118,8 @@ BUG_CLASSES: tuple[BugClass, ...] = (
              ("reap_cadence",),
              ("staggered-lapses", "long-handlers"),
              ("sparse-reaper", "idle-backoff-reaper")),
-    BugClass("non-renewing", "non-renewing worker",
-             ("needless_limit",),
+    BugClass("non-renewing", "non-renewing worker, or its live lease's renewal refused",
+             ("needless_limit", "live_lease_honoured"),
              ("long-handlers",),
              ()),
     BugClass("premature-reap", "premature reap (or a lease granted short or padded)",
@@ -159,6 +168,14 @@ class Target:
             return bool(self.parts["sut"]["reaper"] != "none")
         return self.protocol != "no-reaper"
 
+    def with_overrides(self, overrides: Sequence[str]) -> Target:
+        """The same queue, its label naming the ``--set`` every battery scenario gets (another
+        ``sut.workers``: what was certified is not the file's alone)."""
+        if not overrides:
+            return self
+        return replace(self, label=f"{self.label}, every scenario with --set "
+                                   + ", --set ".join(overrides))
+
     @classmethod
     def reference(cls, protocol: str | None) -> Target:
         protocol = protocol or "sound"
@@ -189,7 +206,9 @@ class Target:
                            if dumped["valkey"][name] is not None}
         reaper = scenario.sut.reaper if isinstance(scenario.sut.reaper, str) else \
             " ".join(scenario.sut.reaper)
-        label = (f"{path} [sut]: {' '.join(scenario.sut.workers or [])} (reaper {reaper}, "
+        standalone = scenario.sut.standalone_reaper
+        label = (f"{path} [sut]: {' '.join(scenario.sut.workers or [])} (reaper {reaper}"
+                 f"{', standalone reaper ' + ' '.join(standalone) if standalone else ''}, "
                  f"dialect {scenario.sut.dialect}, login {scenario.sut.login}, "
                  f"cwd {scenario.sut.cwd})")
         return cls(label, True, "sound", parts)
@@ -237,6 +256,7 @@ class PlannedRun:
     scenario: Scenario | None  # None: not applicable to this target
     seeds: tuple[int, ...]
     skipped: str | None = None  # why not applicable
+    adapted: str | None = None  # how the queue's family changed it, and why
 
 
 def plan_battery(target: Target, seeds: int, only: Sequence[str] | None = None,
@@ -259,10 +279,16 @@ def plan_battery(target: Target, seeds: int, only: Sequence[str] | None = None,
         if why is not None:
             planned.append(PlannedRun(entry, None, (), why))
             continue
-        scenario = battery_scenario(path, target, list(overrides))
+        merged = battery_scenario(path, target, list(overrides))
+        fit = family_for(merged, QueueKeys(merged.valkey.prefix, merged.valkey.queue)) \
+            .battery_fit()
+        if fit.scenario is None:
+            planned.append(PlannedRun(entry, None, (), fit.not_applicable))
+            continue
         count = seeds if entry.seeded else 1
-        planned.append(PlannedRun(entry, scenario,
-                                  tuple(scenario.seed + k for k in range(count))))
+        planned.append(PlannedRun(entry, fit.scenario,
+                                  tuple(fit.scenario.seed + k for k in range(count)),
+                                  adapted=fit.adapted))
     if not any(run.scenario is not None for run in planned):
         raise ScenarioError(f"nothing to run: no battery scenario chosen can run against "
                             f"{target.label} (" + "; ".join(f"{run.entry.name}: {run.skipped}"
@@ -345,6 +371,7 @@ class CertifyResult:
     seeds: int
     runs: list[CertifyRun] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # scenario -> why not applicable
+    adapted: dict[str, str] = field(default_factory=dict)  # scenario -> how, for this queue
     planned: list[str] = field(default_factory=list)  # scenarios chosen to run
     aborted: bool = False
 
@@ -368,7 +395,7 @@ class CertifyResult:
         return {"schema": 1, "target": self.target, "protocol": self.protocol,
                 "seeds": self.seeds, "verdict": self.word, "exit_code": self.exit_code,
                 "aborted": self.aborted, "planned": self.planned,
-                "not_applicable": self.skipped,
+                "not_applicable": self.skipped, "adapted": self.adapted,
                 "runs": [asdict(run) for run in self.runs],
                 "classes": [finding.as_dict() for finding in self.findings()]}
 
@@ -393,6 +420,8 @@ def certify(planned: Sequence[PlannedRun], target: Target, seeds: int, out: Path
     result = CertifyResult(target.label, target.protocol, seeds,
                            skipped={run.entry.name: run.skipped for run in planned
                                     if run.skipped is not None},
+                           adapted={run.entry.name: run.adapted for run in planned
+                                    if run.adapted is not None},
                            planned=[run.entry.name for run in planned if run.scenario])
     jobs = [(run.entry.name, run.scenario.model_copy(update={"seed": seed}))
             for run in planned if run.scenario is not None for seed in run.seeds]
@@ -455,6 +484,9 @@ def table(result: CertifyResult) -> str:
             for run in result.runs]
     rows += [(name, "-", f"n/a: {why}", "-", "-") for name, why in result.skipped.items()]
     lines += _columns(("scenario", "seed", "verdict", "wall", "run directory"), rows)
+    if result.adapted:
+        lines += ["", "adapted to this queue:"]
+        lines += [f"  {name}: {how}" for name, how in result.adapted.items()]
     lines += ["", "bug classes (what the scenarios built for each found):"]
     width = max(len(name) for name in _BY_NAME)
     for finding in result.findings():

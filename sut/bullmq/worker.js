@@ -25,6 +25,11 @@
 //                             shared-token        every worker hands out one lock token for
 //                                                 every job it fetches
 //                             unexpiring-renewal  extendLocks sets the lock without its PX
+//   --stalled-checks-only   a Worker that takes no job and only runs the stalled check every
+//                           stalledInterval (BullMQ's own startStalledCheckTimer, the "manually
+//                           fetching jobs" pattern): the process certify starts beside the
+//                           workers where a scenario freezes every one of them ([sut]
+//                           standalone_reaper, docs/certify.md); a broken variant applies to it too
 // A job's data is {"handler_ms": <int>, "crash": <bool>, "pad": "..."}: the handler sleeps
 // handler_ms, or SIGKILLs its own process when crash is true (a poison pill); with
 // "fail_attempts": N it throws on the job's first N attempts (BullMQ retries it, given attempts).
@@ -121,8 +126,10 @@ function main() {
     fail(`CHAOS_BULLMQ_BREAK=${JSON.stringify(broken)}: expected one of ${BREAKS.join(', ')}`);
   }
   breakScripts(broken);
+  const checksOnly = process.argv.includes('--stalled-checks-only');
 
-  const worker = new Worker(queue, handle, {
+  // No processor: the worker never fetches a job, and runs only what is started below.
+  const worker = new Worker(queue, checksOnly ? null : handle, {
     // connectionName: CLIENT SETNAME, so the recorder can attribute calls by name as well as
     // by the URL's ACL user. maxRetriesPerRequest null: BullMQ's requirement for a Worker.
     connection: { url, connectionName: name, maxRetriesPerRequest: null },
@@ -144,7 +151,11 @@ function main() {
     const fetch = worker._getNextJob.bind(worker);
     worker._getNextJob = (token, options) => fetch(SHARED_TOKEN, options);
   }
-  worker.run().catch(error => worker.emit('error', error)); // as BullMQ's own autorun does
+  if (checksOnly) {
+    worker.startStalledCheckTimer().catch(error => worker.emit('error', error));
+  } else {
+    worker.run().catch(error => worker.emit('error', error)); // as BullMQ's own autorun does
+  }
   const stop = () => worker.close().then(() => process.exit(0), () => process.exit(1));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
