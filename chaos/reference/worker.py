@@ -189,8 +189,10 @@ class Worker:
         if hold is None or not self.config.control_file:
             return
         duration_ms, fault_id = hold
-        Path(self.config.control_file + CLAIM_GAP_SUFFIX).write_text(fault_id)
+        # Said in the log before the file: the runtime kills on seeing the file, and the log
+        # line naming the held job is the evidence of what the kill lost.
         log.info("in the claim gap of %s for %d ms (fault %s)", job_id, duration_ms, fault_id)
+        Path(self.config.control_file + CLAIM_GAP_SUFFIX).write_text(fault_id)
         time.sleep(duration_ms / 1000)
 
     def _drop(self, job_id: str, attempt: int) -> None:
