@@ -25,7 +25,7 @@ from chaos.protocol.client import SENTINEL_SCHEME
 from chaos.runtime import sockets
 from chaos.runtime.base import Child, RuntimeBase, StoreFault, signal_child, signal_group
 from chaos.runtime.forkserver import ForkServer, ForkServerError, Member, adopt_spare
-from chaos.runtime.pids import forget_process, record_process
+from chaos.runtime.pids import forget_process, group_members, process_state, record_process
 from chaos.runtime.sentinel_watch import SentinelWatch, wait_for_replica
 from chaos.runtime.valkey import (
     SENTINEL_SERVICE,
@@ -289,6 +289,7 @@ class LocalRuntime(RuntimeBase):
         child = self.children[name]
         signal_group(child.process, signal.SIGSTOP)
         child.paused = True
+        wait_stopped(child.process.pid)
 
     def resume(self, name: str) -> None:
         child = self.children[name]
@@ -347,3 +348,18 @@ class LocalRuntime(RuntimeBase):
         if self.forkserver is not None:
             self.forkserver.kill_now()
 
+
+# How long a pause waits for its group to be stopped (the kernel stops a process running on
+# another core at its next interrupt; on a loaded machine that is not at once).
+STOP_WAIT_S = 2.0
+
+
+def wait_stopped(group: int) -> None:
+    """Return once every process of ``group`` is stopped (or gone), so nothing the test or the
+    nemesis does after a pause can be seen by the paused worker: without it, a job enqueued
+    right after pausing every worker was claimed by one not yet stopped."""
+    deadline = time.monotonic() + STOP_WAIT_S
+    while time.monotonic() < deadline:
+        if all(process_state(pid) in (None, "T", "t") for pid in group_members(group)):
+            return
+        time.sleep(0.001)

@@ -56,6 +56,18 @@ def process_group(pid: int) -> int | None:
     return int(fields[2]) if fields else None  # field 5
 
 
+def process_state(pid: int) -> str | None:
+    """The one-letter state of a live process (``T``: stopped), None once it is gone."""
+    fields = _stat_fields(pid)
+    return fields[0] if fields else None
+
+
+def group_members(group: int) -> list[int]:
+    """Every live process in process group ``group``."""
+    return [int(entry.name) for entry in Path("/proc").iterdir()
+            if entry.name.isdigit() and process_group(int(entry.name)) == group]
+
+
 def boot_id() -> str:
     try:
         return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
@@ -113,10 +125,7 @@ def leftovers(record: PidRecord) -> list[int]:
     leader_ticks = start_ticks(record.pid)
     if leader_ticks is not None and leader_ticks != record.start_ticks:
         return []
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and process_group(int(entry.name)) == record.pid:
-            found.append(int(entry.name))
+    found = group_members(record.pid)
     if leader_ticks is not None and record.pid not in found:
         found.append(record.pid)  # alive but moved to another group: still ours
     return sorted(found)
