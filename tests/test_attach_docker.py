@@ -65,7 +65,8 @@ PLACEMENT = {"worker-1": ("a", "name"), "worker-2": ("b", "labels"),
 @pytest.fixture(scope="module")
 def engines(engine: docker.DockerClient) -> Iterator[dict[str, tuple[str, docker.DockerClient]]]:
     """{"a": this machine's engine, "b": a second dockerd started here}, each (url, client);
-    both hold the Node example's image."""
+    the first runs the Node example's image, the second an image of the merged-/usr links
+    only (``host_usr_rootfs``), the program bind-mounted from this host."""
     image = find_image(engine, NODE_IMAGE)
     if image is None:
         unavailable(f"no image {NODE_IMAGE} (echomq-chaos images build makes it, with node "

@@ -1,5 +1,6 @@
 """The mutant zoo, end to end: every broken protocol variant is caught by the invariant its
-scenario names, and the sound protocol passes the very same scenario on several seeds.
+scenario names, and the sound protocol passes the very same scenario (one seed here; many
+under `selftest --repeat`).
 
 A sound run that fails here is a false positive of the checker (or a bug in the toolkit), never
 something to retry: the verdict is only worth having if both directions hold.

@@ -40,7 +40,7 @@ from chaos.network.client import ToxiproxyServerInfo
 from chaos.protocol.client import QueueClient
 from chaos.runtime.base import RuntimeBase
 from chaos.runtime.drivers import ActionLog, CommandDriver, DockerDriver, Driver, Engines
-from chaos.runtime.pids import PID_DIR, RUNNER, is_alive, read_record
+from chaos.runtime.pids import PID_DIR, RUNNER, dirs_at, is_alive, read_record
 from chaos.scenario.attach import Attach
 
 JOURNAL = "attach.json"
@@ -383,8 +383,7 @@ def undo_left_behind(root: Path) -> list[str]:
     did not work. A member a kill took down is named, not restarted (the deployment's own
     business, as ``restart_killed`` would have done it). Returns one line per thing done."""
     done: list[str] = []
-    candidates = [root, *sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []
-    for run_dir in candidates:
+    for run_dir in dirs_at(root):
         journal_path = run_dir / JOURNAL
         runner = read_record(run_dir / PID_DIR / f"{RUNNER}.json")
         if not journal_path.exists() or (runner is not None and is_alive(runner)):

@@ -136,10 +136,14 @@ def _kill(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)  # SIGKILL also ends a stopped (paused) process
 
 
+def dirs_at(root: Path) -> list[Path]:
+    """``root`` and every directory directly under it: where run directories may be."""
+    return [root, *sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []
+
+
 def run_dirs_under(root: Path) -> list[Path]:
     """``root`` itself if it is a run directory, and every run directory directly under it."""
-    candidates = [root, *sorted(p for p in root.iterdir() if p.is_dir())] if root.is_dir() else []
-    return [path for path in candidates if (path / PID_DIR).is_dir()]
+    return [path for path in dirs_at(root) if (path / PID_DIR).is_dir()]
 
 
 def clean_processes(root: Path,
