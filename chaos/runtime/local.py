@@ -358,8 +358,9 @@ def wait_stopped(group: int) -> None:
     """Return once every process of ``group`` is stopped (or gone), so nothing the test or the
     nemesis does after a pause can be seen by the paused worker: without it, a job enqueued
     right after pausing every worker was claimed by one not yet stopped."""
+    members = group_members(group)  # once: a stopping group forks nothing new
     deadline = time.monotonic() + STOP_WAIT_S
     while time.monotonic() < deadline:
-        if all(process_state(pid) in (None, "T", "t") for pid in group_members(group)):
+        if all(process_state(pid) in (None, "T", "t") for pid in members):
             return
         time.sleep(0.001)
