@@ -64,6 +64,13 @@ kind = "kill"
 target = "holding_oldest_lease"
 at_ms = 300
 """
+PARTITION = timing(2800) + """
+[[faults]]
+kind = "partition"
+target = "worker-3"
+at_ms = 300
+duration_ms = 2000
+"""
 
 
 def scenario_file(path: Path, name: str, url: str, queue: str, members: str, faults: str,

@@ -9,6 +9,7 @@ frozen. The scenario checks and `--dry-run` need no server."""
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -22,6 +23,7 @@ from attach_support import (
     KILL,
     MEMBERS,
     NODE_SUT,
+    PARTITION,
     PAUSE,
     PREFIX,
     actions,
@@ -105,6 +107,11 @@ class Processes:
                 stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                 start_new_session=True, preexec_fn=die_with_parent)
 
+    def restart(self, name: str) -> None:
+        """Start a member again (as its supervisor would after a kill), a new process."""
+        self.start(name, {k: v for k, v in os.environ.items() if k != "ECHOMQ_VALKEY_PASSWORD"})
+        wait_until(self.connected, f"{name} connected again")
+
     def connected(self) -> bool:
         users = {client.get("user") for client in self.admin.client_list()}
         return all(name in users for name in self.processes)
@@ -115,7 +122,8 @@ class Processes:
     def members(self, names: tuple[str, ...] = MEMBERS) -> str:
         return "".join(f'[[attach.members]]\nname = "{name}"\nrole = '
                        f'"{"reaper" if name == "reaper" else "worker"}"\ndriver = "command"\n'
-                       f'values = {{ pid = "{self.pid(name)}" }}\n' for name in names)
+                       f'values = {{ pid = "{self.pid(name)}", user = "{name}" }}\n'
+                       for name in names)
 
     def states(self) -> dict[str, str]:
         return {name: process_state(process.pid) for name, process in self.processes.items()}
@@ -306,46 +314,81 @@ def test_a_consumer_not_named_and_a_member_gone_quiet_are_refused(
 
 # --- real runs: pause, then kill (a second run on what the first left), the broken SUT --------
 
-def test_attached_processes_pass_a_pause_then_a_kill_and_are_left_as_found(
-        deploy: Callable[..., Processes], tmp_path: Path):
-    deployment = deploy("attached")
-    pause = scenario_file(tmp_path / "pause.toml", "attach-pause", deployment.url, "attached",
-                          deployment.members(), PAUSE, COMMANDS)
-    done = run_cli("run", str(pause), "--out", str(tmp_path / "pause"),
-                   password=deployment.server.password)
-    print(figures(done))
-    assert done.returncode == 0, done.stderr[-3000:]
-    run_dir = tmp_path / "pause"
-    assert [(a["action"], a["how"]) for a in actions(run_dir)] == [
-        ("pause", f"kill -STOP {deployment.pid('worker-2')}"),
-        ("resume", f"kill -CONT {deployment.pid('worker-2')}")]
-    nothing_left_applied(run_dir)
-    assert set(deployment.states().values()) <= {"S", "R"}  # nothing frozen, nothing dead
-    seen = report(run_dir)
-    assert seen["run"]["runtime"]["kind"] == "attach"
-    assert seen["run"]["sut"]["attached"][0] == "worker-1 (worker, command)"
-    assert seen["history_recorder"]["health"]["unattributed_calls"] == 0
-    assert seen["stranded_lease_count"] >= 1
+# A partition of a plain process: its ACL user loses every command (its calls fail, it stays
+# alive and connected) until healed; run by the command driver as any user's script would be.
+CUT_SCRIPT = """import sys, redis
+client = redis.Redis.from_url(sys.argv[1], password=open(sys.argv[2]).read())
+client.execute_command("ACL", "SETUSER", sys.argv[4], "-@all" if sys.argv[3] == "cut" else "+@all")
+"""
 
-    # A second run finds nothing left frozen (its idle check and its start would say so)
-    wait_until(deployment.drained, "the first run's jobs drained")
-    kill = scenario_file(tmp_path / "kill.toml", "attach-kill", deployment.url, "attached",
-                         deployment.members(), KILL, COMMANDS)
-    done = run_cli("run", str(kill), "--out", str(tmp_path / "kill"),
-                   password=deployment.server.password)
-    print(figures(done))
-    assert done.returncode == 0, done.stderr[-3000:]
-    killed = [a for a in actions(tmp_path / "kill") if a["action"] == "kill"]
-    assert len(killed) == 1
-    victim = killed[0]["member"]
-    assert killed[0]["how"] == f"kill -9 {deployment.pid(victim)}"
-    # SIGKILLed for real, and left dead: no restart command (its supervisor's business)
-    assert deployment.processes[victim].wait(timeout=5) == -signal.SIGKILL
-    states = deployment.states()
-    states.pop(victim)
-    assert set(states.values()) <= {"S", "R"}
-    nothing_left_applied(tmp_path / "kill")
-    assert journal(tmp_path / "kill")["members"][victim]["killed"]
+
+def partition_commands(deployment: Processes, directory: Path) -> str:
+    script, secret = directory / "cut.py", directory / "admin-password"
+    script.write_text(CUT_SCRIPT)
+    secret.write_text(deployment.server.password or "")
+    secret.chmod(0o600)
+    argv = [sys.executable, str(script), deployment.url, str(secret)]
+    return (f"partition = {json.dumps([*argv, 'cut', '{user}'])}\n"
+            f"heal = {json.dumps([*argv, 'heal', '{user}'])}\n")
+
+
+FAULT_CYCLE = (("pause", PAUSE), ("kill", KILL), ("partition", PARTITION))
+
+
+def test_run_after_run_on_one_deployment_each_is_judged_on_its_own_history(
+        deploy: Callable[..., Processes], tmp_path: Path):
+    """A nightly job attaches to the same deployment night after night: the store keeps every
+    earlier run's events (no cleanup between runs), and each run is judged on its own window of
+    both sources, with its own counts. Pause, kill, partition in turn
+    (ECHOMQ_CHAOS_ATTACH_RUNS runs, 5 by default; the probe of docs/attach.md runs 20)."""
+    runs = int(os.environ.get("ECHOMQ_CHAOS_ATTACH_RUNS", "5"))
+    deployment = deploy("attached")
+    commands = COMMANDS + partition_commands(deployment, tmp_path)
+    keys = QueueKeys(PREFIX, "attached")
+    for index in range(runs):
+        kind, faults = FAULT_CYCLE[index % len(FAULT_CYCLE)]
+        wait_until(deployment.drained, "the last run's jobs drained")
+        held_before = deployment.admin.xlen(keys.events)
+        run_dir = tmp_path / f"run-{index}-{kind}"
+        path = scenario_file(tmp_path / f"run-{index}.toml", f"attach-{kind}", deployment.url,
+                             "attached", deployment.members(), faults, commands)
+        done = run_cli("run", str(path), "--out", str(run_dir),
+                       password=deployment.server.password)
+        print(f"run {index} ({kind}), the stream held {held_before} entries before it:")
+        print(figures(done))
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen = report(run_dir)
+        # its own jobs only: what its producer was acknowledged for, each completed once
+        acknowledged = seen["ack_ledger"]["acknowledged"]["enqueue"]
+        assert seen["jobs"]["enqueued"] == acknowledged > 0, (seen["jobs"], acknowledged)
+        assert seen["jobs"]["completed"] == acknowledged
+        assert seen["ack_ledger"]["history_events_lost"] == 0
+        assert not (run_dir / "history-surviving.jsonl").exists()
+        for history in ("history.jsonl", "history-monitor.jsonl"):
+            types = [json.loads(line)["type"] for line in (run_dir / history).open()]
+            assert types[0] == "run" and types.count("run") == 1, history
+        assert seen["stranded_lease_count"] >= 1
+        assert seen["history_recorder"]["health"]["unattributed_calls"] == 0
+        nothing_left_applied(run_dir)
+        done_actions = [(a["action"], a["how"]) for a in actions(run_dir)]
+        if kind == "pause":
+            assert done_actions == [
+                ("pause", f"kill -STOP {deployment.pid('worker-2')}"),
+                ("resume", f"kill -CONT {deployment.pid('worker-2')}")]
+            assert set(deployment.states().values()) <= {"S", "R"}  # nothing frozen or dead
+        elif kind == "partition":
+            assert [action for action, _ in done_actions] == ["partition", "heal"]
+            assert done_actions[0][1].endswith("cut worker-3")
+        else:
+            killed = [a for a in actions(run_dir) if a["action"] == "kill"]
+            assert len(killed) == 1
+            victim = killed[0]["member"]
+            assert killed[0]["how"] == f"kill -9 {deployment.pid(victim)}"
+            # SIGKILLed for real, and left dead (no restart command: its supervisor's
+            # business, which the test plays before the next run)
+            assert deployment.processes[victim].wait(timeout=5) == -signal.SIGKILL
+            assert journal(run_dir)["members"][victim]["killed"]
+            deployment.restart(victim)
 
 
 def test_attached_processes_with_the_unfenced_complete_break_fail(

@@ -409,14 +409,14 @@ MEMORY_SAMPLE_S = 10.0  # how often the exporter samples memory into MEMORY_SAMP
 MEMORY_SAMPLES = "memory.jsonl"  # in the run directory
 
 # Trim the stream up to (not including) the last exported entry, but only while the stream
-# still holds exactly what was exported up to it (ARGV[2] entries before it: the last trim's
-# kept entry and those exported since). Otherwise the store rolled back (a restart from an
+# still holds exactly what was exported up to it (ARGV[2] entries from ARGV[3], the run's first
+# entry or the last trim's kept one, up to it). Otherwise the store rolled back (a restart from an
 # older snapshot, a failover to a replica that had not seen them), and what the stream holds is
 # the evidence of that rollback (the surviving history): it must not be trimmed. -1: not trimmed.
 TRIM_SCRIPT = """
 local expected = tonumber(ARGV[2])
 if #redis.call('XRANGE', KEYS[1], ARGV[1], ARGV[1]) == 0 then return -1 end
-if #redis.call('XRANGE', KEYS[1], '-', '(' .. ARGV[1], 'COUNT', expected + 1) ~= expected then
+if #redis.call('XRANGE', KEYS[1], ARGV[3], '(' .. ARGV[1], 'COUNT', expected + 1) ~= expected then
   return -1
 end
 return redis.call('XTRIM', KEYS[1], 'MINID', ARGV[1])
@@ -444,15 +444,21 @@ class HistoryExporter:
     that entry is gone (a store rollback: ``trim_stopped`` says so), keeping the evidence.
     ``memory_path``: every ``MEMORY_SAMPLE_S`` a line there with Valkey's used_memory, the
     stream's length and memory (the evidence's share of used_memory) and this process's RSS
-    (the runner's, the exporter's thread included)."""
+    (the runner's, the exporter's thread included).
+
+    ``begins_at``: the run's first entry (its run event). A stream the store kept from earlier
+    runs (an attached deployment, a reused server) holds their events before it: they are not
+    this run's history, so neither exported nor counted (their first trim removes them)."""
 
     def __init__(self, client: redis.Redis, stream: str, path: Path, batch: int = 2000,
-                 trim: bool = True, memory_path: Path | None = None) -> None:
+                 trim: bool = True, memory_path: Path | None = None,
+                 begins_at: str = "-") -> None:
         self.client = client
         self.stream = stream
         self.path = path
         self.batch = batch
-        self.last_id = "0-0"
+        self.begins_at = begins_at
+        self.last_id = entry_before(begins_at)
         self.exported = 0
         self.trim = trim
         self.trimmed = 0  # entries removed from the stream
@@ -472,12 +478,18 @@ class HistoryExporter:
     def start(self) -> None:
         self._thread.start()
 
-    def _read_batch(self) -> int:
+    def _read_batch(self, ends_at: str | None = None) -> int:
+        """Export the next batch; with ``ends_at`` (the run's last entry), nothing after it."""
         with self._lock:
             reply = self.client.xread({self.stream: self.last_id}, count=self.batch)
             if not reply:
                 return 0
             entries = reply[0][1]
+            if ends_at is not None:
+                last = seq_key(ends_at)
+                entries = [entry for entry in entries if seq_key(entry[0]) <= last]
+                if not entries:
+                    return 0
             written = write_records(self._handle, entries)
             self.counts.update(fields.get("type", "?") for _, fields in entries)
             self.last_id = entries[-1][0]
@@ -491,8 +503,9 @@ class HistoryExporter:
     def _trim(self) -> None:
         """The file first reaches the disk, then the stream lets go of what it holds."""
         os.fsync(self._handle.fileno())
-        expected = self._untrimmed - 1 + (1 if self.trimmed else 0)  # + the kept entry
-        removed = int(self.client.eval(TRIM_SCRIPT, 1, self.stream, self.last_id, expected))
+        expected = self._untrimmed - 1 + (1 if self.trimmed_to else 0)  # + the kept entry
+        removed = int(self.client.eval(TRIM_SCRIPT, 1, self.stream, self.last_id, expected,
+                                       self.trimmed_to or self.begins_at))
         if removed < 0:
             self.trim_stopped = (f"the stream no longer holds what was exported up to "
                                  f"{self.last_id} (a store rollback): it is kept whole from here")
@@ -528,9 +541,14 @@ class HistoryExporter:
                 self.error = error
                 self._stop.wait(0.5)
 
-    def drain(self) -> None:
-        """Export everything still in the stream (call after the last event was written)."""
-        while self._read_batch() == self.batch:
+    def drain(self, ends_at: str | None = None) -> None:
+        """Export everything still in the stream (call after the last event was written), up to
+        ``ends_at`` (the run's last entry, its end phase) when given: a deployment that runs on
+        after the run (an attached reaper's sweeps) appends entries that are not this run's."""
+        self._stop.set()  # the background loop must not export past ends_at meanwhile
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+        while self._read_batch(ends_at) == self.batch:
             pass
         if self.memory_path is not None:  # the run's last point
             self.sample_memory()
@@ -542,18 +560,30 @@ class HistoryExporter:
         self._handle.close()
 
 
-def stream_entries(client: redis.Redis, stream: str,
-                   batch: int = 5000) -> Iterator[tuple[str, dict[str, str]]]:
-    """Every (id, fields) entry of a stream, oldest first."""
-    last = "-"
+def entry_before(entry_id: str) -> str:
+    """The greatest stream id before ``entry_id`` ("0-0" for "-"): where an exclusive read
+    (XREAD) starts to include ``entry_id``."""
+    if entry_id == "-":
+        return "0-0"
+    ms, _, seq = entry_id.partition("-")
+    if int(seq or 0) > 0:
+        return f"{ms}-{int(seq) - 1}"
+    return f"{int(ms) - 1}-{2**64 - 1}" if int(ms) > 0 else "0-0"
+
+
+def stream_entries(client: redis.Redis, stream: str, batch: int = 5000, first: str = "-",
+                   last_entry: str = "+") -> Iterator[tuple[str, dict[str, str]]]:
+    """Every (id, fields) entry of a stream from ``first`` to ``last_entry`` (ids, inclusive),
+    oldest first."""
+    last, skip = first, None
     while True:
-        entries = client.xrange(stream, min=last, max="+", count=batch)
-        if last != "-" and entries and entries[0][0] == last:
+        entries = client.xrange(stream, min=last, max=last_entry, count=batch)
+        if skip is not None and entries and entries[0][0] == skip:
             entries = entries[1:]
         if not entries:
             return
         yield from entries
-        last = entries[-1][0]
+        last = skip = entries[-1][0]
 
 
 def decode_entries(entries: Iterable[tuple[str, dict[str, str]]]) -> Iterator[Event]:
@@ -568,7 +598,8 @@ def iter_stream(client: redis.Redis, stream: str, batch: int = 5000) -> Iterator
 
 
 def save_surviving_history(client: redis.Redis, stream: str, history_path: Path,
-                           out_path: Path, trimmed_to: str | None, batch: int = 5000) -> bool:
+                           out_path: Path, trimmed_to: str | None, batch: int = 5000,
+                           begins_at: str = "-", ends_at: str = "+") -> bool:
     """Compare the stream the store holds now with the exported history, a page at a time
     (memory stays flat however long the run); when they differ (a store fault rolled events
     back), write what survived to ``out_path`` and return True.
@@ -577,13 +608,17 @@ def save_surviving_history(client: redis.Redis, stream: str, history_path: Path,
     it never trimmed. The store held every event before it when it let go of them, so while the
     stream still starts at or before that point (a rollback to an older snapshot restores an
     older start), the exported events before its first entry count as surviving; a stream that
-    starts later, or is empty, lost them with everything else (a store that came back empty)."""
-    first = client.xrange(stream, count=1)
+    starts later, or is empty, lost them with everything else (a store that came back empty).
+
+    ``begins_at``, ``ends_at``: the run's first and last entries (its run event and its end
+    phase): what the stream holds before and after them is other runs' history, or what the
+    deployment went on doing after this run, not this run's."""
+    first = client.xrange(stream, min=begins_at, max=ends_at, count=1)
     first_key = seq_key(first[0][0]) if first else None
     if trimmed_to is None or first_key is None or first_key > seq_key(trimmed_to):
         first_key = None  # no trimmed prefix survives: the stream must hold everything
     exported = iter_history(history_path) if history_path.exists() else iter(())
-    entries = stream_entries(client, stream, batch)
+    entries = stream_entries(client, stream, batch, begins_at, ends_at)
     same = True
     try:
         for event in exported:
@@ -605,7 +640,7 @@ def save_surviving_history(client: redis.Redis, stream: str, history_path: Path,
                 for line in history:
                     if line.strip() and seq_key(_loads(line)["seq"]) < first_key:
                         handle.write(line.decode("utf-8"))
-        for page in _pages(stream_entries(client, stream, batch), batch):
+        for page in _pages(stream_entries(client, stream, batch, begins_at, ends_at), batch):
             write_records(handle, page)
     return True
 

@@ -45,6 +45,8 @@ from chaos.history.schema import (
     HOLDER_EVIDENCE,
     TRANSITION_EVIDENCE,
     Blind,
+    Phase,
+    Run,
     Sweep,
 )
 
@@ -145,6 +147,9 @@ class RecorderHealth:
     misnamed_examples: list[str] = field(default_factory=list)
     calls_not_run: int = 0  # script calls that ran nothing (NOSCRIPT ...): no event
     toolkit_calls: int = 0  # the toolkit's own scripts (the exporter's trim): no transition
+    # calls before the run's run event or after its end phase (a windowed recorder on a
+    # deployment that runs on around the run): not this run's history, judged by no one
+    outside_window: int = 0
     connection_lost: str = ""  # why the feed broke for good, if it did
     # Each time the feed broke and resumed: start_us, end_us (server clock), reason, verified
     # (no write missed), differences (the first few), missed_writes, runner_events_recovered.
@@ -202,8 +207,11 @@ class HistoryWriter:
 
     def __init__(self, dialect: Dialect, handle: IO[str], health: RecorderHealth,
                  resolve: Any = None, members: frozenset[str] = frozenset(),
-                 renamed: Any = None) -> None:
+                 renamed: Any = None, windowed: bool = False) -> None:
         self.dialect = dialect
+        # windowed: the history is the run's own window of the feed, from its run event to its
+        # end phase; else every call (a capture decoded whole)
+        self.window = "before" if windowed else "open"
         self.handle = handle
         self.health = health
         self.resolve = resolve  # address -> connection name, or None
@@ -225,6 +233,9 @@ class HistoryWriter:
             # the caller, for a dialect that takes a transition's holder from its connection
             call.conn = self.resolve(call.client) if self.resolve else ""
         decoded = self.dialect.decode(call)
+        if self.window != "open" and not self._opens_window(decoded.events):
+            health.outside_window += 1
+            return
         stamp_ms = call.stamp_us // 1000
         health.calls_not_run += decoded.not_run
         if decoded.undecoded:
@@ -252,6 +263,19 @@ class HistoryWriter:
             self._vet_names(decoded.events, conn)
         for event in decoded.events:
             self._emit(stamp_ms, event, conn)
+            if self.window == "open" and event["type"] == Phase.TYPE and \
+                    event.get("phase") == "end":
+                self.window = "closed"
+
+    def _opens_window(self, events: list[dict[str, str]]) -> bool:
+        """Before the window: a call recording the run event opens it (from that event on)."""
+        if self.window == "before":
+            for index, event in enumerate(events):
+                if event["type"] == Run.TYPE:
+                    del events[:index]
+                    self.window = "open"
+                    return True
+        return False
 
     def _vet_names(self, events: list[dict[str, str]], member: str) -> None:
         """A worker argument that names another member than the connection's is not trusted:
@@ -354,13 +378,14 @@ class _Grouper:
 class MonitorRecorder:
     """Records ``history-monitor.jsonl`` from MONITOR in a background thread (``start`` ..
     ``stop``). ``host``/``port``/``username``/``password``: the server's, as the run's own
-    client has them."""
+    client has them. ``windowed``: only the run's own window of the feed, from its run event to
+    its end phase (a store reused by run after run, as an attached deployment is)."""
 
     def __init__(self, dialect: Dialect, path: Path, host: str, port: int,
                  password: str | None, username: str | None = None,
                  members: list[str] | None = None,
                  socket_owner: Callable[[str], str | None] | None = None,
-                 line_buffered: bool = False) -> None:
+                 line_buffered: bool = False, windowed: bool = False) -> None:
         self.dialect = dialect
         self.path = path
         self.address = (host, port)
@@ -378,7 +403,8 @@ class MonitorRecorder:
         self._handle = open(path, "w", encoding="utf-8",  # noqa: SIM115 - closed in stop()
                             buffering=1 if line_buffered else -1)
         self._writer = HistoryWriter(dialect, self._handle, self.health, self._resolve,
-                                     self.members, lambda address: self.names.pop(address, None))
+                                     self.members, lambda address: self.names.pop(address, None),
+                                     windowed=windowed)
         self._grouper = _Grouper(self._writer)
         self._sock: socket.socket | None = None
         self._lister: socket.socket | None = None

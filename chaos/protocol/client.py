@@ -548,10 +548,15 @@ class QueueClient:
     # --- runner helpers (the same for every protocol) -------------------------------------
     def record(self, **fields: Any) -> int:
         """Append a runner event (fault, heal, phase …) to the history; returns its server time."""
+        return self.record_entry(**fields)[0]
+
+    def record_entry(self, **fields: Any) -> tuple[int, str]:
+        """``record``, returning the server time and the event's stream entry id."""
         args: list[Any] = []
         for field, value in fields.items():
             args += [field, "" if value is None else value]
-        return int(self._call("record", [self.keys.events], args))
+        stamp, entry_id = self._call("record", [self.keys.events], args)
+        return int(stamp), entry_id.decode() if isinstance(entry_id, bytes) else str(entry_id)
 
     def server_time_ms(self) -> int:
         seconds, micros = self.client.time()

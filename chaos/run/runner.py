@@ -101,6 +101,10 @@ class Run:
         self.family = family_for(scenario, self.keys)  # the queue under test: chosen once
         self.queue: QueueClient | None = None
         self.exporter: HistoryExporter | None = None
+        # This run's window of the events stream (docs/attach.md): the ids of its run event and
+        # of its end phase, once recorded. A reused store holds other runs' events around it.
+        self.history_begins_at = "-"
+        self.history_ends_at: str | None = None
         self.trim_history = True  # the exporter trims the stream (a tool reading it sets False)
         self.recorder: MonitorRecorder | None = None  # history.source monitor | both
         self.live_counts: LiveCounts | None = None  # history.source monitor: the panel's
@@ -139,7 +143,9 @@ class Run:
         self.runtime.admit_queue(queue, lambda: self.family.backlog(queue), self.family.key_base)
         if scenario.history.source != "scripts":
             self.start_recorder()
-        self.queue.record(**schema.Run(
+        # The run event opens this run's window of the stream: a reused store (attach, a given
+        # server) still holds earlier runs' events before it, which are not this run's history.
+        _, self.history_begins_at = self.queue.record_entry(**schema.Run(
             scenario=scenario.name, seed=scenario.seed, lease_ms=topo.lease_ms,
             reap_interval_ms=topo.reap_interval_ms, reap_limit=topo.reap_limit,
             heartbeat_ms=topo.effective_heartbeat_ms, tolerance_ms=scenario.check.tolerance_ms,
@@ -155,7 +161,8 @@ class Run:
         ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path,
                                         trim=self.trim_history,
-                                        memory_path=self.run_dir / MEMORY_SAMPLES)
+                                        memory_path=self.run_dir / MEMORY_SAMPLES,
+                                        begins_at=self.history_begins_at)
         self.exporter.start()
         reapers = self.runtime.start_reapers()
         self.runtime.start_workers()
@@ -176,7 +183,8 @@ class Run:
             self.family.dialect(), self.run_dir / MONITOR_HISTORY, server["host"],
             int(server["port"]), server.get("password"), server.get("username"),
             members=[*self.scenario.worker_names, *self.scenario.reaper_names],
-            socket_owner=self.runtime.socket_owner, line_buffered=self.follows_history)
+            socket_owner=self.runtime.socket_owner, line_buffered=self.follows_history,
+            windowed=True)
         self.recorder.start()
         if self.scenario.history.source == "monitor":
             self.live_counts = LiveCounts(self.run_dir / MONITOR_HISTORY)
@@ -411,10 +419,11 @@ class Run:
         if (queue := self.queue) is not None:
             end = schema.Phase("end", drained=self.drained, aborted=aborted, cause=cause)
             self._store_step(lambda: self.record_unplanned_store_faults(final=True))
-            self._store_step(lambda: queue.record(**end.fields()))
+            self._store_step(lambda: self._record_end(queue, end))
         self.stop_recorder()
         if self.exporter is not None:
-            self._store_step(self.exporter.drain)
+            exporter = self.exporter
+            self._store_step(lambda: exporter.drain(self.history_ends_at))
             self._store_step(self.save_surviving_history)
 
     def give_up_on_store(self) -> None:
@@ -435,6 +444,9 @@ class Run:
         except redis.exceptions.ConnectionError as error:
             print(f"   (skipped, the store is out of reach: {error})", file=sys.stderr)
 
+    def _record_end(self, queue: QueueClient, end: schema.Phase) -> None:
+        _, self.history_ends_at = queue.record_entry(**end.fields())
+
     def save_surviving_history(self) -> None:
         """Read the store's stream back: if a store fault rolled back events the exporter had
         already copied, keep the store's version beside history.jsonl for the ledger check."""
@@ -445,7 +457,9 @@ class Run:
         try:
             save_surviving_history(client, self.keys.events, self.history_path,
                                    self.run_dir / SURVIVING_HISTORY,
-                                   self.exporter.trimmed_to if self.exporter else None)
+                                   self.exporter.trimmed_to if self.exporter else None,
+                                   begins_at=self.history_begins_at,
+                                   ends_at=self.history_ends_at or "+")
         finally:
             client.close()
 

@@ -1,5 +1,6 @@
 -- record(field, value, ...): append a runner event (fault, heal, phase, run metadata) to the
--- history, stamped with the same server clock that scores the leases. Returns the stamp.
+-- history, stamped with the same server clock that scores the leases. Returns {stamp, entry id}:
+-- the id of a run's own run event is where its window of a reused stream begins.
 -- KEYS[1] events  ARGV: field/value pairs
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -9,5 +10,5 @@ for i = 1, #ARGV do
 end
 fields[#fields + 1] = 'ts'
 fields[#fields + 1] = now
-redis.call(unpack(fields))
-return now
+local id = redis.call(unpack(fields))
+return {now, id}
