@@ -26,6 +26,7 @@ from chaos.check.verdict import (
     CheckConfig,
     InvariantResult,
     LatencySummary,
+    Offences,
 )
 
 
@@ -347,6 +348,8 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
                     offences.blinded_examples.append(example)
                 continue
             offences.add(example, earlier + limit)  # late the moment the limit passed
+    if config.sweepers:
+        exempt += _lock_outlived_interval(facts, limit, offences)
     per_sweeper = {sweeper: {"sweeps": len(cadence.times.get(sweeper, [])),
                              "max_gap_ms": max(cadence.gaps(sweeper), default=None)}
                    for sweeper in sorted({*config.sweepers, *cadence.named()})}
@@ -361,6 +364,33 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
         **({} if judged else {"judged": False, "not_judged": CADENCE_NOT_JUDGED}))
     result.blind = result.blind or (result.ok and offences.blinded > 0)
     return result
+
+
+def _lock_outlived_interval(facts: ReplayFacts, limit: int, offences: Offences) -> int:
+    """A queue whose sweepers share a lock that lets one sweep through per interval (BullMQ's
+    ``stalled-check`` key, ``PX stalledInterval``) turns a sweep away only within one interval
+    of the last sweep that ran, whoever ran it: that sweep set the lock. A sweep turned away
+    later than ``limit`` after it shows the lock outliving the interval, so the sweeps that run
+    come slower than the sweepers' timers fire, which their own cadence cannot show (measured:
+    docs/bullmq.md). Exempt (counted, returned) across a store outage: a restarted or promoted
+    store keeps or expires keys on its own clock. Recorder gaps blind it as any offence."""
+    down = store_down(facts)
+    exempt = 0
+    last_ran: int | None = None
+    for ts, sweeper, ran in sorted(facts.sweeps):
+        if ran:
+            last_ran = ts
+            continue
+        if last_ran is None or ts - last_ran <= limit:
+            continue
+        if any(start <= ts and last_ran <= back for start, back in down):
+            exempt += 1
+            continue
+        offences.add({"reaper": sweeper, "sweep_ts": ts, "last_ran_ts": last_ran,
+                      "gap_ms": ts - last_ran, "allowed_ms": limit,
+                      "reason": "turned away by the sweep lock longer after the last sweep "
+                                "that ran than the lock's interval"}, last_ran + limit)
+    return exempt
 
 
 def judge_no_premature_reap(facts: ReplayFacts) -> InvariantResult:

@@ -25,6 +25,13 @@
 //                             shared-token        every worker hands out one lock token for
 //                                                 every job it fetches
 //                             unexpiring-renewal  extendLocks sets the lock without its PX
+//                             half-rate-checks    every timer fires each stalledInterval, but the
+//                                                 stalled-check key is set for twice that: the
+//                                                 checks that run come at half the rate
+//   CHAOS_BULLMQ_PHASE      (measurement, docs/bullmq.md) when the worker starts its timers:
+//                           "in" at the next multiple of stalledInterval on the wall clock (every
+//                           worker's timer in phase), "spread" at that plus a share of it set by
+//                           the worker's number (out of phase); unset: as soon as it is up
 //   --stalled-checks-only   a Worker that takes no job and only runs the stalled check every
 //                           stalledInterval (BullMQ's own startStalledCheckTimer, the "manually
 //                           fetching jobs" pattern): the process certify starts beside the
@@ -39,7 +46,8 @@ const { Worker } = require('bullmq');
 const bullmqScripts = require('bullmq/dist/cjs/scripts');
 
 const BREAKS = ['', 'skip-stalled-check', 'slow-stalled-check', 'unfenced-finish',
-  'refused-renewal', 'shared-token', 'unexpiring-renewal'];
+  'refused-renewal', 'shared-token', 'unexpiring-renewal', 'half-rate-checks'];
+const PHASES = ['', 'in', 'spread'];
 const SHARED_TOKEN = '00000000-0000-4000-8000-000000000000:0';
 const UNLIMITED_STALLS = 1e9;
 
@@ -83,7 +91,14 @@ function patch(name, broken, from, to) {
   script.content = script.content.replace(from, to);
 }
 
+// moveStalledJobsToWait's stalled-check key, which lets one check through per stalledInterval.
+const CHECK_KEY = 'rcall("SET", stalledCheckKey, timestamp, "PX", maxCheckTime)';
+const HALF_RATE_KEY = 'rcall("SET", stalledCheckKey, timestamp, "PX", 2 * tonumber(maxCheckTime))';
+
 function breakScripts(broken) {
+  if (broken === 'half-rate-checks') {
+    patch('moveStalledJobsToWait', broken, CHECK_KEY, HALF_RATE_KEY);
+  }
   if (broken === 'unfenced-finish') patch('moveToFinished', broken, LOCK_CHECK, NO_LOCK_CHECK);
   if (broken === 'refused-renewal') {
     patch('extendLocks', broken, RENEWAL_CHECK, 'if currentToken == jobId then');
@@ -91,6 +106,16 @@ function breakScripts(broken) {
   if (broken === 'unexpiring-renewal') {
     patch('extendLocks', broken, RENEWAL, 'rcall("SET", lockKey, token)');
   }
+}
+
+// How long to wait before starting the timers, for CHAOS_BULLMQ_PHASE (0: start now).
+function phaseDelay(phase, name, interval) {
+  if (!phase) return 0;
+  const number = Number((name.match(/(\d+)$/) || [0, 1])[1]);
+  // spread: worker k starts a golden-ratio share of the interval after worker k - 1, so any
+  // number of workers is spread out over the interval
+  const offset = phase === 'spread' ? Math.floor(((number - 1) * 0.618034 % 1) * interval) : 0;
+  return (offset - (Date.now() % interval) + 2 * interval) % interval;
 }
 
 function sleep(ms) {
@@ -127,6 +152,10 @@ function main() {
   }
   breakScripts(broken);
   const checksOnly = process.argv.includes('--stalled-checks-only');
+  const phase = setting('CHAOS_BULLMQ_PHASE', '');
+  if (!PHASES.includes(phase)) {
+    fail(`CHAOS_BULLMQ_PHASE=${JSON.stringify(phase)}: expected one of "in", "spread" or unset`);
+  }
 
   // No processor: the worker never fetches a job, and runs only what is started below.
   const worker = new Worker(queue, checksOnly ? null : handle, {
@@ -151,11 +180,14 @@ function main() {
     const fetch = worker._getNextJob.bind(worker);
     worker._getNextJob = (token, options) => fetch(SHARED_TOKEN, options);
   }
-  if (checksOnly) {
-    worker.startStalledCheckTimer().catch(error => worker.emit('error', error));
-  } else {
-    worker.run().catch(error => worker.emit('error', error)); // as BullMQ's own autorun does
-  }
+  const start = () => {
+    if (checksOnly) {
+      worker.startStalledCheckTimer().catch(error => worker.emit('error', error));
+    } else {
+      worker.run().catch(error => worker.emit('error', error)); // as BullMQ's own autorun does
+    }
+  };
+  setTimeout(start, phaseDelay(phase, name, stalledInterval));
   const stop = () => worker.close().then(() => process.exit(0), () => process.exit(1));
   process.on('SIGTERM', stop);
   process.on('SIGINT', stop);
