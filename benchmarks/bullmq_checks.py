@@ -42,25 +42,39 @@ def run_one(run_dir: Path, workers: int, phase: str, broken: str) -> None:
     subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
 
 
-def checks_that_ran(run_dir: Path) -> list[int]:
-    """Server ms of every stalled check that ran (``sweep`` events not turned away)."""
-    times = []
+def checks(run_dir: Path) -> list[tuple[int, bool]]:
+    """(server ms, ran) of every stalled check, in order: ran, or turned away by the key."""
+    found = []
     with open(run_dir / "history-monitor.jsonl", encoding="utf-8") as handle:
         for line in handle:
             event = json.loads(line)
-            if event["type"] == "sweep" and event.get("ran", "1") != "0":
-                times.append(int(event["ts"]))
-    return sorted(times)
+            if event["type"] == "sweep":
+                found.append((int(event["ts"]), event.get("ran", "1") != "0"))
+    return sorted(found)
+
+
+def turned_away_after_ran(found: list[tuple[int, bool]]) -> list[int]:
+    """For each check turned away, how long after the last check that ran (ms)."""
+    since, last_ran = [], None
+    for ts, ran in found:
+        if ran:
+            last_ran = ts
+        elif last_ran is not None:
+            since.append(ts - last_ran)
+    return since
 
 
 def row(run_dirs: list[Path]) -> dict[str, Any]:
     gaps: list[int] = []
+    away: list[int] = []  # turned-away checks: ms after the last check that ran
     verdicts: list[str] = []
     for run_dir in run_dirs:
         report = json.loads((run_dir / "report.json").read_text())
         verdicts.append(report["invariants"].get("reap_cadence", {}).get("status", "?"))
-        times = checks_that_ran(run_dir)
+        found = checks(run_dir)
+        times = [ts for ts, ran in found if ran]
         gaps += [later - earlier for earlier, later in zip(times, times[1:], strict=False)]
+        away += turned_away_after_ran(found)
     scenario = json.loads((run_dirs[0] / "scenario.json").read_text())
     interval = int(scenario["topology"]["reap_interval_ms"])
     tolerance = int(scenario["check"]["tolerance_ms"])
@@ -74,6 +88,9 @@ def row(run_dirs: list[Path]) -> dict[str, Any]:
         "max_s": round(gaps[-1] / interval, 3),
         "over_s_plus_tolerance": sum(gap > interval + tolerance for gap in gaps),
         "over_2s_plus_tolerance": sum(gap > 2 * interval + tolerance for gap in gaps),
+        "turned_away": len(away),
+        "turned_away_latest_after_ran_ms": max(away, default=None),
+        "turned_away_past_s": sum(since > interval for since in away),
         "reap_cadence": verdicts,
     }
 

@@ -102,8 +102,25 @@ def test_bullmq_checking_for_stalled_jobs_at_half_rate_fails_kill_worker(tmp_pat
     late = bound.examples[0]["late_checks"][0]
     assert late["gap_ms"] > late["allowed_ms"] == 500 + 250
     cadence = result.checked.invariants["reap_cadence"]
-    assert {example["allowed_ms"] for example in cadence.examples} == {500 + 250}
-    assert all(example["gap_ms"] > 750 for example in cadence.examples)
+    late_sweeps = [example for example in cadence.examples if example["reason"] == "swept late"]
+    assert late_sweeps and {example["allowed_ms"] for example in late_sweeps} == {500 + 250}
+    assert all(example["gap_ms"] > 750 for example in late_sweeps)
     events = read_history(result.run_dir / "history-monitor.jsonl")
     unaware = check([event for event in events if event.type != "sweep"])
     assert unaware.invariants["recovery_bound"].ok
+
+
+@needs_bullmq
+def test_bullmq_whose_checks_run_at_half_rate_with_timers_on_time_fails_reap_cadence(
+        tmp_path: Path):
+    """Every worker's stalled-check timer fires each S, on time, but the key is set for 2S: the
+    checks that run come 2S apart. No worker's own cadence shows it; the lock's rule does, on
+    the checks the key turned away more than S after the last one that ran."""
+    result = run(BROKEN / "half-rate-checks.toml", tmp_path)
+    assert result.verdict == "fail", result.report["verdict"]
+    assert result.checked is not None
+    assert "reap_cadence" in result.checked.failed_invariants()
+    cadence = result.checked.invariants["reap_cadence"]
+    reasons = {example["reason"] for example in cadence.examples}
+    assert all(reason.startswith("turned away by the sweep lock") for reason in reasons)
+    assert all(example["gap_ms"] > 502 for example in cadence.examples)

@@ -32,12 +32,14 @@ def run_with(sweeps: dict[str, list[int]], end: int, sweepers: tuple[str, ...] =
              *, reap_interval_ms: int = R, dialect: str = "", tolerance_ms: int = 100,
              faults: Sequence[tuple[str, str, int, int | None]] = (),
              store_down: tuple[int, int] | None = None, warmup_at: int = 0,
-             blind_at: int | None = None) -> History:
+             blind_at: int | None = None,
+             turned_away: dict[str, list[int]] | None = None) -> History:
     """A run to ``end``: its phases (warmup at ``warmup_at``, drain at ``end`` - 400, end at
     ``end``), one job enqueued, claimed, completed early (nothing lapses), the given sweeps per
     sweeper ("": one the history names no sweeper of), faults (kind, worker, at, healed at or
     None), a store outage (killed at, back at) recorded as a valkey_restart, and from
-    ``blind_at`` a feed that lost lines (a blind spot on every job)."""
+    ``blind_at`` a feed that lost lines (a blind spot on every job); ``turned_away``: sweeps
+    per sweeper that a shared sweep lock turned away (BullMQ's ``ran=0``)."""
     h = History(L, reap_interval_ms, tolerance_ms, run=False)
     h.write(Run(scenario="hand-written", lease_ms=L, reap_interval_ms=reap_interval_ms,
                 tolerance_ms=tolerance_ms, dialect=dialect, sweepers=sweepers), 0)
@@ -53,6 +55,9 @@ def run_with(sweeps: dict[str, list[int]], end: int, sweepers: tuple[str, ...] =
                  (50, 1, lambda ts: h.complete("a", 1, "w1", ts=ts))]
     for sweeper, times in sweeps.items():
         timeline += [(ts, 2, lambda ts, sweeper=sweeper: h.sweep(sweeper, ts=ts))
+                     for ts in times]
+    for sweeper, times in (turned_away or {}).items():
+        timeline += [(ts, 2, lambda ts, sweeper=sweeper: h.sweep(sweeper, ts=ts, ran=False))
                      for ts in times]
     for kind, worker, at, healed in faults:
         ids: dict[str, str] = {}
@@ -352,3 +357,81 @@ def test_bullmqs_standalone_stalled_checkers_promise_the_same_cadence():
     assert scenario is not None
     family = family_for(scenario, QueueKeys(scenario.valkey.prefix, scenario.valkey.queue))
     assert family.sweepers == ("worker-1", "worker-2", "reaper-1", "reaper-2")
+
+
+# --- a shared sweep lock (BullMQ's stalled-check key): the checks that ran ---------------------
+
+def locked_checks(workers: int, interval: int, lock_ms: int, until: int, offsets: list[int],
+                  late: list[int]) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """BullMQ's stalled checks as the server sees them: worker k's timer fires at its offset,
+    then every interval + its lateness (drawn in turn from ``late``); the shared key, set for
+    ``lock_ms`` by each check that runs, turns away every attempt while it exists (the server
+    expires a key once its time is past: an attempt at exactly its end is turned away).
+    Returns (ran, turned away) per worker."""
+    attempts = []
+    for k in range(workers):
+        ts, n = offsets[k], 0
+        while ts < until:
+            attempts.append((ts, f"w{k + 1}"))
+            ts += interval + late[(k + n) % len(late)]
+            n += 1
+    ran: dict[str, list[int]] = {f"w{k + 1}": [] for k in range(workers)}
+    away: dict[str, list[int]] = {f"w{k + 1}": [] for k in range(workers)}
+    lock_until = -1
+    for ts, worker in sorted(attempts):
+        if ts > lock_until:
+            ran[worker].append(ts)
+            lock_until = ts + lock_ms
+        else:
+            away[worker].append(ts)
+    return ran, away
+
+
+def bullmq_run(ran: dict[str, list[int]], away: dict[str, list[int]], end: int) -> History:
+    return run_with(ran, end, sweepers=tuple(sorted(ran)), reap_interval_ms=500,
+                    dialect="bullmq", tolerance_ms=250, turned_away=away)
+
+
+@PROPERTY
+@given(st.integers(1, 8), st.data())
+def test_stock_bullmqs_lock_never_turns_a_check_away_past_its_interval(
+        workers: int, data: st.DataObject):
+    """Any number of workers, timers in or out of phase, each late by up to the tolerance:
+    the key set for stalledInterval turns checks away only inside it, so reap_cadence passes."""
+    offsets = data.draw(st.lists(st.integers(0, 499), min_size=workers, max_size=workers),
+                        label="offsets")
+    late = data.draw(st.lists(st.integers(0, 250), min_size=1, max_size=8), label="late by")
+    ran, away = locked_checks(workers, 500, 500, 6000, offsets, late)
+    failed, cadence = cadence_of(bullmq_run(ran, away, 6400))
+    assert failed == [], cadence["examples"]
+
+
+@pytest.mark.parametrize("workers, offsets, late", [
+    (3, [0, 167, 333], [1]),    # out of phase, on time: turned away all through the second S
+    (1, [0], [3]),              # one worker, 3 ms late a tick: turned away 503 ms after a run
+    (8, [0] * 8, [0, 1, 2])])   # in phase, on time: the attempt at 2S is turned away
+def test_checks_at_half_rate_with_every_timer_on_time_fail_reap_cadence(
+        workers: int, offsets: list[int], late: list[int]):
+    """The broken BullMQ of scenarios/bullmq/broken/half-rate-checks.toml: every worker's timer
+    fires each stalledInterval (each one's own cadence is on time), but the key is set for
+    twice that, so the checks that run come at half the rate. Only the lock's rule sees it."""
+    ran, away = locked_checks(workers, 500, 1000, 6000, offsets, late)
+    failed, cadence = cadence_of(bullmq_run(ran, away, 6400))
+    assert failed == ["reap_cadence"]
+    reasons = {example["reason"] for example in cadence["examples"]}
+    assert all(reason.startswith("turned away by the sweep lock") for reason in reasons)
+    # each worker's own timer kept its cadence: the gaps between one worker's attempts
+    assert cadence["max_gap_ms"] <= 500 + max(late) + 1
+
+
+def test_a_turned_away_check_across_a_store_restart_is_exempt_and_a_feed_gap_blinds_it():
+    ran, away = locked_checks(3, 500, 1000, 6000, [0, 167, 333], [1])
+    restarted = run_with(ran, 6400, sweepers=("w1", "w2", "w3"), reap_interval_ms=500,
+                         dialect="bullmq", tolerance_ms=250, turned_away=away,
+                         store_down=(400, 5900))
+    assert cadence_of(restarted)[0] == []
+    blinded = run_with(ran, 6400, sweepers=("w1", "w2", "w3"), reap_interval_ms=500,
+                       dialect="bullmq", tolerance_ms=250, turned_away=away, blind_at=100)
+    failed, _ = cadence_of(blinded)
+    assert "reap_cadence" not in failed
+    assert check(blinded.events()).invariants["reap_cadence"].blind

@@ -819,3 +819,16 @@ def test_report_html_in_headless_chromium_is_not_blank(suite, tmp_path: Path):
     red = ((abs(top[:, :, 0] - 0xCF) < 12) & (abs(top[:, :, 1] - 0x22) < 12)
            & (abs(top[:, :, 2] - 0x2E) < 12)).sum()
     assert red > 1500, red
+
+
+@pytest.mark.parametrize("contract, expected", [
+    ("toolkit", "echomq (the reference protocol's scripts and keys)"),
+    ("echomq", "echomq (EchoMQ's own scripts, decoded by what they do to its keys)")])
+def test_the_settings_row_names_whose_scripts_an_echomq_run_ran(contract: str, expected: str):
+    """A run of the real EchoMQ's scripts (contract = "echomq") is not said to have run the
+    reference protocol's; one of the exported scripts (the toolkit's contract) is."""
+    from chaos.report.terms import what_ran
+
+    report = {"run": {"sut": {"foreign": True, "dialect": "echomq", "contract": contract,
+                              "workers": ["node", "sut.js", "worker"], "reaper": "none"}}}
+    assert dict(what_ran(report))["dialect"] == expected

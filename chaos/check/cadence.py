@@ -26,6 +26,11 @@ from collections.abc import Iterator, Sequence
 
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
+# A sweep lock's interval as two server-ms stamps can show it: each is rounded down to the ms,
+# so a sweep turned away just inside the interval can read up to 1 ms past it (measured, stock
+# BullMQ: 501 ms at most with stalledInterval 500; docs/bullmq.md); 2 ms leaves one to spare.
+SWEEP_LOCK_ROUNDING_MS = 2
+
 
 def outages_until_seen(down: Sequence[tuple[int, int]], seen: Sequence[int],
                        settle_ms: int) -> list[tuple[int, int]]:

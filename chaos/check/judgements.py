@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chaos.check.bullmq import StalledChecks, bound_comparison, checks_on_time_bound_ms
-from chaos.check.cadence import SweepCadence, outages_until_seen
+from chaos.check.cadence import SWEEP_LOCK_ROUNDING_MS, SweepCadence, outages_until_seen
 from chaos.check.replay import LapsedLease, ReplayFacts
 from chaos.check.verdict import (
     EXAMPLES,
@@ -349,7 +349,8 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
                 continue
             offences.add(example, earlier + limit)  # late the moment the limit passed
     if config.sweepers:
-        exempt += _lock_outlived_interval(facts, limit, offences)
+        exempt += _lock_outlived_interval(
+            facts, config.reap_interval_ms + SWEEP_LOCK_ROUNDING_MS, offences)
     per_sweeper = {sweeper: {"sweeps": len(cadence.times.get(sweeper, [])),
                              "max_gap_ms": max(cadence.gaps(sweeper), default=None)}
                    for sweeper in sorted({*config.sweepers, *cadence.named()})}
@@ -369,11 +370,13 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
 def _lock_outlived_interval(facts: ReplayFacts, limit: int, offences: Offences) -> int:
     """A queue whose sweepers share a lock that lets one sweep through per interval (BullMQ's
     ``stalled-check`` key, ``PX stalledInterval``) turns a sweep away only within one interval
-    of the last sweep that ran, whoever ran it: that sweep set the lock. A sweep turned away
-    later than ``limit`` after it shows the lock outliving the interval, so the sweeps that run
-    come slower than the sweepers' timers fire, which their own cadence cannot show (measured:
-    docs/bullmq.md). Exempt (counted, returned) across a store outage: a restarted or promoted
-    store keeps or expires keys on its own clock. Recorder gaps blind it as any offence."""
+    of the last sweep that ran, whoever ran it: that sweep set the lock, and the server expires
+    it on the clock that stamps both. A sweep turned away later than ``limit`` (the interval +
+    the stamps' rounding) after it shows the lock outliving the interval, so the sweeps that
+    run come slower than the sweepers' timers fire, which their own cadence cannot show
+    (measured: docs/bullmq.md). Exempt (counted, returned) across a store outage: a restarted
+    or promoted store keeps or expires keys on its own clock. Recorder gaps blind it as any
+    offence. A queue whose sweeps all run (the reference reapers') never meets it."""
     down = store_down(facts)
     exempt = 0
     last_ran: int | None = None

@@ -141,7 +141,7 @@ def what_ran(report: dict[str, Any], protocol: str | None = None,
                        f"reaper {_argv(reaper)}")
         return [("system under test", f"own workers {_argv(sut.get('workers'))}, "
                                       f"{reaper_text}"),
-                ("dialect", dialect_text(dialect))]
+                ("dialect", dialect_text(dialect, str(sut.get("contract") or "toolkit")))]
     if dialect == BULLMQ:
         return [("system under test", "BullMQ workers"), ("dialect", dialect_text(dialect))]
     if dialect or report.get("history_recorder"):  # recorded from MONITOR: anyone's queue
@@ -151,7 +151,12 @@ def what_ran(report: dict[str, Any], protocol: str | None = None,
         run.get("protocol") or protocol) else []
 
 
-def dialect_text(dialect: str) -> str:
-    """How the MONITOR recorder read the queue's calls."""
-    return {BULLMQ: "bullmq (real BullMQ's scripts)",
-            "echomq": "echomq (the reference protocol's scripts and keys)"}.get(dialect, dialect)
+def dialect_text(dialect: str, contract: str | None = None) -> str:
+    """How the MONITOR recorder read the queue's calls. ``contract``: whose scripts the SUT's
+    processes ran (``run.sut.contract``: ``toolkit``, the exported scripts; ``echomq``, the
+    real EchoMQ's own); None where the run does not say (an attached deployment)."""
+    if dialect == "echomq":
+        return {"toolkit": "echomq (the reference protocol's scripts and keys)",
+                "echomq": "echomq (EchoMQ's own scripts, decoded by what they do to its keys)",
+                }.get(contract or "", "echomq (decoded by what the calls do to the queue's keys)")
+    return {BULLMQ: "bullmq (real BullMQ's scripts)"}.get(dialect, dialect)

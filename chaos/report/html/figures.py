@@ -179,10 +179,11 @@ def recovery_svg(stranded: list[StrandedLease], bound: BoundFormula) -> str:
         ys = [(i + 1) / len(ordered) for i in range(len(ordered))]
         ax.step([0, *ordered], [0, *ys], where="post", color=color, linewidth=1.8,
                 label=f"{label} (n={len(ordered)})")
+    # the formula itself is in the table below the figure (a queue's own can be long)
     ax.axvline(bound.base_ms, color="#111827", linewidth=1.5,
-               label=f"{bound.name} = {bound.base_ms} ms")
+               label=f"the queue's bound = {bound.base_ms} ms")
     ax.axvline(bound.bound_ms, color="#111827", linewidth=1.2, linestyle="--",
-               label=f"+ tolerance {bound.tolerance_ms} ms = {bound.bound_ms} ms")
+               label=f"+ tolerance = {bound.bound_ms} ms")
     never = sum(1 for s in stranded if s.reap_ts is None)
     if never:
         ax.annotate(f"{never} stranded lease(s) never reaped", (0.99, 0.06),
@@ -290,7 +291,7 @@ def lease_chart_svg(span: FaultWindow, jobs: list[str], by_job: dict[str, list[E
     handles += [
         Patch(color=color, alpha=0.3, label=f"{span.kind} (fault → heal)") if healed is not None
         else Line2D([], [], color=color, label=f"{span.kind} (never healed)"),
-        Line2D([], [], color="#111827", label=bound.name),
+        Line2D([], [], color="#111827", label="the queue's bound (table below)"),
         Line2D([], [], color="#111827", linestyle="--", label="+ tolerance (the bound)"),
     ]
     ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8,

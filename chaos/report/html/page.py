@@ -79,6 +79,16 @@ code{font:12px ui-monospace,SFMono-Regular,Menlo,monospace;background:#f6f8fa;pa
 """
 
 
+def _bound_key(bound: BoundFormula) -> str:
+    """The figure's bound lines spelled out below it: a queue's formula (BullMQ's) is too long
+    for a legend beside the plot."""
+    return ("<table class='key'><tr><th>line</th><th>what it is</th><th>ms</th></tr>"
+            f"<tr><td>solid</td><td>the queue's bound: {_e(bound.name)}</td>"
+            f"<td>{bound.base_ms}</td></tr>"
+            f"<tr><td>dashed</td><td>+ tolerance {bound.tolerance_ms} ms: the bound judged"
+            f"</td><td>{bound.bound_ms}</td></tr></table>")
+
+
 def _e(value: Any) -> str:
     return html.escape(str(value))
 
@@ -388,7 +398,7 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
     parts.append("</section><section id='recovery'><h2>Recovery latency</h2>")
     if bound and stranded:
         parts.append(f"<div class='figure'>{recovery_svg(stranded, BoundFormula.of(bound))}"
-                     "</div>")
+                     "</div>" + _bound_key(BoundFormula.of(bound)))
     else:
         parts.append("<p class='muted'>No lease was stranded by a fault, so there is no recovery "
                      "to measure.</p>")
@@ -406,7 +416,8 @@ def render_html(report: dict[str, Any], history: list[Event] | Path,
                 parts.append("<p class='muted'>It held no lease that lapsed.</p>")
                 continue
             chart = lease_chart_svg(span, jobs, by_job, BoundFormula.of(bound))
-            parts.append(f"<div class='figure'>{chart}</div>")
+            parts.append(f"<div class='figure'>{chart}</div>"
+                         + _bound_key(BoundFormula.of(bound)))
             if more:
                 parts.append(f"<p class='muted'>{more} more lease(s) not drawn.</p>")
         hidden = len(timeline.faults) - MAX_FAULT_CHARTS
