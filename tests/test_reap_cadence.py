@@ -330,14 +330,19 @@ ROOT = Path(__file__).resolve().parent.parent
     ("scenarios/kill-worker.toml", [], ("reaper",)),
     ("scenarios/mutants/nonatomic-reap.toml", [], ("reaper-1", "reaper-2")),
     ("scenarios/mutants/no-reaper.toml", [], ()),
-    # the user's own reaper (the Node example, the real EchoMQ contract): no grid promised
-    ("scenarios/node/kill-worker.toml", [], ()),
-    ("scenarios/echomq/kill-worker.toml", [], ()),
+    # the user's own reaper (the Node example, the real EchoMQ contract): the contract's promise,
+    # a reap every CHAOS_REAP_INTERVAL_MS (docs/sut.md)
+    ("scenarios/node/kill-worker.toml", [], ("reaper",)),
+    ("scenarios/echomq/kill-worker.toml", [], ("reaper",)),
+    # workers that reap themselves (reaper = "none"): each of them promises it
+    ("scenarios/echomq/kill-worker.toml", ['sut.reaper="none"'],
+     ("worker-1", "worker-2", "worker-3")),
     # the built-in reaper beside the user's workers: the reference grid again
     ("scenarios/node/kill-worker.toml", ['sut.reaper="builtin"'], ("reaper",)),
     # BullMQ: every worker runs its own stalled-check timer
     ("scenarios/bullmq/kill-worker.toml", [], ("worker-1", "worker-2", "worker-3")),
-], ids=["reference", "two-reapers", "no-reaper", "node", "echomq", "node-builtin", "bullmq"])
+], ids=["reference", "two-reapers", "no-reaper", "node", "echomq", "echomq-none", "node-builtin",
+        "bullmq"])
 def test_each_family_says_which_processes_promise_a_cadence(path: str, overrides: list[str],
                                                             sweepers: tuple[str, ...]):
     scenario = load_scenario(ROOT / path, overrides)

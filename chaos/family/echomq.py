@@ -28,14 +28,17 @@ class EchoMQFamily(QueueFamily):
 
     @property
     def sweepers(self) -> tuple[str, ...]:
-        """Only the built-in reference reaper, where it runs beside the user's workers. A
-        reaper of the user's promises no grid the toolkit knows: the real EchoMQ's consumer
-        reaps once per loop (after draining its lanes, or on a wake token), its flat SUT's
-        reaper sleeps after each reap (docs/echomq.md). Its sweeps are recorded
-        and their gaps reported, not judged; reap_prompt still judges every lapse."""
+        """The processes that reap, each held to the contract's promise (docs/sut.md: a reap
+        every CHAOS_REAP_INTERVAL_MS; the same allowance as the reference reaper's, which a
+        loop sleeping the interval after a short sweep keeps): the built-in reaper, the
+        reaper command's processes, or, with ``reaper = "none"``, the workers, which reap
+        themselves. So a sparse reaper gets a decided answer. An attached deployment's
+        reapers promise what its operators set up, unknown here: reported, not judged."""
         scenario = self.scenario
-        if scenario.attach is not None or scenario.sut.reaper != "builtin":
+        if scenario.attach is not None:
             return ()
+        if scenario.sut.reaper == "none":
+            return tuple(scenario.worker_names)
         return tuple(scenario.reaper_names)
 
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:

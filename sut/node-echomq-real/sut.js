@@ -5,7 +5,7 @@
 //   node sut.js worker   [--break unfenced-complete|resurrecting-extend|unfenced-retry]
 //                        [--fail-attempts N [--fail-one-in K] [--retry-delay-ms D]
 //                         [--max-attempts M]]
-//   node sut.js reaper   [--break lazy-reaper]
+//   node sut.js reaper   [--break lazy-reaper|sparse-reaper]
 //   node sut.js producer (one payload a line on stdin; one line `<ms> enqueue id=<id>` each)
 //
 // Keys: emq:{<queue>}:pending (ZSET, every score 0), :active (ZSET, score = the lease's
@@ -27,7 +27,7 @@ const { Minter } = require('./ids');
 
 const BREAKS = {
   worker: ['unfenced-complete', 'resurrecting-extend', 'unfenced-retry'],
-  reaper: ['lazy-reaper'],
+  reaper: ['lazy-reaper', 'sparse-reaper'],
   producer: [],
 };
 // A worker's options (each takes an integer >= 0) and their defaults.
@@ -311,7 +311,10 @@ async function reaper(config, broken) {
     return moved;
   }
   const batch = script === 'sweep_stalled' ? config.reapLimit : 100;
+  let tick = 0;
   await everyPeriod(config.reapIntervalMs, () => !stopping, async () => {
+    // sparse-reaper (broken): keeps the grid, sweeps on every third tick only
+    if (broken === 'sparse-reaper' && tick++ % 3 !== 0) return;
     try {
       while (await sweep() >= batch) { /* a full batch: sweep again */ }
       const promoted = Number(await scripts.run(connection, 'promote', [k.schedule, k.pending],
