@@ -440,3 +440,22 @@ def test_a_turned_away_check_across_a_store_restart_is_exempt_and_a_feed_gap_bli
     failed, _ = cadence_of(blinded)
     assert "reap_cadence" not in failed
     assert check(blinded.events()).invariants["reap_cadence"].blind
+
+
+@pytest.mark.parametrize(("path", "line"), [
+    ("scenarios/kill-worker.toml",
+     "cadence   a sweep <= 450 ms after the previous one (reap_interval_ms 250 + "
+     "sweep_allowance_ms 200), by each of reaper"),
+    ("scenarios/bullmq/kill-worker.toml",
+     "cadence   a sweep <= 750 ms after the previous one (reap_interval_ms 500 + "
+     "tolerance_ms 250), by each of worker-1, worker-2, worker-3"),
+    ("scenarios/mutants/no-reaper.toml", "cadence   not judged: no process here promises"),
+])
+def test_validate_and_the_dry_run_print_the_cadence_limit_beside_the_bound(path: str, line: str):
+    """What `validate` and `run --dry-run` print (chaos.run.plan): the limit reap_cadence will
+    judge, right after the recovery bound, from the same family and settings the run uses."""
+    from chaos.run.plan import describe_plan
+
+    lines = describe_plan(load_scenario(ROOT / path)).splitlines()
+    index = next(i for i, text in enumerate(lines) if text.startswith("  bound"))
+    assert lines[index + 1].strip().startswith(line)

@@ -63,6 +63,7 @@ def describe_plan(scenario: Scenario) -> str:
         f"{scenario.check.tolerance_ms} from the last renewal; every reap <= "
         f"{scenario.recovery_bound_ms - scenario.topology.lease_ms} ms + reap_allowance_ms "
         f"{scenario.check.reap_allowance_ms} after its deadline",
+        describe_cadence(scenario),
         "  faults (ms from chaos start):" if scenario.faults else "  faults    none",
     ]
     lines.extend(describe_fault(scenario, fault) for fault in plan(scenario))
@@ -109,6 +110,30 @@ def describe_plan(scenario: Scenario) -> str:
         lines.append(f"  network   a proxy each for {', '.join(scenario.proxied_names)} "
                      f"({server})")
     return "\n".join(line for line in lines if line)
+
+
+def describe_cadence(scenario: Scenario) -> str:
+    """The ``cadence`` line: which processes reap_cadence holds to which limit (the one the
+    checker will read from the run event), or that none is judged."""
+    from chaos.check.verdict import CheckConfig
+    from chaos.family import family_for
+    from chaos.protocol.client import QueueKeys
+
+    family = family_for(scenario, QueueKeys(scenario.valkey.prefix, scenario.valkey.queue))
+    if not family.sweepers:
+        return "  cadence   not judged: no process here promises a sweep cadence (gaps reported)"
+    config = CheckConfig(lease_ms=scenario.topology.lease_ms,
+                         reap_interval_ms=scenario.topology.reap_interval_ms,
+                         tolerance_ms=scenario.check.tolerance_ms,
+                         dialect=family.dialect_name, sweepers=family.sweepers,
+                         sweep_allowance_ms=scenario.check.sweep_allowance_ms)
+    names = ", ".join(family.sweepers)
+    allowance = config.sweep_limit_ms - config.reap_interval_ms
+    knob = ("sweep_allowance_ms" if allowance == scenario.check.sweep_allowance_ms
+            else "tolerance_ms")
+    return (f"  cadence   a sweep <= {config.sweep_limit_ms} ms after the previous one "
+            f"(reap_interval_ms {config.reap_interval_ms} + {knob} {allowance}), by each of "
+            f"{names}")
 
 
 def describe_fault(scenario: Scenario, fault: PlannedFault) -> str:
