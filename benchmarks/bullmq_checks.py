@@ -43,14 +43,15 @@ def run_one(run_dir: Path, workers: int, phase: str, broken: str) -> None:
 
 
 def checks(run_dir: Path) -> list[tuple[int, bool]]:
-    """(server ms, ran) of every stalled check, in order: ran, or turned away by the key."""
+    """(server ms, ran) of every stalled check in the feed's order (within a ms too): ran, or
+    turned away by the key."""
     found = []
     with open(run_dir / "history-monitor.jsonl", encoding="utf-8") as handle:
         for line in handle:
             event = json.loads(line)
             if event["type"] == "sweep":
                 found.append((int(event["ts"]), event.get("ran", "1") != "0"))
-    return sorted(found)
+    return sorted(found, key=lambda check: check[0])
 
 
 def turned_away_after_ran(found: list[tuple[int, bool]]) -> list[int]:

@@ -265,8 +265,12 @@ def test_broken_bullmq_unfenced_finish_is_caught_by_exclusive_lease(valkey_serve
                                                                     bullmq_runs):
     """moveToFinished with its lock check patched out (in memory, at the worker's start-up):
     the woken holder's stale complete is accepted while another worker holds the job, and only
-    exclusive_lease says so."""
-    run = BullMQRun(valkey_server, lease_ms=600, stalled_ms=300, broken="unfenced-finish")
+    exclusive_lease says so. One slot a worker, so the frozen one holds that job alone: with two,
+    its second job could be anywhere between lapsed and re-claimed when it wakes (a stale
+    finish of a job not re-claimed yet, or one still in its lease), which made the count of
+    stale finishes a race (it failed about 1 run in 7)."""
+    run = BullMQRun(valkey_server, lease_ms=600, stalled_ms=300, broken="unfenced-finish",
+                    concurrency=1)
     bullmq_runs.append(run)
     run.runner.record(**Phase("chaos").fields())
     run.enqueue(4, handler_ms=900)

@@ -459,3 +459,18 @@ def test_validate_and_the_dry_run_print_the_cadence_limit_beside_the_bound(path:
     lines = describe_plan(load_scenario(ROOT / path)).splitlines()
     index = next(i for i, text in enumerate(lines) if text.startswith("  bound"))
     assert lines[index + 1].strip().startswith(line)
+
+
+def test_a_check_turned_away_in_the_same_ms_as_the_one_that_ran_meets_that_one():
+    """The feed's order decides within a ms (measured: 8 workers, worker-3's check ran at t and
+    worker-2's was turned away at t): sorting by name would have met worker-2's against the
+    check before, 505 ms earlier, and failed a sound BullMQ."""
+    ran = {"w3": [0, 500, 1000, 1505, 2005, 2505, 3005], "w2": []}
+    away = {"w2": [2, 501, 1003, 1505, 2006, 2505, 3006], "w3": []}
+    failed, cadence = cadence_of(bullmq_run(ran, away, 3400))
+    assert "reap_cadence" not in failed, cadence["examples"]
+    # and one more turned away 504 ms after the last that ran: caught
+    late = {"w2": [2, 501, 1003, 1506, 2006, 2505, 3006, 3509], "w3": []}
+    failed, cadence = cadence_of(bullmq_run(ran, late, 3600))
+    assert failed == ["reap_cadence"]
+    assert [example["sweep_ts"] for example in cadence["examples"]] == [3509]

@@ -380,7 +380,9 @@ def _lock_outlived_interval(facts: ReplayFacts, limit: int, offences: Offences) 
     down = store_down(facts)
     exempt = 0
     last_ran: int | None = None
-    for ts, sweeper, ran in sorted(facts.sweeps):
+    # in history order (the feed's): a check turned away in the same ms as the one that ran
+    # just before it must meet that one as the last that ran
+    for ts, sweeper, ran in sorted(facts.sweeps, key=lambda sweep: sweep[0]):
         if ran:
             last_ran = ts
             continue

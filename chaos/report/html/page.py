@@ -83,10 +83,10 @@ def _bound_key(bound: BoundFormula) -> str:
     """The figure's bound lines spelled out below it: a queue's formula (BullMQ's) is too long
     for a legend beside the plot."""
     return ("<table class='key'><tr><th>line</th><th>what it is</th><th>ms</th></tr>"
-            f"<tr><td>solid</td><td>the queue's bound: {_e(bound.name)}</td>"
-            f"<td>{bound.base_ms}</td></tr>"
-            f"<tr><td>dashed</td><td>+ tolerance {bound.tolerance_ms} ms: the bound judged"
-            f"</td><td>{bound.bound_ms}</td></tr></table>")
+            f"<tr><td>solid</td><td>the queue's bound: {_e(bound.name)} = {bound.base_ms} ms"
+            f"</td><td>{bound.base_ms}</td></tr>"
+            f"<tr><td>dashed</td><td>+ tolerance {bound.tolerance_ms} ms = {bound.bound_ms} ms:"
+            f" the bound judged</td><td>{bound.bound_ms}</td></tr></table>")
 
 
 def _e(value: Any) -> str:
