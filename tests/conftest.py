@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -36,3 +37,18 @@ def raw_client(valkey_server: ValkeyServer) -> Iterator[redis.Redis]:
 def queue(raw_client: redis.Redis) -> QueueClient:
     """A client on a fresh queue name, so tests sharing a server never see each other's keys."""
     return QueueClient(raw_client, QueueKeys("test:", f"q{next(_queue_names)}"))
+
+
+@pytest.fixture
+def bullmq_installed() -> None:
+    """Node and sut/bullmq's modules, checked when the test runs (never when it is collected,
+    so a test's skip and its run agree even if `npm ci` ran in between); absent: skip with the
+    reason, or fail under CI=true, where .ci/run installs them."""
+    from chaos.load.bullmq import BullMQUnavailable, require_installed
+
+    try:
+        require_installed()
+    except BullMQUnavailable as problem:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but BullMQ cannot run: {problem}")
+        pytest.skip(str(problem))

@@ -16,12 +16,11 @@ from chaos.check.checker import check
 from chaos.history.events import read_history
 from chaos.run.runner import run_scenario
 from chaos.scenario.loading import load_scenario
-from tests.test_bullmq import MISSING
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios" / "bullmq"
 BROKEN = SCENARIOS / "broken"
-needs_bullmq = pytest.mark.skipif(bool(MISSING), reason=MISSING)
+needs_bullmq = pytest.mark.usefixtures("bullmq_installed")  # decided at run time (conftest.py)
 
 
 def run(path: Path, tmp_path: Path, seed: int | None = None):

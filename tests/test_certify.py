@@ -30,7 +30,6 @@ from chaos.tools.certify import (
     plan_battery,
     table,
 )
-from tests.test_bullmq import MISSING as BULLMQ_MISSING
 from tests.test_sut_node import NODE_SUT, processes_in
 from tests.test_sut_node import _missing as node_missing
 
@@ -296,7 +295,7 @@ def test_the_node_example_passes_and_its_broken_switch_is_caught(tmp_path: Path)
 
 
 @pytest.mark.integration
-@pytest.mark.skipif(bool(BULLMQ_MISSING), reason=BULLMQ_MISSING)
+@pytest.mark.usefixtures("bullmq_installed")
 def test_sound_bullmq_with_its_only_worker_frozen_passes_through_its_standalone_checker(
         tmp_path: Path):
     """Real BullMQ, its lone worker frozen past its lock: without a reaper beside it nothing
