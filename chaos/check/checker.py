@@ -40,7 +40,9 @@ bandwidth, clock skew). ``judgements.py`` then rules on each invariant, one func
   reap_cadence          every reaper the queue promises a cadence (the run event's ``sweepers``)
                         sweeps at least every reap_interval_ms + sweep_allowance_ms, judged on
                         its ``sweep`` events (``cadence.py``), lapses or not; exempt while a
-                        fault holds it or the store is down
+                        fault holds it or the store is down; and no sweep is turned away by a
+                        shared sweep lock (BullMQ's stalled-check key) more than one interval
+                        after the last sweep that ran
 
 Figures for store faults (``valkey_restart``, ``failover``: fault events carrying ``killed_ts``):
 per fault, how long after the kill each worker's next transition (and the producer's next

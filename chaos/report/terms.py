@@ -97,7 +97,8 @@ BULLMQ_CHECKS = {
                    "stalled check has run that long past its deadline",
     "reap_cadence": "every worker runs its stalled check (run or turned away by the "
                     "stalled-check key) at most stalledInterval + tolerance_ms after its "
-                    "previous one, unless a fault holds it or the store is down",
+                    "previous one, unless a fault holds it or the store is down; and the key "
+                    "turns no check away more than stalledInterval after the last that ran",
 }
 
 
