@@ -415,7 +415,8 @@ def test_a_frozen_member_is_thawed_on_every_way_out(deploy: Callable[..., Proces
     members = deployment.members(("worker-1", "worker-2", "reaper"))
     faults = PAUSE.replace("duration_ms = 2000", "duration_ms = 2500")
     if how == "error":
-        worker_1 = f'values = {{ pid = "{deployment.pid("worker-1")}" }}\n'
+        worker_1 = 'name = "worker-1"\n'
+        assert worker_1 in members  # the edit below must land, or the kill would just work
         members = members.replace(worker_1, worker_1 + 'kill = ["false"]\n')
         faults += '[[faults]]\nkind = "kill"\ntarget = "worker-1"\nat_ms = 800\n'
     path = scenario_file(tmp_path / "long.toml", "attach-interrupted", deployment.url,

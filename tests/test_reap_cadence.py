@@ -33,13 +33,14 @@ def run_with(sweeps: dict[str, list[int]], end: int, sweepers: tuple[str, ...] =
              faults: Sequence[tuple[str, str, int, int | None]] = (),
              store_down: tuple[int, int] | None = None, warmup_at: int = 0,
              blind_at: int | None = None,
-             turned_away: dict[str, list[int]] | None = None) -> History:
+             turned_away: dict[str, list[int]] | None = None, claimed: bool = True) -> History:
     """A run to ``end``: its phases (warmup at ``warmup_at``, drain at ``end`` - 400, end at
     ``end``), one job enqueued, claimed, completed early (nothing lapses), the given sweeps per
     sweeper ("": one the history names no sweeper of), faults (kind, worker, at, healed at or
     None), a store outage (killed at, back at) recorded as a valkey_restart, and from
     ``blind_at`` a feed that lost lines (a blind spot on every job); ``turned_away``: sweeps
-    per sweeper that a shared sweep lock turned away (BullMQ's ``ran=0``)."""
+    per sweeper that a shared sweep lock turned away (BullMQ's ``ran=0``); ``claimed`` False:
+    the job is enqueued and never seen claimed (the history sees no worker at all)."""
     h = History(L, reap_interval_ms, tolerance_ms, run=False)
     h.write(Run(scenario="hand-written", lease_ms=L, reap_interval_ms=reap_interval_ms,
                 tolerance_ms=tolerance_ms, dialect=dialect, sweepers=sweepers), 0)
@@ -50,9 +51,10 @@ def run_with(sweeps: dict[str, list[int]], end: int, sweepers: tuple[str, ...] =
     if blind_at is not None:
         timeline.append((blind_at, 0, lambda ts: h.blind(None, ts=ts,
                                                          why="monitor connection lost")))
-    timeline += [(1, 1, lambda ts: h.enqueue("a", ts=ts)),
-                 (2, 1, lambda ts: h.claim("a", 1, "w1", ts=ts)),
-                 (50, 1, lambda ts: h.complete("a", 1, "w1", ts=ts))]
+    timeline.append((1, 1, lambda ts: h.enqueue("a", ts=ts)))
+    if claimed:
+        timeline += [(2, 1, lambda ts: h.claim("a", 1, "w1", ts=ts)),
+                     (50, 1, lambda ts: h.complete("a", 1, "w1", ts=ts))]
     for sweeper, times in sweeps.items():
         timeline += [(ts, 2, lambda ts, sweeper=sweeper: h.sweep(sweeper, ts=ts))
                      for ts in times]
@@ -189,6 +191,17 @@ def test_a_promised_reaper_with_no_sweep_at_all_fails_and_a_broken_feed_blinds_i
     verdict = check(run_with({}, 3000, blind_at=0).events())
     result = verdict.invariants["reap_cadence"]
     assert result.status == "blind" and result.blinded == 1 and verdict.word == "unknown"
+
+
+def test_a_history_that_never_saw_a_claim_blinds_a_reaper_it_never_saw_sweep():
+    """Jobs enqueued and none ever claimed: the history may not see the workers at all (their
+    key layout or dialect is not the scenario's), so a promised reaper with no sweep in it is
+    no evidence either way: blind, never failed. A reaper seen sweeping, late, still fails."""
+    verdict = check(run_with({}, 3000, claimed=False).events())
+    result = verdict.invariants["reap_cadence"]
+    assert result.status == "blind" and result.violations == 0 and result.blinded == 1
+    failed, cadence = cadence_of(run_with({"reaper": every(3 * R, 0, 3000)}, 3000, claimed=False))
+    assert "reap_cadence" in failed and cadence["violations"] > 0
 
 
 def test_a_sweep_whose_sweeper_is_unknown_blinds_the_gap_it_falls_in():

@@ -320,6 +320,10 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
     unattributed = cadence.unattributed
     start, end = facts.first_phase_ts, watched_until(facts)
     exempt = 0
+    # Jobs went in and no worker was ever seen to claim one: the history may not see the
+    # workers at all (another key layout, another dialect), so a sweeper it never saw sweep is
+    # no evidence that none swept.
+    unseen = bool(facts.enqueued) and all(attempt is None for attempt in facts.enqueued.values())
     for sweeper in config.sweepers:
         times = cadence.times.get(sweeper, [])
         spans: list[tuple[int, int, str]] = []
@@ -342,7 +346,8 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
             example = {"reaper": sweeper, "sweep_ts": earlier, "next_sweep_ts": later,
                        "gap_ms": later - earlier, "allowed_ms": limit, "reason": reason}
             index = bisect.bisect_right(unattributed, earlier)
-            if index < len(unattributed) and unattributed[index] < later:
+            if (index < len(unattributed) and unattributed[index] < later) or (
+                    unseen and not times):
                 offences.blinded += 1  # an unnamed sweep in the gap may have been its
                 if len(offences.blinded_examples) < EXAMPLES:
                     offences.blinded_examples.append(example)
