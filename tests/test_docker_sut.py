@@ -73,3 +73,41 @@ def test_the_node_sut_broken_switch_is_caught_in_containers(
     report = run_in_docker(engine, "unfenced-complete", tmp_path / "run")
     assert report["verdict"] == "fail"
     assert not report["invariants"]["no_double_completion"]["ok"], report["invariants"]
+
+
+def test_certify_runs_a_queues_standalone_reaper_in_a_container_of_its_own(
+        engine: docker.DockerClient, node_image: None, tmp_path: Path):
+    """A queue whose workers are its only reapers (here the Node example declared so) gets its
+    standalone reaper where a battery scenario freezes every worker: under Docker it runs from
+    the SUT's image in a container of its own, beside the frozen worker, sweeps while that
+    worker is frozen, and is gone with the run."""
+    text = (ROOT / "scenarios" / "node" / "kill-worker.toml").read_text()
+    text = text.replace('cwd = "../../sut/node-echomq"',
+                        f'cwd = "{ROOT / "sut" / "node-echomq"}"')
+    text = text.replace('reaper = ["node", "reaper.js"]',
+                        'reaper = "none"\nstandalone_reaper = ["node", "reaper.js"]')
+    assert 'standalone_reaper = ["node", "reaper.js"]' in text
+    path = tmp_path / "node-reaping-workers.toml"
+    path.write_text('runtime = "docker"\n' + text)
+    out = tmp_path / "certify"
+    done = subprocess.run([sys.executable, "-m", "chaos", "certify", str(path),
+                           "--only", "lone-worker-frozen", "--out", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert done.returncode == 0, done.stdout + done.stderr[-3000:]
+    summary = json.loads((out / "certify.json").read_text())
+    assert "stop every worker at once" in summary["adapted"]["lone-worker-frozen"]
+    (run,) = summary["runs"]
+    report = json.loads((Path(run["run_dir"]) / "report.json").read_text())
+    runtime = report["run"]["runtime"]
+    assert runtime["kind"] == "docker" and runtime["images"]["sut"]["name"] == NODE_SUT_IMAGE
+    reapers = json.loads((Path(run["run_dir"]) / "scenario.json").read_text())
+    assert reapers["sut"]["reaper"] == ["node", "reaper.js"]
+    assert set(runtime["containers"]) == {"valkey", "worker-1", "reaper"}
+    assert not runtime["containers"]["reaper"]["killed_by_fault"]
+    cadence = report["invariants"]["reap_cadence"]
+    assert cadence["sweepers"] == ["reaper"] and cadence["per_sweeper"]["reaper"]["sweeps"]
+    reap = report["invariants"]["recovery_bound"]
+    assert reap["count"] >= 1 and reap["max_ms"] <= reap["bound_ms"]
+    listed = engine.api.containers(all=True, filters={"label": f"{LABEL_RUN_DIR}="
+                                                      f"{Path(run['run_dir']).resolve()}"})
+    assert listed == []  # nothing outlives the run
