@@ -394,6 +394,26 @@ def cmd_protocol_export(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def cmd_families(args: argparse.Namespace) -> int:
+    from chaos.registry import families, origin
+
+    rows = []
+    for name, spec in families().items():
+        where = origin(name)
+        rows.append({"name": name, "summary": spec.summary,
+                     "history": "MONITOR, decoded" if spec.dialect else "its own scripts",
+                     "bound": spec.bound.formula, "entry_point": where.entry_point,
+                     "distribution": where.distribution})
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_PASS
+    for row in rows:
+        print(f"{row['name']:<10} {row['summary']}\n{'':<10} history: {row['history']}; "
+              f"bound: {row['bound']}\n{'':<10} from {row['entry_point']} "
+              f"({row['distribution']})")
+    return EXIT_PASS
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="echomq-chaos", description=__doc__,
@@ -429,6 +449,14 @@ def build_parser() -> argparse.ArgumentParser:
                           "(docker), or a queue already deployed (attach, with an [attach] "
                           "section); overrides the scenario's runtime field")
     run.set_defaults(handler=cmd_run)
+
+    families_cmd = commands.add_parser(
+        "families", help="list the queue families installed (docs/families.md)",
+        description="Every queue family the toolkit can judge: its name (a scenario's "
+                    "sut.dialect), how its history is recorded, its recovery bound, and the "
+                    "entry point (echomq_chaos.families) and distribution it came from.")
+    families_cmd.add_argument("--json", action="store_true", help="print them as JSON")
+    families_cmd.set_defaults(handler=cmd_families)
 
     validate = commands.add_parser("validate", help="validate a scenario and print its plan")
     validate.add_argument("scenario", help="scenario file (TOML)")

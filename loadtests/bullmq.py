@@ -4,10 +4,10 @@
         --queue-prefix bull --queue-name jobs --producer-rate 50 \\
         --handler '{"distribution": "uniform", "min_ms": 50, "max_ms": 200}'
 
-Each job goes in through BullMQ's own ``Queue.add`` (``chaos.load.bullmq``: one ``producer.js``
-per Locust process, shared by its users) and carries the SUT contract's payload, its handler time
-drawn from ``--handler`` (the scenario's ``topology.handler``, seeded by ``--seed``), as the echomq
-producer users' are. The queue options are ``loadtests/queue.py``'s
+Each job goes in through BullMQ's own ``Queue.add`` (``chaos.queues.bullmq.load``: one
+``producer.js`` per Locust process, shared by its users) and carries the SUT contract's payload,
+its handler time drawn from ``--handler`` (the scenario's ``topology.handler``, seeded by
+``--seed``), as the echomq producer users' are. The queue options are ``loadtests/queue.py``'s
 (``python -m loadtests.queue --help``); consumers are the BullMQ workers under test, not users.
 Each acknowledged add fires Locust's ``events.request`` (type ``BULLMQ``, name ``enqueue``) and,
 with ``--ack-ledger-dir``, is written to the acknowledgement ledger.
@@ -28,7 +28,7 @@ from urllib.parse import quote, urlsplit, urlunsplit
 from locust import User, events, task
 
 import loadtests.queue_users as queue_users  # registers the queue options; its users stay out
-from chaos.load.bullmq import BullMQQueue, sut_dir
+from chaos.queues.bullmq.load import BullMQQueue, sut_dir
 from chaos.reference.payload import HandlerDistribution, PayloadMaker
 
 REQUEST_TYPE = "BULLMQ"

@@ -44,7 +44,7 @@ def bullmq_installed() -> None:
     """Node and sut/bullmq's modules, checked when the test runs (never when it is collected,
     so a test's skip and its run agree even if `npm ci` ran in between); absent: skip with the
     reason, or fail under CI=true, where .ci/run installs them."""
-    from chaos.load.bullmq import BullMQUnavailable, require_installed
+    from chaos.queues.bullmq.load import BullMQUnavailable, require_installed
 
     try:
         require_installed()

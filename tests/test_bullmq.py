@@ -1,6 +1,6 @@
 """Real BullMQ under test (docs/bullmq.md): a real valkey-server, three real BullMQ worker
 processes from ``sut/bullmq`` (npm ``bullmq``, installed with ``npm ci``), jobs added through
-BullMQ's own add script (``chaos.load.bullmq``), workers really SIGKILLed and SIGSTOPped, the
+BullMQ's own add script (``chaos.queues.bullmq.load``), workers really SIGKILLed and SIGSTOPped, the
 history recorded from MONITOR with the ``bullmq`` dialect, and the pure checker's verdict on it.
 
 Without node or ``sut/bullmq/node_modules`` these tests skip, except under CI=true, where that is
@@ -27,7 +27,8 @@ from chaos.history.dialects import make_dialect
 from chaos.history.events import Event, read_history, seq_key
 from chaos.history.monitor import MonitorRecorder, RecorderHealth
 from chaos.history.schema import Fault, Heal, Phase, Run
-from chaos.load.bullmq import (
+from chaos.protocol.client import QueueClient, QueueKeys, redis_client
+from chaos.queues.bullmq.load import (
     BullMQFaultHistory,
     BullMQQueue,
     BullMQUnavailable,
@@ -35,7 +36,6 @@ from chaos.load.bullmq import (
     jobs_added,
     sut_dir,
 )
-from chaos.protocol.client import QueueClient, QueueKeys, redis_client
 from chaos.runtime.valkey import ValkeyServer
 from tests.procs import wait_until
 
@@ -207,14 +207,15 @@ def test_kill_worker_mid_job_every_job_recovered_within_bullmqs_bound(valkey_ser
     assert complete.worker != victim and complete.attempt == 2
     bound = verdict.invariants["recovery_bound"].figures
     assert bound["stranded"] >= 1
-    assert bound["bullmq"]["within_bullmq_bound"] is True
+    assert bound["family_figures"]["within_bullmq_bound"] is True
     # Judged per recovery on the stalled checks the history shows (sweep events, each with the
     # worker whose connection ran it): S + max(L, S) while they run on time.
-    assert bound["bullmq"]["judged_per_recovery"] and bound["bullmq"]["stalled_checks"] > 0
+    figures = bound["family_figures"]
+    assert figures["judged_per_recovery"] and figures["stalled_checks"] > 0
     assert bound["bound_ms"] == 500 + max(1000, 500) + verdict.config.tolerance_ms
     sweeps = _of(events, "sweep")
     assert sweeps and {event.worker for event in sweeps} <= set(run.names)
-    print("kill-worker (L=1000, S=500):", bound["bullmq"])
+    print("kill-worker (L=1000, S=500):", bound["family_figures"])
     # Every claim's holder is the connection that made the call (client name = worker name).
     claims = _of(events, "claim")
     assert claims and all(event.worker == event.extra.get("conn") for event in claims)
@@ -419,7 +420,7 @@ def test_short_lock_recovery_exceeds_lease_plus_interval_within_bullmqs_bound(va
     assert health.trustworthy, health.problems()
     assert drained and verdict.passed, {name: result.examples for name, result
                                         in verdict.invariants.items() if not result.ok}
-    figures = verdict.invariants["recovery_bound"].figures["bullmq"]
+    figures = verdict.invariants["recovery_bound"].figures["family_figures"]
     tolerance = verdict.config.tolerance_ms
     assert figures["lease_plus_interval_ms"] == 1300 and figures["checks_on_time_ms"] == 2000
     assert figures["worst_renewal_to_reap_ms"] > 1300 + tolerance

@@ -1,9 +1,9 @@
-"""The checker's BullMQ bound (chaos.check.bullmq), on hand-written histories: a run event with
-``dialect = "bullmq"`` makes recovery_bound judge each recovery on the stalled checks the history
-shows (``sweep`` events): every worker's checks at most S + tolerance apart, and the job back by
-S + max(L, S) + tolerance plus each gap between the checks that ran beyond S; a history without
-them is judged on the worst case 2 x stalledInterval + max(lockDuration, stalledInterval), and
-reap_prompt on its lag. Every other history keeps lease + reap interval."""
+"""The checker's BullMQ bound (chaos.queues.bullmq.bound), on hand-written histories: a run event
+with ``dialect = "bullmq"`` makes recovery_bound judge each recovery on the stalled checks the
+history shows (``sweep`` events): every worker's checks at most S + tolerance apart, and the job
+back by S + max(L, S) + tolerance plus each gap between the checks that ran beyond S; a history
+without them is judged on the worst case 2 x stalledInterval + max(lockDuration, stalledInterval),
+and reap_prompt on its lag. Every other history keeps lease + reap interval."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ from typing import Any
 import pytest
 from histories import History
 
-from chaos.check.bullmq import (
+from chaos.check.checker import check
+from chaos.history.schema import Run, Sweep
+from chaos.queues.bullmq.bound import (
     bound_comparison,
     bullmq_bound_ms,
     bullmq_reap_lag_ms,
     checks_on_time_bound_ms,
 )
-from chaos.check.checker import check
-from chaos.history.schema import Run, Sweep
 
 LEASE, INTERVAL, TOLERANCE = 300, 1000, 100  # a short lock: lockDuration < stalledInterval
 
@@ -60,8 +60,8 @@ def test_a_recovery_past_lease_plus_interval_passes_only_under_bullmqs_bound():
     bullmq = check(_killed_holder("bullmq", 2672).events())
     assert bullmq.passed, {n: r.examples for n, r in bullmq.invariants.items() if not r.ok}
     assert bullmq.invariants["recovery_bound"].figures["bound_ms"] == 3100
-    assert bullmq.invariants["recovery_bound"].figures["bullmq"]["within_lease_plus_interval"] \
-        is False
+    figures = bullmq.invariants["recovery_bound"].figures["family_figures"]
+    assert figures["within_lease_plus_interval"] is False
     echomq = check(_killed_holder("", 2672).events())
     assert not echomq.invariants["recovery_bound"].ok
     assert not echomq.invariants["reap_prompt"].ok
@@ -147,9 +147,9 @@ def test_a_recovery_on_checks_that_ran_on_time_is_judged_on_s_plus_max_l_s():
     on_time = check(_with_checks(1000, 500, 100, 1500, checks, {}).events())
     assert on_time.passed, {n: r.examples for n, r in on_time.invariants.items() if not r.ok}
     figures = on_time.invariants["recovery_bound"].figures
-    assert figures["bound_ms"] == 1600 and figures["bullmq"]["judged_per_recovery"]
-    assert figures["bullmq"]["stalled_checks"] == 6
-    assert figures["bullmq"]["stalled_checks_turned_away"] == 6
+    assert figures["bound_ms"] == 1600 and figures["family_figures"]["judged_per_recovery"]
+    assert figures["family_figures"]["stalled_checks"] == 6
+    assert figures["family_figures"]["stalled_checks_turned_away"] == 6
     late = check(_with_checks(1000, 500, 100, 2000, checks, {}).events())
     assert late.failed_invariants() == ["recovery_bound"]
     (example,) = late.invariants["recovery_bound"].examples
@@ -183,7 +183,7 @@ def test_behind_a_checker_that_died_a_gap_grows_to_2s_and_the_bound_with_it():
               (2999, "w2", True), (3999, "w2", True)]
     verdict = check(_with_checks(300, 1000, 100, 2999, checks, {"w1": 1100}).events())
     assert verdict.passed, verdict.invariants["recovery_bound"]
-    figures = verdict.invariants["recovery_bound"].figures["bullmq"]
+    figures = verdict.invariants["recovery_bound"].figures["family_figures"]
     assert figures["recoveries_after_a_slow_gap"] == 1 and figures["max_check_gap_ms"] == 1999
     missed = check(_with_checks(300, 1000, 100, 3999, checks, {"w1": 1100}).events())
     assert missed.failed_invariants() == ["recovery_bound", "reap_prompt"]
@@ -200,7 +200,7 @@ def test_a_checker_turned_away_by_its_own_key_makes_a_2s_gap_without_any_fault()
               + _every(0, 1000, 3000, "w2", ran=False) + _every(3000, 1000, 4100, "w2"))
     verdict = check(_with_checks(300, 1000, 1110, 4000, checks, {}).events())
     assert verdict.passed, {n: r.examples for n, r in verdict.invariants.items() if not r.ok}
-    figures = verdict.invariants["recovery_bound"].figures["bullmq"]
+    figures = verdict.invariants["recovery_bound"].figures["family_figures"]
     assert figures["max_check_gap_ms"] == 1990 and figures["max_worker_check_gap_ms"] == 1000
     assert figures["recoveries_with_late_checks"] == 0
 

@@ -56,7 +56,7 @@ def test_real_bullmq_passes_under_worker_faults(name: str, seed: int | None, tmp
     assert result.report["run"]["faults"]  # the fault was applied
     history = (result.run_dir / "history-monitor.jsonl").read_text().replace(" ", "")
     assert '"type":"reap"' in history  # BullMQ's stalled check brought the stranded jobs back
-    figures = result.report["invariants"]["recovery_bound"]["bullmq"]
+    figures = result.report["invariants"]["recovery_bound"]["family_figures"]
     assert figures["judged_per_recovery"] and not figures["recoveries_with_late_checks"]
     if name == "pause-worker":
         # the woken holder's finish was refused by BullMQ and recorded as such

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from chaos.history.events import decode_entries
-from chaos.load.bullmq import BullMQUnavailable, require_installed
+from chaos.queues.bullmq.load import BullMQUnavailable, require_installed
 from chaos.tools.capacity import (
     CapacityResult,
     CapacitySearch,

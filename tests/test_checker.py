@@ -591,7 +591,10 @@ def test_recovery_latency_figures_from_known_numbers():
     assert verdict.stranded == 4
     assert verdict.faults == 2
     assert verdict.redeliveries == Redeliveries(needed=4, needless=0)
-    figures = verdict.invariants["recovery_bound"].figures
+    figures = dict(verdict.invariants["recovery_bound"].figures)
+    words = figures.pop("model")  # the bound in the reference protocol's words
+    assert (words["family"], words["formula"]) == ("reference", "lease_ms + reap_interval_ms")
+    assert words["terms"] == f"lease {L} + reap {R}" and words["lines"] == []
     assert figures == {
         "bound_ms": BOUND,
         "lease_ms": L,

@@ -1,5 +1,5 @@
 """The MONITOR history source (docs/design.md §5): the echomq decoder on real MONITOR lines
-captured from the bundled valkey-server (tests/fixtures/monitor-echomq.json, with the events
+captured from the bundled valkey-server (chaos/queues/echomq/conformance.json, with the events
 stream the scripts wrote in the same session), the recorder live against a real server, and one
 short run recording both sources at once. Nothing here is a fake: the fixture is the server's own
 output, and the live tests talk to a real valkey-server and real worker processes."""
@@ -33,7 +33,7 @@ from chaos.run.sources import compare_histories
 from chaos.runtime.valkey import ValkeyServer
 
 SHA_OF = {name: sha for sha, name in SCRIPTS.items()}
-FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "monitor-echomq.json").read_text())
+FIXTURE = json.loads((ROOT / "chaos" / "queues" / "echomq" / "conformance.json").read_text())
 
 
 def _decode(lines: list[str]) -> tuple[list[Event], RecorderHealth]:

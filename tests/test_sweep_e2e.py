@@ -142,7 +142,7 @@ def test_a_bullmq_sweep_models_its_bound_and_recommends_from_renewal_gaps(tmp_pa
     2R + max(L, R), and the lease headroom is judged from the renewal gaps of the judged
     (MONITOR) history, whose extends carry no round trip. Read from history.jsonl it was no
     evidence at all: "None ms", and the lease named as binding although every cell passed."""
-    from chaos.load.bullmq import BullMQUnavailable, require_installed
+    from chaos.queues.bullmq.load import BullMQUnavailable, require_installed
 
     try:
         require_installed()

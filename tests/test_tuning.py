@@ -272,7 +272,7 @@ def test_a_heartbeat_arriving_after_its_own_complete_is_not_a_renewal_gap():
 
 
 def test_bullmqs_cells_are_modelled_on_its_own_bound():
-    """2R + max(L, R) (chaos.check.bullmq), as the checker judges a bullmq history."""
+    """2R + max(L, R) (chaos.queues.bullmq.bound), as the checker judges a bullmq history."""
     assert family_bound_ms(1000, 250) == 1250
     assert family_bound_ms(1000, 250, "bullmq") == 1500
     assert family_bound_ms(300, 1000, "bullmq") == 3000

@@ -14,7 +14,7 @@ stalled-check timer) and the longest gap it allows (``CheckConfig.sweep_limit_ms
 between two sweeps of one of them longer than that is late unless something held that process
 in between: a fault on it (killed, frozen, cut off, slowed), or the store down (a sweep needs
 the store). The same judgement serves ``reap_cadence`` over the whole run and BullMQ's
-per-recovery stalled checks (``chaos.check.bullmq``), over the checks a recovery waited on.
+per-recovery stalled checks (``chaos.queues.bullmq.bound``), over the checks a recovery waited on.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check.bullmq import StalledChecks, bound_comparison, checks_on_time_bound_ms
 from chaos.check.cadence import SWEEP_LOCK_ROUNDING_MS, SweepCadence, outages_until_seen
 from chaos.check.replay import LapsedLease, ReplayFacts
 from chaos.check.verdict import (
@@ -28,6 +27,7 @@ from chaos.check.verdict import (
     LatencySummary,
     Offences,
 )
+from chaos.registry import SCRIPTS_RECORDED
 
 
 @dataclass
@@ -135,15 +135,15 @@ def reap_latencies(facts: ReplayFacts) -> list[int]:
 def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
                          final: bool) -> InvariantResult:
     """Measured from the holder's last renewal (its lease's start), not from the fault: the time
-    between that renewal and the fault is no slack for a late reaper. A BullMQ history with its
-    stalled checks (``sweep`` events) is judged per recovery on the checks that really ran
-    (``chaos.check.bullmq.StalledChecks``)."""
+    between that renewal and the fault is no slack for a late reaper. A family whose bound
+    model judges per recovery (``BoundModel.per_recovery``: BullMQ's stalled checks) gets each
+    recovery's own bound from what the history shows around it. The bound's words, in the
+    family's terms, go into the result (``model``) for the reports to render."""
     offences = facts.offences("recovery_bound")
-    checks = (StalledChecks(facts.sweeps, facts.windows, config.lease_ms,
-                            config.reap_interval_ms, config.sweep_limit_ms, store_down(facts))
-              if config.dialect == "bullmq" else None)
-    per_recovery = checks is not None and bool(checks)
-    judged_on_checks = slowed_by_checks = late_checks = 0
+    model = config.model
+    judge = (model.per_recovery(facts, config, store_down(facts))
+             if model.per_recovery is not None else None)
+    per_recovery = judge is not None and bool(judge)
     for item in facts.stranded:
         bound_ts = item.renewed_ts + config.bound_ms
         if item.reap_ts is None:
@@ -158,45 +158,55 @@ def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
             "renewal_to_reap_ms": item.reap_ts - item.renewed_ts,
             "fault_to_reap_ms": item.reap_ts - item.fault_ts}
         if per_recovery:
-            assert checks is not None
-            judged = checks.recovery(item.renewed_ts, item.reap_ts)
+            assert judge is not None
+            judged = judge.recovery(item.renewed_ts, item.reap_ts)
             bound_ts = item.renewed_ts + judged.bound_ms + config.tolerance_ms
-            judged_on_checks += judged.judged
-            slowed_by_checks += bool(judged.slow_gaps)
             example["bound_ms"] = judged.bound_ms + config.tolerance_ms
             if judged.late_checks:
-                late_checks += 1
                 first = min(judged.late_checks, key=lambda late: late["check_ts"])
-                offences.add({**example, "reason": "a stalled check it waited on came late",
+                offences.add({**example, "reason": judge.late_reason,
                               "late_checks": judged.late_checks[:3]},
                              first["check_ts"] + first["allowed_ms"])
                 continue
         if item.reap_ts > bound_ts:
             offences.add(example, bound_ts)  # broken the moment the bound passed
     extra: dict[str, Any] = {}
-    if config.dialect == "bullmq":  # the worst case against every formula (chaos.check.bullmq)
-        extra["bullmq"] = bound_comparison(
-            config.lease_ms, config.reap_interval_ms,
-            (item.reap_ts - item.renewed_ts for item in facts.stranded
-             if item.reap_ts is not None))
-        extra["bullmq"]["judged_per_recovery"] = per_recovery
-        if per_recovery:
-            assert checks is not None
-            extra["bullmq"].update(
-                stalled_checks=len(checks.times),
-                stalled_checks_turned_away=len(facts.sweeps) - len(checks.times),
-                max_check_gap_ms=max(checks.gaps(), default=None),
-                max_worker_check_gap_ms=max(checks.worker_gaps(), default=None),
-                recoveries_judged_on_checks=judged_on_checks,
-                recoveries_after_a_slow_gap=slowed_by_checks,
-                recoveries_with_late_checks=late_checks)
-    bound_ms = (checks_on_time_bound_ms(config.lease_ms, config.reap_interval_ms)
-                + config.tolerance_ms) if per_recovery else config.bound_ms
+    lines: list[str] = []
+    if judge is not None:  # the family's own figures: the worst case against its formulas
+        extra["family_figures"] = figures = judge.figures(
+            item.reap_ts - item.renewed_ts for item in facts.stranded
+            if item.reap_ts is not None)
+        lines = judge.lines(figures)
+    bound_ms = (judge.base_bound_ms + config.tolerance_ms if per_recovery and judge is not None
+                else config.bound_ms)
     return InvariantResult.judged(
         offences, bound_ms=bound_ms, lease_ms=config.lease_ms,
         reap_interval_ms=config.reap_interval_ms, tolerance_ms=config.tolerance_ms,
         stranded=len(facts.stranded), slowed=facts.slowed,
-        **asdict(LatencySummary.of(reap_latencies(facts))), **extra)
+        **asdict(LatencySummary.of(reap_latencies(facts))), **extra,
+        model=bound_words(config, judge.words() if per_recovery and judge else {}, lines))
+
+
+def bound_words(config: CheckConfig, judged: dict[str, str],
+                lines: list[str]) -> dict[str, Any]:
+    """report.json's ``recovery_bound.model``: the family's bound in its own words, with the
+    run's figures, so every report renders it from data and none asks whose it is.
+    ``judged``: the words of a bound judged per recovery, in place of the formula's."""
+    model = config.model
+    lease, interval = config.lease_ms, config.reap_interval_ms
+    return {
+        "family": config.dialect or SCRIPTS_RECORDED,
+        "formula": judged.get("formula", model.formula),
+        "terms": judged.get("terms", model.terms(lease, interval)),
+        "beyond": judged.get("beyond", ""),
+        "recovered_by": model.recovered_by,
+        "reap_lag_terms": model.reap_lag_terms(lease, interval),
+        "interval_name": model.interval_name,
+        "sweep_slack": "tolerance" if model.sweep_slack == "tolerance" else "allowance",
+        "setting_names": dict(model.setting_names),
+        "checks": dict(model.checks),
+        "lines": lines,
+    }
 
 
 def store_outages(facts: ReplayFacts, config: CheckConfig) -> list[tuple[int, int]]:

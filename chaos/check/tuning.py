@@ -13,9 +13,9 @@ Three things, all without Valkey, so every rule is unit-testable on hand-written
 * **The analytic model** (docs/design.md §4): a fault strands a lease last renewed at most one
   heartbeat before it, so the deadline falls in ``[fault + L − H, fault + L]`` and the recovery
   at most the family's bound: recovery ∈ ``[max(0, L − H), bound]`` (without a heartbeat, H is
-  the handler duration), where the bound is ``L + R`` for the echomq protocol (the reaper sweeps
-  at most R after the deadline) and ``2R + max(L, R)`` for BullMQ, whose stalled checks run on
-  the workers (``chaos.check.bullmq``).
+  the handler duration), where the bound is the family's (``chaos.registry.BoundModel``):
+  ``L + R`` for the reference protocol (the reaper sweeps at most R after the deadline), each
+  other family its own.
 * **The recommendation**: among the cells that passed every invariant, the one that meets the
   recovery target with zero needless redeliveries and the widest safety margin, where
   margin = min(recovery headroom, lease headroom); or which constraint binds when none does.
@@ -26,10 +26,11 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check.verdict import CheckConfig, LatencySummary
+from chaos.check.verdict import LatencySummary
 from chaos.history.events import Event
 from chaos.history.schema import CLIENT_CALLS, Claim, Extend, ExtendRejected, Run, rtt_ms
 from chaos.history.windows import UNKNOWN_WORKER, fault_windows
+from chaos.registry import bound_model
 
 RENEWALS = CLIENT_CALLS  # a holder's calls on its lease: each one reached the server
 ROUND_TO_MS = 50  # interpolated settings are rounded to this (a setting, not a measurement)
@@ -40,13 +41,13 @@ ROUND_TO_MS = 50  # interpolated settings are rounded to this (a setting, not a 
 
 def family_bound_ms(lease_ms: int, reap_interval_ms: int, dialect: str = "") -> int:
     """Renewal to recovery at worst, as the checker judges the family (its ``recovery_bound``
-    less the tolerance): L + R, or BullMQ's 2R + max(L, R)."""
-    return CheckConfig(lease_ms, reap_interval_ms, tolerance_ms=0, dialect=dialect).bound_ms
+    less the tolerance; ``chaos.registry.BoundModel``): L + R for the reference queue."""
+    return bound_model(dialect).bound_ms(lease_ms, reap_interval_ms)
 
 
 def bound_formula(dialect: str = "") -> str:
     """The bound's formula in the sweep's letters (L lease, R reap interval)."""
-    return "2R+max(L,R)" if dialect == "bullmq" else "L+R"
+    return bound_model(dialect).letters
 
 
 # --- measurements from one history ----------------------------------------------------------
@@ -141,7 +142,7 @@ class CellResult:
     wall_ms: int = 0
     # What the sweep set: None = the scenario's own heartbeat (default lease/3); groups heatmaps.
     heartbeat_set: int | None = None
-    dialect: str = ""  # the family its runs' histories name ("" echomq, "bullmq"): its bound
+    dialect: str = ""  # the family its runs' histories name ("" the reference): its bound
 
     @property
     def key(self) -> str:
@@ -194,7 +195,7 @@ def predicted_recovery(cell: CellResult, handler_max_ms: int | None = None) -> M
     slack = cell.tolerance_ms
     notes = []
     if measured.max_ms > high + slack:
-        late = "the stalled checks ran late" if cell.dialect == "bullmq" else "the reaper ran late"
+        late = bound_model(cell.dialect).late
         notes.append(f"max {measured.max_ms} > {cell.bound_formula} {high}: {late}")
     if measured.min_ms < low - slack:
         notes.append(f"min {measured.min_ms} < L-H {low}: a lease was older than one heartbeat")
@@ -305,7 +306,7 @@ def _interpolate(best: Assessment, target_ms: int, evidence: Evidence,
     else:
         ratio, overhead = 0.0, best.lease_need_ms or 0
         lease = (target_ms - excess + overhead) / 2  # T-L-excess = L - handler
-    if cell.dialect == "bullmq":
+    if bound_model(cell.dialect).lease_floor_is_interval:
         lease = max(lease, reap)
     lease_ms = _round(lease)
     if not min(leases) <= lease_ms <= max(leases) or lease_ms == cell.lease_ms:
@@ -408,7 +409,7 @@ def _chosen(best: Assessment, meeting: list[Assessment], target_ms: int, evidenc
         )
     warning = None
     if best.margin_ms <= 0:
-        sweeper = "stalled check" if cell.dialect == "bullmq" else "reaper tick"
+        sweeper = bound_model(cell.dialect).sweep
         warning = (f"the chosen cell's safety margin is {best.margin_ms} ms: it meets the target "
                    f"with nothing to spare, so any slower handler, late renewal or late {sweeper} "
                    "breaks it; sweep a wider grid before relying on it")

@@ -11,11 +11,11 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check.bullmq import bullmq_bound_ms, bullmq_reap_lag_ms
 from chaos.check.evidence import BlindSpots
 from chaos.history.events import Event
 from chaos.history.schema import Phase, Run
 from chaos.names import DEFAULT_ALLOWANCE_MS, DEFAULT_SWEEP_ALLOWANCE_MS, INVARIANTS
+from chaos.registry import BoundModel, bound_model
 
 UNDRAINED_LISTED = 1000  # undrained jobs listed by id in report.json; the count is complete
 EXAMPLES = 10  # offending cases listed per invariant; the counts are always complete
@@ -70,7 +70,7 @@ class CheckConfig:
     # sweep, judged on every lease (a lazy or backing-off reaper overshoots it).
     reap_allowance_ms: int = DEFAULT_ALLOWANCE_MS
     max_needless: int | None = None  # needless redeliveries tolerated; None: not judged
-    dialect: str = ""  # the queue that made the history (the run event's); "" is echomq
+    dialect: str = ""  # the family that made the history (the run event's); "" the reference
     # The processes the queue family promises sweep at least every reap interval (the run
     # event's ``sweepers``); empty: reap_cadence is not judged.
     sweepers: tuple[str, ...] = ()
@@ -79,27 +79,29 @@ class CheckConfig:
     sweep_allowance_ms: int = DEFAULT_SWEEP_ALLOWANCE_MS
 
     @property
+    def model(self) -> BoundModel:
+        """The recovery bound of the family the history names (``chaos.registry``)."""
+        return bound_model(self.dialect)
+
+    @property
     def bound_ms(self) -> int:
-        if self.dialect == "bullmq":  # its stalled check's own bound (chaos.check.bullmq)
-            return bullmq_bound_ms(self.lease_ms, self.reap_interval_ms) + self.tolerance_ms
-        return self.lease_ms + self.reap_interval_ms + self.tolerance_ms
+        return self.model.bound_ms(self.lease_ms, self.reap_interval_ms) + self.tolerance_ms
 
     @property
     def reap_limit_ms(self) -> int:
-        """reap_prompt's limit: a lapsed lease is reaped this long after its deadline, at most."""
-        if self.dialect == "bullmq":
-            return bullmq_reap_lag_ms(self.lease_ms, self.reap_interval_ms) + self.reap_allowance_ms
-        return self.reap_interval_ms + self.reap_allowance_ms
+        """reap_prompt's limit: a lapsed lease is reaped this long after its deadline, at most
+        (the family's bound less the lease, + the allowance)."""
+        return self.model.reap_lag_ms(self.lease_ms, self.reap_interval_ms) + self.reap_allowance_ms
 
     @property
     def sweep_limit_ms(self) -> int:
         """reap_cadence's limit: the longest gap between two sweeps of one sweeper. A reaper
-        sweeps every reap interval, plus the allowance for its wake-up and the sweep itself;
-        BullMQ's stalled checks are judged as recovery_bound always judged them, every
-        stalledInterval + tolerance (``chaos.check.bullmq.StalledChecks``)."""
-        if self.dialect == "bullmq":
-            return self.reap_interval_ms + self.tolerance_ms
-        return self.reap_interval_ms + self.sweep_allowance_ms
+        sweeps every reap interval, plus the allowance for its wake-up and the sweep itself; a
+        family whose sweeps its recovery bound judges per recovery at the tolerance (BullMQ's
+        stalled checks) is held to that instead (``BoundModel.sweep_slack``)."""
+        slack = (self.tolerance_ms if self.model.sweep_slack == "tolerance"
+                 else self.sweep_allowance_ms)
+        return self.reap_interval_ms + slack
 
     @classmethod
     def from_history(cls, events: Iterable[Event]) -> CheckConfig:

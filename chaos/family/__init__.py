@@ -12,14 +12,10 @@ chosen once per run (docs/design.md §5). A family brings
                      where every worker is stopped at once), or not at all, with the reason
 
 and the checker's recovery-bound model is named by the run event's ``dialect``
-(``chaos.check.verdict.CheckConfig``). The runner never asks which queue it runs: a fourth
-family is one more module here and one more name in ``family_for``.
-
-    reference   the toolkit's own queue (docs/design.md §2), or a worker of the user's that
-                speaks its contract through the exported scripts (``[sut]`` with no dialect)
-    echomq      a queue of EchoMQ's key layout decoded by effect (the real EchoMQ, the Node
-                example): branded ids, holders from the recorder's view of the connections
-    bullmq      real BullMQ (docs/bullmq.md)
+(``chaos.registry.BoundModel``). The runner never asks which queue it runs. This module holds
+the seam (``QueueFamily``, whose defaults are the reference queue's: the toolkit's own scripts
+and keys, docs/design.md §2); each family is a package of its own under ``chaos/queues/``
+(or installed from outside), found by name through ``chaos.registry`` (docs/families.md).
 """
 
 from __future__ import annotations
@@ -34,10 +30,9 @@ from chaos.load.sources import LoadSource, LocustLoad, Producer, payload_maker
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys
 from chaos.protocol.ids import id_maker
+from chaos.registry import SCRIPTS_RECORDED, bound_model, family_spec
 from chaos.runtime.base import RuntimeBase
 from chaos.scenario.model import Load, Scenario
-
-FAMILIES = ("reference", "echomq", "bullmq")
 
 
 @dataclass(frozen=True)
@@ -75,8 +70,9 @@ class QueueFamily:
         """The recovery bound of the scenario's own settings, in this queue's terms (the
         sweep's default target says where its number comes from)."""
         topology = self.scenario.topology
-        return (f"the scenario's own lease_ms + reap_interval_ms = {topology.lease_ms} + "
-                f"{topology.reap_interval_ms}")
+        model = bound_model(self.dialect_name)
+        return (f"the scenario's own {model.formula} = "
+                f"{model.terms(topology.lease_ms, topology.reap_interval_ms)}")
 
     @property
     def key_base(self) -> str:
@@ -161,14 +157,7 @@ def family_of(scenario: Scenario) -> QueueFamily:
 
 def family_for(scenario: Scenario, keys: QueueKeys) -> QueueFamily:
     """The family of the scenario's queue: the reference one unless ``[sut]`` names workers
-    of the user's or the queue is attached to, then by the dialect they speak."""
-    dialect = scenario.queue_dialect
-    if dialect is None:
-        return QueueFamily(scenario, keys)
-    if dialect == "bullmq":
-        from chaos.family.bullmq import BullMQFamily
-
-        return BullMQFamily(scenario, keys)
-    from chaos.family.echomq import EchoMQFamily
-
-    return EchoMQFamily(scenario, keys)
+    of the user's or the queue is attached to, then the family of the dialect they speak."""
+    family: QueueFamily = family_spec(scenario.queue_dialect or SCRIPTS_RECORDED).family(
+        scenario, keys)
+    return family

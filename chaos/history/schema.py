@@ -311,7 +311,7 @@ class Sweep:
     ``moveStalledJobsToWait`` call, with ``ran`` false for one BullMQ's ``stalled-check`` key
     turned away (another worker's check ran less than stalledInterval before). The checker
     judges each reaper's cadence on them (``reap_cadence``, ``chaos.check.cadence``), and each
-    BullMQ recovery on the sweeps that really ran (``chaos.check.bullmq``)."""
+    BullMQ recovery on the sweeps that really ran (``chaos.queues.bullmq.bound``)."""
 
     TYPE: ClassVar[str] = "sweep"
     worker: str

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from chaos.names import INVARIANTS
-from chaos.report.terms import BULLMQ, BoundFormula, what_it_checks, what_ran
+from chaos.registry import SCRIPTS_RECORDED
+from chaos.report.terms import BoundFormula, bound_model_words, what_it_checks, what_ran
 
 # An end-of-run invariant of a run that did not finish; the summary and the page say the same.
 NOT_JUDGED = "not judged: the run did not finish (judged only once it drained)"
@@ -63,7 +64,8 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
     bound = (report.get("invariants") or {}).get("recovery_bound") or {}
     # What ran, as the page names it: the protocol variant only of the reference worker.
     props: dict[str, Any] = {"verdict": report.get("verdict")}
-    for label, value in what_ran(report, dialect=BULLMQ if BULLMQ in bound else ""):
+    family = str(bound_model_words(bound).get("family") or "") if bound else ""
+    for label, value in what_ran(report, dialect="" if family == SCRIPTS_RECORDED else family):
         props[label.replace("system under test", "sut")] = value
     for key in ("lease_ms", "reap_interval_ms", "tolerance_ms", "bound_ms"):
         props[key] = bound.get(key)

@@ -109,40 +109,24 @@ def summary_text(report: dict[str, Any]) -> str:
         f"  faults    {report['faults']} applied, {bound['stranded']} leases stranded by a "
         "cut-off fault" + (f", {slowed} under a slowing fault" if slowed else "") +
         f", {bound['count']} recovered by "
-        + ("BullMQ's stalled check" if formula.bullmq else "the reaper")
+        + formula.recovered_by
     )
     lines.append(
         f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
         f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {formula.bound_ms} "
         f"({formula.terms} + tolerance {formula.tolerance_ms}{formula.beyond})"
     )
-    if formula.bullmq:  # the measured worst case against every formula (chaos.check.bullmq)
-        both = bound["bullmq"]
-        lines.append(
-            f"  bullmq    renewal-to-reap ms max {_ms(both['worst_renewal_to_reap_ms'])} "
-            f"(n={both['recoveries']}): lease + interval {both['lease_plus_interval_ms']} "
-            f"{_within(both['within_lease_plus_interval'])}, S + max(L, S) "
-            f"{both['checks_on_time_ms']} {_within(both['within_checks_on_time'])}, "
-            f"2S + max(L, S) {both['bullmq_bound_ms']} {_within(both['within_bullmq_bound'])}")
-        if formula.per_check:
-            lines.append(
-                f"  checks    stalled checks ran {both['stalled_checks']}, turned away "
-                f"{both['stalled_checks_turned_away']}; longest gap {both['max_check_gap_ms']} "
-                f"ms between checks that ran, {both['max_worker_check_gap_ms']} ms between one "
-                f"worker's (limit {bound['reap_interval_ms'] + bound['tolerance_ms']}); "
-                f"recoveries behind a gap over S {both['recoveries_after_a_slow_gap']}, on late "
-                f"checks {both['recoveries_with_late_checks']}")
+    lines += formula.lines  # the family's own figures (the worst case against its formulas)
     prompt = invariants.get("reap_prompt")
     if prompt is not None:  # every lease, faulted or not
         lines.append(
             f"  prompt    reap-deadline ms min {_ms(prompt['min_ms'])} p50 {_ms(prompt['p50_ms'])} "
             f"p99 {_ms(prompt['p99_ms'])} max {_ms(prompt['max_ms'])} (n={prompt['count']})  "
             f"limit {prompt['limit_ms']} ("
-            + ("BullMQ: the bound - lockDuration" if formula.bullmq
-               else f"reap {prompt['reap_interval_ms']}")
+            + (formula.reap_lag_terms or f"reap {prompt['reap_interval_ms']}")
             + f" + allowance {prompt['reap_allowance_ms']})"
         )
-    lines += cadence_lines(invariants.get("reap_cadence"), formula.bullmq)
+    lines += cadence_lines(invariants.get("reap_cadence"), formula)
     for name in ("reclaim", "recomplete"):
         figures = report["recovery"][name]
         lines.append(
@@ -234,7 +218,7 @@ def summary_text(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def cadence_lines(cadence: dict[str, Any] | None, bullmq: bool) -> list[str]:
+def cadence_lines(cadence: dict[str, Any] | None, formula: BoundFormula) -> list[str]:
     """The reapers' cadence (reap_cadence): the worst gap between two sweeps of one reaper,
     per reaper, against the limit; nothing for a history without sweeps."""
     if not cadence or not (cadence.get("sweeps") or cadence.get("sweepers")):
@@ -248,8 +232,8 @@ def cadence_lines(cadence: dict[str, Any] | None, bullmq: bool) -> list[str]:
         f"  cadence   sweep gap ms max {_ms(cadence['max_gap_ms'])} ({', '.join(shown)}; "
         f"{cadence['sweeps']} sweeps)  "
         + (f"limit {cadence['limit_ms']} ("
-           + ("stalledInterval" if bullmq else "reap") + f" {cadence['reap_interval_ms']} + "
-           + ("tolerance" if bullmq else "allowance") + f" {cadence['allowance_ms']})"
+           + f"{formula.interval_name} {cadence['reap_interval_ms']} + "
+           + f"{formula.sweep_slack} {cadence['allowance_ms']})"
            if judged else "not judged (the queue promises no sweep cadence)")]
 
 
@@ -311,5 +295,3 @@ def write_rendered_reports(run_dir: Path, report: dict[str, Any], verdict: Verdi
     return problems
 
 
-def _within(held: bool | None) -> str:
-    return "(no recovery)" if held is None else "held" if held else "EXCEEDED"

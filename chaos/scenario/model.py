@@ -10,10 +10,11 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from chaos import __version__
 from chaos.names import DEFAULT_ALLOWANCE_MS, DEFAULT_SWEEP_ALLOWANCE_MS, INVARIANTS, PROTOCOLS
+from chaos.registry import bound_model, family_spec
 from chaos.scenario.attach import ACTION_OF_KIND, Attach
 from chaos.scenario.faults import HOLDING_OLDEST_LEASE, Fault, FaultBase, StoreFaultBase
 from chaos.scenario.fields import NonNegativeMs, PositiveMs, Strict
-from chaos.scenario.sut import COOPERATIVE_FAULTS, Sut
+from chaos.scenario.sut import COOPERATIVE_FAULTS, Sut, SutDialect
 
 
 def _known_invariants(value: list[str]) -> list[str]:
@@ -208,7 +209,7 @@ class HistorySettings(Strict):
     stream), a recorder decoding Valkey's MONITOR feed, or both at once (judged, and compared)."""
 
     source: Literal["scripts", "monitor", "both"] = "scripts"
-    dialect: Literal["echomq", "bullmq"] = "echomq"  # how the monitor source decodes script calls
+    dialect: SutDialect = "echomq"  # how the monitor source decodes script calls
 
 
 class ValkeySettings(Strict):
@@ -398,10 +399,10 @@ class Scenario(Strict):
         if self.wait_replicas:
             raise ValueError(f"wait_replicas = {self.wait_replicas}: a reference worker "
                              "setting; a foreign SUT (sut.workers) does not WAIT")
-        if self.sut.dialect == "bullmq" and self.topology.completed_retention_ms:
-            raise ValueError(f"topology.completed_retention_ms = "
-                             f"{self.topology.completed_retention_ms}: BullMQ keeps or removes "
-                             "its completed jobs by its own removeOnComplete option")
+        refuses = family_spec(self.sut.dialect).refuses
+        refused = refuses(self) if refuses is not None else None
+        if refused:
+            raise ValueError(refused)
         if self.sut.contract == "echomq":
             self._echomq_fits()
         if self.history.source != "scripts" and self.history.dialect != self.sut.dialect:
@@ -640,10 +641,9 @@ class Scenario(Strict):
 
     @property
     def recovery_bound_ms(self) -> int:
+        """The queue family's own bound for the scenario's settings (``chaos.registry``)."""
         lease, interval = self.topology.lease_ms, self.topology.reap_interval_ms
-        if self.history.dialect == "bullmq":  # BullMQ's own bound (docs/bullmq.md)
-            return 2 * interval + max(lease, interval)
-        return lease + interval
+        return bound_model(self.history.dialect).bound_ms(lease, interval)
 
     @property
     def drain_timeout_ms(self) -> int:

@@ -11,13 +11,23 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 
+from chaos.registry import dialect_names
 from chaos.scenario.fields import Strict
 
-# The dialects a foreign SUT may speak: how the MONITOR recorder decodes its script calls.
-# A new dialect is one more name here (and its decoder in chaos/history/dialects/).
-SutDialect = Literal["echomq", "bullmq"]
+
+def _known_dialect(name: str) -> str:
+    """A dialect a foreign SUT may speak: a family the MONITOR recorder can decode
+    (``chaos.registry``: every installed family with a dialect)."""
+    known = dialect_names()
+    if name not in known:
+        raise ValueError(f"unknown dialect {name!r}; the installed families decode "
+                         f"{', '.join(known)} (echomq-chaos families)")
+    return name
+
+
+SutDialect = Annotated[str, AfterValidator(_known_dialect)]
 
 # Placeholders an argv element may hold; each process also gets them through the environment.
 PLACEHOLDERS = ("{name}", "{index}")

@@ -33,6 +33,7 @@ from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS
 from chaos.family import family_of
 from chaos.files import write_json_atomic, write_text_atomic
 from chaos.history.events import read_history
+from chaos.registry import bound_model
 from chaos.report.html import figure_svg
 from chaos.run.rundir import prepare_run_dir
 from chaos.run.runner import RunResult, run_scenario
@@ -137,7 +138,7 @@ class SweepResult:
 
     @property
     def dialect(self) -> str:
-        """The family the cells' histories name ("" echomq, "bullmq")."""
+        """The family the cells' histories name ("" the reference)."""
         return next((cell.dialect for cell in self.cells if cell.dialect), "")
 
     @property
@@ -357,11 +358,7 @@ def _renewal_evidence(evidence: Evidence) -> str:
 
 
 def _bound_text(dialect: str) -> str:
-    if dialect == "bullmq":
-        return ("2R + max(L, R), BullMQ's (its stalled checks run on the workers, "
-                "docs/bullmq.md); the verdict allows the tolerance beyond it")
-    return ("L + R, a lease renewed last at t is reaped by t + L + R; the verdict allows the "
-            "tolerance beyond it")
+    return bound_model(dialect).explained
 
 
 def _wrap(text: str, width: int, indent: str) -> str:

@@ -1,6 +1,6 @@
 """History dialects: how one queue's script executions, as MONITOR lists them, become the typed
 events of ``chaos.history.schema`` (docs/design.md §5). ``echomq``: the keys and scripts of §2;
-``bullmq``: real BullMQ workers (docs/bullmq.md).
+every other family brings its own dialect in its package (``chaos.registry``).
 
 A dialect sees each script execution as a ``Call`` (the calling line and the commands the script
 ran) and never a reply: MONITOR shows commands only. What a reply would carry (the popped id,
@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from chaos.history.events import TRIM_SCRIPT
+from chaos.registry import dialect_names, family_spec
 
 
 @dataclass(slots=True)
@@ -128,18 +129,13 @@ class GapCheck(Protocol):
         ...
 
 
-DIALECTS = ("echomq", "bullmq")
-
-
 def make_dialect(name: str, prefix: str, queue: str, lease_ms: int | None = None) -> Dialect:
-    """``lease_ms``: the scenario's lease, where the dialect needs it to read a script's clock
-    (a call decoded by effect names no lease)."""
-    if name == "echomq":
-        from chaos.history.dialects.echomq import EchoMQ
-
-        return EchoMQ(prefix, queue, lease_ms)
-    if name == "bullmq":
-        from chaos.history.dialects.bullmq import BullMQ
-
-        return BullMQ(prefix, queue)
-    raise ValueError(f"unknown history dialect {name!r}; expected one of {', '.join(DIALECTS)}")
+    """The MONITOR decoder of the family ``name`` (``chaos.registry``). ``lease_ms``: the
+    scenario's lease, where the dialect needs it to read a script's clock (a call decoded by
+    effect names no lease)."""
+    factory = family_spec(name).dialect
+    if factory is None:
+        raise ValueError(f"the {name!r} family's own scripts record its history: it has no "
+                         f"MONITOR dialect; expected one of {', '.join(dialect_names())}")
+    dialect: Dialect = factory(prefix, queue, lease_ms)
+    return dialect

@@ -24,10 +24,18 @@ from chaos.check.verdict import StrandedLease, Verdict
 from chaos.history.events import Event, replay_history
 from chaos.history.schema import TRANSITIONS
 from chaos.names import INVARIANTS
+from chaos.registry import SCRIPTS_RECORDED
 from chaos.report.html.analysis import Timeline, build_timeline, events_of_jobs, fault_jobs
 from chaos.report.html.figures import lease_chart_svg, recovery_svg, timeline_svg
 from chaos.report.junit import NOT_JUDGED, offending_jobs
-from chaos.report.terms import BULLMQ, BoundFormula, setting_name, what_it_checks, what_ran
+from chaos.report.terms import (
+    BoundFormula,
+    bound_model_words,
+    has_setting,
+    setting_name,
+    what_it_checks,
+    what_ran,
+)
 
 T = TypeVar("T")
 MAX_FAULT_CHARTS = 6  # a schedule that repeats every second would otherwise draw dozens
@@ -282,20 +290,23 @@ def load_table(load: dict[str, Any] | None) -> str:
 def _settings(timeline: Timeline, report: dict[str, Any], drawn_from: str) -> str:
     run_event = timeline.run
     bound = (report.get("invariants") or {}).get("recovery_bound") or {}
-    dialect = run_event.dialect if run_event is not None else ""
-    if BULLMQ in bound:  # the checker judged BullMQ's bound: its settings go by BullMQ's names
-        dialect = BULLMQ
+    # the settings go by the names of the family whose bound the checker judged
+    words = bound_model_words(bound) if bound else {}
+    names: dict[str, str] = dict(words.get("setting_names") or {})
+    family = str(words.get("family") or SCRIPTS_RECORDED)
+    dialect = (run_event.dialect if run_event is not None
+               else "" if family == SCRIPTS_RECORDED else family)
     items: list[tuple[str, Any]] = list(what_ran(
         report, run_event.protocol if run_event is not None else None, dialect))
     if run_event is not None:
         items += [("seed", run_event.seed),
                   ("workers", ",".join(run_event.workers) or None),
                   ("concurrency", run_event.concurrency)]
-        items += [(setting_name(name, dialect), value) for name, value in (
+        items += [(setting_name(name, names), value if has_setting(name, names) else None)
+                  for name, value in (
             ("lease_ms", run_event.lease_ms), ("reap_interval_ms", run_event.reap_interval_ms),
-            ("reap_limit", None if dialect == BULLMQ else run_event.reap_limit),
-            ("heartbeat_ms", run_event.heartbeat_ms), ("tolerance_ms", run_event.tolerance_ms),
-            ("reapers", None if dialect == BULLMQ else run_event.reapers))]
+            ("reap_limit", run_event.reap_limit), ("heartbeat_ms", run_event.heartbeat_ms),
+            ("tolerance_ms", run_event.tolerance_ms), ("reapers", run_event.reapers))]
     if bound:
         items.append(("recovery bound", _bound_text(bound)))
     run = report.get("run") or {}

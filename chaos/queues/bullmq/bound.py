@@ -46,6 +46,7 @@ from typing import Any
 
 from chaos.check.cadence import SweepCadence
 from chaos.history.windows import FaultWindows
+from chaos.registry import BoundModel
 
 
 def checks_on_time_bound_ms(lease_ms: int, reap_interval_ms: int) -> int:
@@ -141,3 +142,152 @@ class StalledChecks:
                 if times[index] - times[index - 1] > interval]
         return RecoveryChecks(checks_on_time_bound_ms(self.lease_ms, interval) + sum(slow),
                               True, len(slow), late)
+
+
+class StalledCheckJudge:
+    """``recovery_bound``'s per-recovery hook for BullMQ (``BoundModel.per_recovery``): each
+    recovery judged on the stalled checks that ran around it, counted as it goes; the figures
+    and words the report shows."""
+
+    late_reason = "a stalled check it waited on came late"
+
+    def __init__(self, sweeps: list[tuple[int, str, bool]], windows: FaultWindows,
+                 lease_ms: int, interval_ms: int, limit_ms: int,
+                 store_down: Sequence[tuple[int, int]]) -> None:
+        self.checks = StalledChecks(sweeps, windows, lease_ms, interval_ms, limit_ms,
+                                    store_down)
+        self.sweeps = len(sweeps)
+        self.lease_ms, self.interval_ms, self.limit_ms = lease_ms, interval_ms, limit_ms
+        self.judged_on_checks = self.slowed = self.late = 0
+
+    def __bool__(self) -> bool:
+        """Whether the history shows the checks (else every recovery gets the worst case)."""
+        return bool(self.checks)
+
+    @property
+    def base_bound_ms(self) -> int:
+        """The bound before the gaps and the tolerance: S + max(L, S)."""
+        return checks_on_time_bound_ms(self.lease_ms, self.interval_ms)
+
+    def recovery(self, renewed_ts: int, reap_ts: int) -> RecoveryChecks:
+        judged = self.checks.recovery(renewed_ts, reap_ts)
+        self.judged_on_checks += judged.judged
+        self.slowed += bool(judged.slow_gaps)
+        self.late += bool(judged.late_checks)
+        return judged
+
+    def figures(self, renewal_to_reap_ms: Iterable[int]) -> dict[str, Any]:
+        """The worst case against every formula; with the checks, what they showed."""
+        figures = bound_comparison(self.lease_ms, self.interval_ms, renewal_to_reap_ms)
+        figures["judged_per_recovery"] = per_recovery = bool(self)
+        if per_recovery:
+            figures.update(
+                stalled_checks=len(self.checks.times),
+                stalled_checks_turned_away=self.sweeps - len(self.checks.times),
+                max_check_gap_ms=max(self.checks.gaps(), default=None),
+                max_worker_check_gap_ms=max(self.checks.worker_gaps(), default=None),
+                recoveries_judged_on_checks=self.judged_on_checks,
+                recoveries_after_a_slow_gap=self.slowed,
+                recoveries_with_late_checks=self.late)
+        return figures
+
+    def words(self) -> dict[str, str]:
+        """The bound's words where the checks were judged per recovery (none otherwise)."""
+        if not self:
+            return {}
+        return {"formula": "stalledInterval + max(lockDuration, stalledInterval) + each gap "
+                           "between the stalled checks that ran beyond stalledInterval",
+                "terms": f"BullMQ, per recovery on the stalled checks that ran: "
+                         f"stalledInterval {self.interval_ms} + max(lockDuration "
+                         f"{self.lease_ms}, stalledInterval)",
+                "beyond": ", + each gap between them beyond stalledInterval"}
+
+    def lines(self, figures: dict[str, Any]) -> list[str]:
+        """The summary's lines for these figures."""
+        lines = [
+            f"  bullmq    renewal-to-reap ms max {_ms(figures['worst_renewal_to_reap_ms'])} "
+            f"(n={figures['recoveries']}): lease + interval "
+            f"{figures['lease_plus_interval_ms']} {_within(figures['within_lease_plus_interval'])}"
+            f", S + max(L, S) {figures['checks_on_time_ms']} "
+            f"{_within(figures['within_checks_on_time'])}, 2S + max(L, S) "
+            f"{figures['bullmq_bound_ms']} {_within(figures['within_bullmq_bound'])}"]
+        if figures["judged_per_recovery"]:
+            lines.append(
+                f"  checks    stalled checks ran {figures['stalled_checks']}, turned away "
+                f"{figures['stalled_checks_turned_away']}; longest gap "
+                f"{figures['max_check_gap_ms']} ms between checks that ran, "
+                f"{figures['max_worker_check_gap_ms']} ms between one worker's (limit "
+                f"{self.limit_ms}); recoveries behind a gap over S "
+                f"{figures['recoveries_after_a_slow_gap']}, on late checks "
+                f"{figures['recoveries_with_late_checks']}")
+        return lines
+
+
+def _ms(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _within(held: bool | None) -> str:
+    return "(no recovery)" if held is None else "held" if held else "EXCEEDED"
+
+
+def per_recovery_judge(facts: Any, config: Any,
+                       store_down: Sequence[tuple[int, int]]) -> StalledCheckJudge:
+    """``BoundModel.per_recovery``: from the replay's facts and the check config."""
+    return StalledCheckJudge(facts.sweeps, facts.windows, config.lease_ms,
+                             config.reap_interval_ms, config.sweep_limit_ms, store_down)
+
+
+# The scenario's names as BullMQ's Worker options call them (docs/bullmq.md); "" a setting
+# BullMQ has no equivalent of (it runs no reaper process).
+SETTING_NAMES = {"lease_ms": "lockDuration", "reap_interval_ms": "stalledInterval",
+                 "heartbeat_ms": "lockRenewTime", "max_stalls": "maxStalledCount",
+                 "reap_limit": "", "reapers": ""}
+
+# What recovery_bound, reap_prompt and reap_cadence check on a BullMQ history, in place of the
+# reference protocol's lines: the bound BullMQ has.
+CHECKS = {
+    "recovery_bound": "every lease stranded by a cut-off fault (kill, pause, partition) is "
+                      "returned by BullMQ's stalled check within stalledInterval + "
+                      "max(lockDuration, stalledInterval) + tolerance_ms of its holder's last "
+                      "renewal, plus each gap between the stalled checks that ran beyond "
+                      "stalledInterval (2 x stalledInterval + ... without their record), while "
+                      "every worker's checks run at most stalledInterval + tolerance_ms apart",
+    "reap_prompt": "every lapsed lock, faulted or not, is returned within 2 x stalledInterval "
+                   "+ max(lockDuration, stalledInterval) - lockDuration + reap_allowance_ms of "
+                   "its deadline (server clock); a lock never returned counts as late once the "
+                   "stalled check has run that long past its deadline",
+    "reap_cadence": "every worker runs its stalled check (run or turned away by the "
+                    "stalled-check key) at most stalledInterval + tolerance_ms after its "
+                    "previous one, unless a fault holds it or the store is down; and the key "
+                    "turns no check away more than stalledInterval after the last that ran",
+}
+
+
+def _terms(lease_ms: int, interval_ms: int) -> str:
+    return (f"BullMQ: 2 x stalledInterval {interval_ms} + max(lockDuration {lease_ms}, "
+            "stalledInterval)")
+
+
+def _reap_lag_terms(lease_ms: int, interval_ms: int) -> str:
+    return "BullMQ: the bound - lockDuration"
+
+
+BOUND = BoundModel(
+    bound_ms=bullmq_bound_ms,
+    formula="2 x stalledInterval + max(lockDuration, stalledInterval)",
+    letters="2R+max(L,R)",
+    terms=_terms,
+    reap_lag_terms=_reap_lag_terms,
+    explained=("2R + max(L, R), BullMQ's (its stalled checks run on the workers, "
+               "docs/bullmq.md); the verdict allows the tolerance beyond it"),
+    recovered_by="BullMQ's stalled check",
+    late="the stalled checks ran late",
+    sweep="stalled check",
+    interval_name="stalledInterval",
+    sweep_slack="tolerance",
+    setting_names=SETTING_NAMES,
+    checks=CHECKS,
+    per_recovery=per_recovery_judge,
+    lease_floor_is_interval=True,
+)

@@ -9,8 +9,11 @@ from typing import Any
 
 from chaos.family import QueueFamily
 from chaos.faults.nemesis import HistoryWriter
-from chaos.history.dialects.bullmq import bullmq_base
-from chaos.load.bullmq import (
+from chaos.load.sources import LoadSource, LocustLoad, payload_maker
+from chaos.protocol.acks import AckLedger
+from chaos.protocol.client import QueueClient
+from chaos.queues.bullmq.dialect import bullmq_base
+from chaos.queues.bullmq.load import (
     BullMQFaultHistory,
     BullMQLocustLoad,
     BullMQProducer,
@@ -18,9 +21,6 @@ from chaos.load.bullmq import (
     admin_url,
     backlog,
 )
-from chaos.load.sources import LoadSource, LocustLoad, payload_maker
-from chaos.protocol.acks import AckLedger
-from chaos.protocol.client import QueueClient
 from chaos.runtime.base import RuntimeBase
 from chaos.scenario.model import Load
 
@@ -30,11 +30,6 @@ class BullMQFamily(QueueFamily):
     renewal_off_refused = ("BullMQ always renews its locks: heartbeat_ms = 0 gives "
                            "lockRenewTime = lockDuration / 2 (its default), not 'off'; sweep "
                            "values in ms instead")
-
-    def bound_source(self) -> str:
-        lease, reap = self.scenario.topology.lease_ms, self.scenario.topology.reap_interval_ms
-        return (f"BullMQ's bound for the scenario's own settings, 2 x stalledInterval + "
-                f"max(lockDuration, stalledInterval) = 2 x {reap} + max({lease}, {reap})")
 
     def producer(self, runtime: RuntimeBase, load: Load) -> LoadSource:
         # producer.js from the folder the workers run from: their own bullmq adds the jobs
