@@ -8,6 +8,7 @@ import json
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,32 @@ def test_a_store_restart_run_is_judged_the_same_with_its_stream_trimmed(tmp_path
         assert done.returncode == 1 and report["verdict"] == "fail"
         assert acks["compared_with"] == "history-surviving.jsonl" and acks["lost"] > 0
         assert "trim_stopped" in samples[-1]
+
+
+def test_nothing_after_the_end_phase_is_exported_and_no_rollback_is_read(server, tmp_path):
+    """An attached deployment runs on after the run: its reaper's sweep lands right after the
+    end phase (the same ms, seen in CI), and the exporter's background loop may read both
+    before the drain learns where the run ended. The history stops at the end phase, and the
+    store's stream compared up to it matches (the sweep after it is no rollback)."""
+    client = server.client(decode_responses=True)
+    client.xadd(STREAM, {"type": "phase", "phase": "end", "ts": "1"})  # an earlier run's
+    begins = client.xadd(STREAM, {"type": "run", "scenario": "x", "ts": "1"})
+    history = tmp_path / "history.jsonl"
+    exporter = HistoryExporter(client, STREAM, history, batch=25, begins_at=begins)
+    exporter.start()
+    written = [begins, *add(client, 40, "a-")]
+    # in one round trip: the run's end, then the deployment's sweep, in the same ms mostly
+    pipe = client.pipeline(transaction=True)
+    pipe.xadd(STREAM, {"type": "phase", "phase": "end", "ts": "2"})
+    pipe.xadd(STREAM, {"type": "sweep", "worker": "reaper", "ts": "2"})
+    end, _ = pipe.execute()
+    written.append(end)
+    deadline = time.monotonic() + 10
+    while exporter.exported < len(written):  # the background loop got there first
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    exporter.drain(end)
+    exporter.close()
+    assert [event.seq for event in iter_history(history)] == written
+    assert not save_surviving_history(client, STREAM, history, tmp_path / "surviving.jsonl",
+                                      exporter.trimmed_to, begins_at=begins, ends_at=end)

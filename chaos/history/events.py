@@ -469,6 +469,7 @@ class HistoryExporter:
         self.memory_path = memory_path
         self._next_sample = 0.0
         self.counts: Counter[str] = Counter()  # events exported so far, by type (progress)
+        self.ended = False  # the run's end phase exported: nothing after it is the run's
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._handle = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
@@ -479,12 +480,21 @@ class HistoryExporter:
         self._thread.start()
 
     def _read_batch(self, ends_at: str | None = None) -> int:
-        """Export the next batch; with ``ends_at`` (the run's last entry), nothing after it."""
+        """Export the next batch, up to the run's end phase and nothing after it: a deployment
+        that runs on (an attached reaper sweeping in the same millisecond as the end phase)
+        appends entries that are not this run's, and the background loop may read them before
+        the drain learns where the run ended (``ends_at``, the end phase's entry)."""
         with self._lock:
+            if self.ended:
+                return 0
             reply = self.client.xread({self.stream: self.last_id}, count=self.batch)
             if not reply:
                 return 0
             entries = reply[0][1]
+            for index, (_, fields) in enumerate(entries):
+                if fields.get("type") == "phase" and fields.get("phase") == "end":
+                    entries, self.ended = entries[:index + 1], True
+                    break
             if ends_at is not None:
                 last = seq_key(ends_at)
                 entries = [entry for entry in entries if seq_key(entry[0]) <= last]
