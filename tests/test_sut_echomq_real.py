@@ -404,3 +404,87 @@ def test_the_runner_judges_it_from_a_scenario_file(tmp_path: Path, name: str,
         no_loss = result.report["invariants"]["no_loss"]
         assert no_loss["retried"] == no_loss["promoted"] > 0, no_loss
         assert no_loss["completed"] == no_loss["enqueued"] and no_loss["undrained"] == 0
+
+
+def test_group_lanes_through_the_users_own_producer_are_judged_as_they_ran(tmp_path: Path):
+    """scenarios/echomq/groups-kill-worker.toml: every job goes in through the SUT's own
+    producer command (grouped admission into three lanes, the ids its own), the workers claim
+    by turning the ring, one is SIGKILLed. The verdict is true to the processes' own logs: the
+    jobs the history enqueued are the ids the producer printed, each in the group it printed;
+    every claim the workers logged is in the history with its group; every job completed once,
+    no call undecoded; and the producer is gone with the run."""
+    import io
+
+    from test_sut_node import processes_in
+
+    from chaos.run.runner import run_scenario
+    from chaos.scenario.loading import load_scenario
+
+    scenario = load_scenario(SUT.parent.parent / "scenarios" / "echomq" /
+                             "groups-kill-worker.toml")
+    result = run_scenario(scenario, tmp_path / "run", io.StringIO())
+    assert result.verdict == "pass", result.report["verdict"]
+    health = result.report["history_recorder"]["health"]
+    assert health["undecoded_calls"] == 0 and health["unattributed_calls"] == 0, health
+    assert len(result.report["run"]["faults"]) == 1  # the kill, and no producer "crash"
+    events = [json.loads(line) for line in
+              (result.run_dir / "history-monitor.jsonl").read_text().splitlines()]
+    logs = result.run_dir / "logs"
+    printed = dict(re.findall(r" enqueue id=(\S+) group=(\S+)",
+                              (logs / "producer.log").read_text()))
+    enqueued = {event["id"]: event.get("group") for event in events if event["type"] == "enqueue"}
+    assert enqueued == printed and set(printed.values()) == {"g1", "g2", "g3"}
+    claimed_logged = {(found[0], found[1]) for name in scenario.worker_names
+                      for found in re.findall(r" claim id=(\S+) token=(\d+) .*group=(\S+)",
+                                              (logs / f"{name}.log").read_text())}
+    claimed = {(event["id"], event["attempt"]) for event in events if event["type"] == "claim"}
+    assert claimed_logged <= claimed and claimed_logged  # a killed worker's last line may be cut
+    assert all(event.get("group") == enqueued[event["id"]] for event in events
+               if event["type"] in ("claim", "reap"))
+    completes = [event["id"] for event in events if event["type"] == "complete"]
+    assert sorted(completes) == sorted(enqueued)  # each once
+    assert processes_in(SUT.resolve()) == []  # the producer and the workers: gone
+
+
+@pytest.mark.parametrize(("producer", "exit_code", "said"), [
+    (["./no-such-producer"], 3, "producer: cannot start './no-such-producer'"),
+    # answers nothing: reads one payload, then exits (a producer broken mid-run)
+    (["node", "-e", "process.stdin.once('data', () => process.exit(5))"], 3,
+     "producer: the producer command exited (code 5)"),
+    # says something else than the protocol's `enqueue id=...` lines, and never ends
+    (["node", "-e", "process.stdin.on('data', () => console.log('ok'))"], 3,
+     "no `enqueue id=...` line within"),
+])
+def test_a_broken_producer_command_is_an_infrastructure_error_and_nothing_outlives_it(
+        tmp_path: Path, producer: list[str], exit_code: int, said: str):
+    import io
+
+    from test_sut_node import processes_in
+
+    from chaos.run.runner import run_scenario
+    from chaos.scenario.loading import load_scenario
+
+    scenario = load_scenario(SUT.parent.parent / "scenarios" / "echomq" /
+                             "groups-kill-worker.toml")
+    scenario = scenario.model_copy(update={"sut": scenario.sut.model_copy(
+        update={"producer": producer})})
+    result = run_scenario(scenario, tmp_path / "run", io.StringIO())
+    assert result.exit_code == exit_code, result.report.get("error")
+    assert said in result.report["error"], result.report["error"]
+    assert (tmp_path / "run" / "report.json").exists()  # a partial run keeps its evidence
+    assert processes_in(SUT.resolve()) == []
+
+
+def test_a_producer_command_is_refused_where_it_cannot_run(tmp_path: Path):
+    from chaos.scenario.loading import ScenarioError, load_scenario
+
+    path = SUT.parent.parent / "scenarios" / "echomq" / "groups-kill-worker.toml"
+    with pytest.raises(ScenarioError, match="Locust users do not drive one yet"):
+        load_scenario(path, overrides=['load.engine="locust"'])
+    text = path.read_text().replace('workers = ["node", "sut.js", "worker", "--lanes", "1"]\n',
+                                    "").replace('reaper = ["node", "sut.js", "reaper"]\n', "")
+    text = text.replace('login = "default"\ncontract = "echomq"\n', "")
+    (tmp_path / "s.toml").write_text(text.replace('"../../sut/node-echomq-real"',
+                                                  f'"{SUT}"'))
+    with pytest.raises(ScenarioError, match="a producer of your own enqueues for workers of"):
+        load_scenario(tmp_path / "s.toml")

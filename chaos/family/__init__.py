@@ -26,6 +26,7 @@ from typing import Any
 
 from chaos.faults.nemesis import HistoryWriter
 from chaos.history.dialects import Dialect, make_dialect
+from chaos.load.command import command_producer
 from chaos.load.sources import LoadSource, LocustLoad, Producer, payload_maker
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys
@@ -85,7 +86,10 @@ class QueueFamily:
                             self.scenario.topology.lease_ms)
 
     def producer(self, runtime: RuntimeBase, load: Load) -> LoadSource:
-        """The built-in producer, adding jobs this queue accepts."""
+        """The built-in producer, adding jobs this queue accepts; with ``[sut] producer``,
+        driving that command, the user's own enqueue path (``chaos.load.command``)."""
+        if self.scenario.sut.producer is not None:
+            return command_producer(runtime, self.scenario, load)
         return Producer(QueueClient(runtime.client(retrying=False), self.keys,
                                     wait_replicas=self.scenario.wait_replicas),
                         load, AckLedger(runtime.ack_ledger_path("producer")),

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from redis.exceptions import ConnectionError as StoreConnectionError
 from redis.exceptions import TimeoutError as StoreTimeoutError
 
+from chaos.errors import InfraError
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import POISON, QueueClient, QueueKeys
 from chaos.protocol.ids import plain_id
@@ -235,8 +236,6 @@ class LocustLoad:
     def wait_for_workers(self) -> None:
         """Until every remote worker has connected to the master (bounded by
         ``load.remote_wait_s``), saying how many have as they come."""
-        from chaos.errors import InfraError
-
         assert self.child is not None
         wanted, host_port = self.load.remote_workers, self.load.master_bind
         log = self.run_dir / "logs" / f"{self.name}.log"
@@ -333,6 +332,7 @@ class Producer:
         self.errors = 0
         self.latency_ms: dict[int, int] = {}  # Locust-style histogram, for the same figures
         self.poisoned = 0  # poison jobs sent (Load.poison_fraction, poison_jobs)
+        self.failure = ""  # why it stopped early, if its enqueue path failed for good
         self._started: float | None = None
         self._stopped: float | None = None
         self._stop = threading.Event()
@@ -372,12 +372,19 @@ class Producer:
                 accepted = self.queue.enqueue(job_id, self.payloads.make(crash=poison),
                                               kind=POISON if poison else "")
                 if accepted:
-                    self.ledger.record("enqueue", job_id)
+                    # a queue that mints its own ids (a producer command) says which
+                    self.ledger.record("enqueue", accepted if isinstance(accepted, str)
+                                       else job_id)
                     self.enqueued += 1
                 else:
                     self.errors += 1
             except (StoreConnectionError, StoreTimeoutError, OSError):
                 self.errors += 1
+            except InfraError as failure:  # the enqueue path itself is gone: stop, say why
+                self.errors += 1
+                self.failure = str(failure)
+                print(f"!! producer stopped: {failure}", file=sys.stderr)
+                return
             bucket = _locust_bucket((time.perf_counter() - began) * 1000)
             self.latency_ms[bucket] = self.latency_ms.get(bucket, 0) + 1
 

@@ -308,6 +308,9 @@ class Run:
         with ``topology.restart_crashed`` a crashed worker is started again under its name (the
         crash's heal, kind ``restart``, closes the fault window)."""
         assert self.queue is not None
+        failure = getattr(self.load_source, "failure", "")
+        if failure:  # the load's enqueue path broke for good (a producer command's protocol)
+            raise InfraError(failure)
         for child in list(self.runtime.members().values()):
             if child.name in self.runtime.server_names():  # only a planned fault kills it
                 if not child.alive and not child.killed:
@@ -316,9 +319,9 @@ class Run:
                 continue
             if child.expected_exit:
                 continue
-            if isinstance(self.load_source, LocustLoad) and child is self.load_source.child:
-                if not child.alive:
-                    raise InfraError(f"locust exited during the run (code "
+            if child is getattr(self.load_source, "child", None):  # Locust, a producer command
+                if not child.alive:  # the load's own process: the run's machinery, not the SUT
+                    raise InfraError(f"{child.name} exited during the run (code "
                                      f"{child.exit_code}; see logs/{child.name}.log)")
                 continue
             if not child.alive and not child.killed:

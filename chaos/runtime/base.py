@@ -427,13 +427,17 @@ class RuntimeBase(ABC):
         return env
 
     def spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None,
-              cwd: str | None = None) -> Child:
+              cwd: str | None = None, pipes: bool = False) -> Child:
         """Start a child logging to ``logs/<name>.log``, torn down with its process group by
-        ``close()`` whatever happens. A command that cannot be started is an InfraError."""
+        ``close()`` whatever happens. A command that cannot be started is an InfraError.
+        ``pipes``: its stdin and stdout are pipes to the caller (who keeps its stdout in the
+        log: ``chaos.load.command``), its stderr goes to the log."""
         log = open(self.logs / f"{name}.log", "ab")  # noqa: SIM115 - closed in close()
         try:
             process = subprocess.Popen(
-                argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                argv, stdout=subprocess.PIPE if pipes else log,
+                stderr=log if pipes else subprocess.STDOUT,
+                stdin=subprocess.PIPE if pipes else subprocess.DEVNULL,
                 env=self.child_env() if env is None else env, cwd=cwd, start_new_session=True,
                 preexec_fn=die_with_parent,  # also for children not ours (toxiproxy-server)
             )

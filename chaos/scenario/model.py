@@ -545,6 +545,10 @@ class Scenario(Strict):
         if self.wait_replicas and self.load.engine == "locust":
             raise ValueError(f"wait_replicas = {self.wait_replicas}: the Locust users do not "
                              "WAIT; use load.engine = 'builtin'")
+        if self.sut.producer is not None and self.load.engine == "locust":
+            raise ValueError(f"sut.producer = {self.sut.producer!r}: a producer command is "
+                             "driven by the built-in producer (load.engine = 'builtin'); "
+                             "Locust users do not drive one yet")
         if self.wait_replicas > 1 and replication == "sentinel":
             raise ValueError(f"wait_replicas = {self.wait_replicas}: the sentinel topology has "
                              "one replica")

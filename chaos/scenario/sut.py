@@ -60,6 +60,10 @@ class Sut(Strict):
     # starts it; certify runs it as the reaper of a battery scenario that stops every worker at
     # once, where otherwise nothing could recover a lease (docs/certify.md).
     standalone_reaper: Argv | None = None
+    # The user's own enqueue path: a long-running command fed a payload a line on stdin,
+    # answering ``<ms> enqueue id=<id>`` for each (docs/sut.md, "Your own producer"), driven
+    # at the scenario's rate by the built-in producer. Absent: the family's built-in one.
+    producer: Argv | None = None
     dialect: SutDialect = "echomq"
     # How its processes log in: ``own-user``, each with an ACL user of its own named after it
     # (the recorder knows each call's process by it); ``default``, as the ``default`` user with
@@ -84,7 +88,8 @@ class Sut(Strict):
                              "workers = [argv...] (and reaper) too")
         for label, argv in (("workers", self.workers),
                             ("reaper", self.reaper if isinstance(self.reaper, list) else None),
-                            ("standalone_reaper", self.standalone_reaper)):
+                            ("standalone_reaper", self.standalone_reaper),
+                            ("producer", self.producer)):
             for part in argv or []:
                 stray = part.replace("{name}", "").replace("{index}", "")
                 if "{" in stray or "}" in stray:
@@ -97,6 +102,9 @@ class Sut(Strict):
         if self.workers is None and self.reaper != "builtin":
             raise ValueError(f"reaper = {self.reaper!r}: the reference workers run with the "
                              "built-in reaper; set workers = [argv...] for a SUT of your own")
+        if self.producer is not None and self.workers is None:
+            raise ValueError(f"producer = {self.producer!r}: a producer of your own enqueues "
+                             "for workers of your own; set workers = [argv...] too")
         if self.standalone_reaper is not None and self.reaper != "none":
             raise ValueError(f"standalone_reaper = {self.standalone_reaper!r}: for a queue "
                              "whose workers reap (reaper = 'none'); this one's reaper is "

@@ -4,9 +4,10 @@
 //
 //   node sut.js worker   [--break unfenced-complete|resurrecting-extend|unfenced-retry]
 //                        [--fail-attempts N [--fail-one-in K] [--retry-delay-ms D]
-//                         [--max-attempts M]]
+//                         [--max-attempts M]] [--lanes 1]
 //   node sut.js reaper   [--break lazy-reaper|sparse-reaper]
-//   node sut.js producer (one payload a line on stdin; one line `<ms> enqueue id=<id>` each)
+//   node sut.js producer [--groups N] (one payload a line on stdin; one line
+//                        `<ms> enqueue id=<id>` each, with `group=<group>` when grouped)
 //
 // Keys: emq:{<queue>}:pending (ZSET, every score 0), :active (ZSET, score = the lease's
 // deadline on the server clock), :schedule (ZSET, score = when a job is due again), :dead
@@ -20,6 +21,13 @@
 // @retry, due again D x 2^(attempt - 1) ms later (EchoMQ's exponential backoff), or
 // dead-lettered at its M-th attempt (default 3). The reaper promotes due jobs after each sweep,
 // as EchoMQ's consumer loop does.
+//
+// Group lanes (EchoMQ.Lanes, from its described effects): a producer with --groups N admits
+// each job into a group's lane (emq:{q}:g:<group>:pending; the payload's JSON `group` field, or
+// g1..gN in turn), putting the group on the ring (emq:{q}:ring) while it may be served; a
+// worker with --lanes 1 claims by turning the ring (lua/gclaim.lua), counting its live leases
+// per group in emq:{q}:gactive against emq:{q}:glimit. Complete and reap settle a grouped job
+// through its lane, whichever consumer claimed it.
 'use strict';
 
 const { Connection, ReplyError, Scripts, sleep } = require('./connector');
@@ -32,7 +40,8 @@ const BREAKS = {
 };
 // A worker's options (each takes an integer >= 0) and their defaults.
 const WORKER_OPTIONS = { '--fail-attempts': 0, '--fail-one-in': 1, '--retry-delay-ms': 200,
-  '--max-attempts': 3 };
+  '--max-attempts': 3, '--lanes': 0 };
+const PRODUCER_OPTIONS = { '--groups': 0 };
 
 function log(event, fields = {}) {
   const pairs = Object.entries(fields).map(([key, value]) => ` ${key}=${value}`).join('');
@@ -64,7 +73,8 @@ function parseArgs(argv) {
   const mode = argv[0];
   if (!(mode in BREAKS)) fail(`usage: node sut.js worker|reaper|producer [--break MODE]`);
   let broken = '';
-  const options = { ...WORKER_OPTIONS };
+  const known = mode === 'worker' ? WORKER_OPTIONS : mode === 'producer' ? PRODUCER_OPTIONS : {};
+  const options = { ...known };
   for (let i = 1; i < argv.length; i += 2) {
     const [name, value] = [argv[i], argv[i + 1]];
     if (value === undefined) fail(`${name}: needs a value`);
@@ -73,7 +83,7 @@ function parseArgs(argv) {
         fail(`--break ${JSON.stringify(value)}: a ${mode} has ${JSON.stringify(BREAKS[mode])}`);
       }
       broken = value;
-    } else if (mode === 'worker' && name in WORKER_OPTIONS) {
+    } else if (name in known) {
       const number = Number(value);
       if (!Number.isInteger(number) || number < 0) {
         fail(`${name} ${JSON.stringify(value)}: expected an integer >= 0`);
@@ -110,6 +120,11 @@ function settings() {
     keys: {
       base,
       pending: `${base}pending`,
+      ring: `${base}ring`,
+      paused: `${base}paused`,
+      glimit: `${base}glimit`,
+      gactive: `${base}gactive`,
+      wake: `${base}wake`,
       active: `${base}active`,
       schedule: `${base}schedule`,
       dead: `${base}dead`,
@@ -157,7 +172,7 @@ function failsAttempt(options, id, token) {
 
 async function worker(config, broken, options) {
   const k = config.keys;
-  const scripts = new Scripts(['claim', 'complete', 'complete_unfenced', 'extend_locks',
+  const scripts = new Scripts(['claim', 'gclaim', 'complete', 'complete_unfenced', 'extend_locks',
     'extend_locks_unfenced', 'retry', 'retry_unfenced']);
   const completeScript = broken === 'unfenced-complete' ? 'complete_unfenced' : 'complete';
   const extendScript = broken === 'resurrecting-extend' ? 'extend_locks_unfenced' : 'extend_locks';
@@ -172,16 +187,19 @@ async function worker(config, broken, options) {
   async function claim(connection) {
     // EchoMQ's host reads the queue's pause flag first, in a round trip of its own.
     if (await connection.call('HGET', k.meta, 'paused') !== null) return null;
-    const reply = await scripts.run(connection, 'claim', [k.pending, k.active],
-      [k.jobPrefix, String(config.leaseMs)]);
+    const reply = options['--lanes']
+      ? await scripts.run(connection, 'gclaim', [k.ring, k.active], [k.base, String(config.leaseMs)])
+      : await scripts.run(connection, 'claim', [k.pending, k.active],
+        [k.jobPrefix, String(config.leaseMs)]);
     if (!Array.isArray(reply) || reply.length === 0) return null;
-    const [id, payload, attempts] = reply;
-    return { id, payload: payload || '', token: String(attempts) };
+    const [id, payload, attempts, group] = reply;
+    return { id, payload: payload || '', token: String(attempts), group };
   }
 
   async function work(connection, job) {
     const { handlerMs, crash } = parsePayload(job.payload);
-    log('claim', { id: job.id, token: job.token, handler_ms: handlerMs });
+    log('claim', { id: job.id, token: job.token, handler_ms: handlerMs,
+      ...(job.group ? { group: job.group } : {}) });
     if (crash) {
       log('crash', { id: job.id });
       process.kill(process.pid, 'SIGKILL');
@@ -328,19 +346,43 @@ async function reaper(config, broken) {
 }
 
 // One payload a line on stdin: mint an id (this process's node bits), @enqueue it.
-async function producer(config) {
+// The job's group under --groups N: the payload's own `group` field, or g1..gN in turn.
+function groupOf(payload, groups, count) {
+  try {
+    const job = JSON.parse(payload);
+    if (job && typeof job.group === 'string' && job.group !== '') return job.group;
+  } catch {
+    // not JSON: grouped in turn
+  }
+  return `g${(count % groups) + 1}`;
+}
+
+async function producer(config, options) {
   const k = config.keys;
-  const scripts = new Scripts(['enqueue']);
+  const groups = options['--groups'];
+  const scripts = new Scripts(['enqueue', 'genqueue']);
   const connection = await connect(config);
   await scripts.load(connection);
   const minter = new Minter(config.node);
-  log('producer_ready', { name: config.name, node: config.node });
+  log('producer_ready', { name: config.name, node: config.node, groups });
   let buffered = '';
+  let count = 0;
   async function enqueue(payload) {
     const id = minter.mint('JOB');
-    const added = await scripts.run(connection, 'enqueue', [k.jobPrefix + id, k.pending],
-      [id, payload]);
-    log(Number(added) === 1 ? 'enqueue' : 'duplicate', { id });
+    let added;
+    let fields = { id };
+    if (groups > 0) {
+      const group = groupOf(payload, groups, count);
+      added = await scripts.run(connection, 'genqueue', [k.jobPrefix + id,
+        `${k.base}g:${group}:pending`, k.ring, k.paused, k.glimit, k.gactive, k.wake],
+      [id, payload, group]);
+      fields = { id, group };
+    } else {
+      added = await scripts.run(connection, 'enqueue', [k.jobPrefix + id, k.pending],
+        [id, payload]);
+    }
+    count += 1;
+    log(Number(added) === 1 ? 'enqueue' : 'duplicate', fields);
   }
   for await (const chunk of process.stdin) {
     buffered += chunk;
@@ -357,7 +399,7 @@ async function main() {
   const config = settings();
   if (mode === 'worker') await worker(config, broken, options);
   else if (mode === 'reaper') await reaper(config, broken);
-  else await producer(config);
+  else await producer(config, options);
 }
 
 main().catch((error) => {

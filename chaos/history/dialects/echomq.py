@@ -104,6 +104,7 @@ class EchoMQ:
         self.dead, self.schedule = keys.dead, keys.schedule
         self.job_prefix = keys.job_prefix
         self.base = keys.base
+        self.lanes = keys.base + "g:"  # a group's lane: <base>g:<group>:pending
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
@@ -333,6 +334,7 @@ class EchoMQ:
 
         schedule, scheduled = self.schedule, self.scheduled
         sets = (active, pending, dead, schedule)
+        lanes, lane_end = self.lanes, LANE_SUFFIX
 
         swept = False  # a scan of the active set for lapsed leases: a sweep
         for stamp, args in call.commands:
@@ -360,6 +362,8 @@ class EchoMQ:
                     if event is not None:
                         runner.append(event)
                 continue  # (the shadow keeps no stream)
+            if key not in sets and key.startswith(lanes) and key.endswith(lane_end):
+                key = pending  # a group's lane (EchoMQ.Lanes) is a pending set of its own
             if key in sets:
                 first = 2  # where a ZADD's scores and members begin, past its options
                 if name == "ZADD":
@@ -472,7 +476,8 @@ class EchoMQ:
         if job.attempts_raised and job.deadline is not None and not job.left_active:
             lease_ms, ts = self._lease_ts(job.deadline, ts)
             return {"type": "claim", "id": job_id, "attempt": attempt, "worker": holder,
-                    "lease_ms": lease_ms, "deadline": job.deadline, "ts": ts}
+                    "lease_ms": lease_ms, "deadline": job.deadline, "ts": ts,
+                    **self._group(job_id)}
         settled = job.deleted or job.completed  # EchoMQ deletes the row, ours marks it
         waits = job.due is not None  # into schedule
         if settled and not job.pending and job.dead is None and job.deadline is None \
@@ -494,7 +499,7 @@ class EchoMQ:
                 "worker", ""), "deadline": job.deadline_before,
                      "stalls": row.get(job.counted or "stalls", "")}
             if job.pending:
-                return {"type": "reap", "id": job_id, **taken, "ts": ts}
+                return {"type": "reap", "id": job_id, **taken, "ts": ts, **self._group(job_id)}
             return {"type": "dead", "id": job_id, **taken, "ts": self._exact(ts, job.dead)}
         if job.deadline is not None and not job.attempts_raised and not job.left_active:
             lease_ms, ts = self._lease_ts(job.deadline, ts)
@@ -503,8 +508,13 @@ class EchoMQ:
         if job.pending and job.payload and not job.existed and not job.left_active \
                 and job.deadline is None and job.dead is None:
             return {"type": "enqueue", "id": job_id,
-                    "ts": self._exact(ts, job.pending_score)}
+                    "ts": self._exact(ts, job.pending_score), **self._group(job_id)}
         return {} if not job.changed else None
+
+    def _group(self, job_id: str) -> dict[str, str]:
+        """A grouped job's ``group`` (its row's, as the lanes' scripts write it), else none."""
+        group = self.jobs.get(job_id, {}).get("group")
+        return {"group": group} if group else {}
 
     def _schedule_event(self, job_id: str, job: _Effect, ts: str, holder: str, attempt: str,
                         settled: bool) -> dict[str, str] | None:
@@ -746,6 +756,9 @@ class _Effect:
 
 
 _SETTLING = frozenset(("complete", "dead", "retry"))  # the events that end a job's holding
+
+
+LANE_SUFFIX = ":pending"  # <base>g:<group>:pending: a group's lane
 
 
 def _whole(score: str) -> str:

@@ -32,6 +32,8 @@ class BullMQFamily(QueueFamily):
                            "values in ms instead")
 
     def producer(self, runtime: RuntimeBase, load: Load) -> LoadSource:
+        if self.scenario.sut.producer is not None:  # the user's own enqueue path
+            return super().producer(runtime, load)
         # producer.js from the folder the workers run from: their own bullmq adds the jobs
         return BullMQProducer(
             BullMQQueue(admin_url(runtime.url, runtime.password), self.keys.queue,

@@ -1,5 +1,5 @@
--- complete: the holder finished the job (EchoMQ's @complete for a flat job, from its described
--- effects). The row is deleted; the count in metrics:completed is the only record.
+-- complete: the holder finished the job (EchoMQ's @complete, from its described effects). The
+-- row is deleted; the count in metrics:completed is the only record.
 -- KEYS[1] emq:{q}:active, KEYS[2] the job's row
 -- ARGV[1] the id, ARGV[2] the holder's token (its attempts), ARGV[3] the queue's base emq:{q}:
 -- Returns 1; 0 when the row is gone; an EMQSTALE error (nothing written) for a stale token.
@@ -10,11 +10,37 @@ end
 if attempts ~= ARGV[2] then
   return redis.error_reply('EMQSTALE complete token mismatch')
 end
--- EchoMQ reads the group here (a grouped job settles through its lane); this SUT's jobs
--- are flat, and the read is kept so the call runs EchoMQ's commands in EchoMQ's order.
-redis.call('HGET', KEYS[2], 'group')
-if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
-  redis.call('ZREM', ARGV[3] .. 'pending', ARGV[1])
+local base = ARGV[3]
+local group = redis.call('HGET', KEYS[2], 'group')
+local was_active = redis.call('ZREM', KEYS[1], ARGV[1]) == 1
+if not group then
+  if not was_active then
+    redis.call('ZREM', base .. 'pending', ARGV[1])
+  end
+else
+  -- a grouped job settles through its lane: one live lease fewer, and the group back on the
+  -- ring if it has jobs waiting and may be served (not paused, below its limit)
+  local lane = base .. 'g:' .. group .. ':pending'
+  if was_active then
+    local live = redis.call('HINCRBY', base .. 'gactive', group, -1)
+    if live <= 0 then
+      redis.call('HDEL', base .. 'gactive', group)
+    end
+    if redis.call('SISMEMBER', base .. 'paused', group) == 0
+        and redis.call('ZCARD', lane) > 0 then
+      local limit = redis.call('HGET', base .. 'glimit', group)
+      if (not limit or live < tonumber(limit)) and not redis.call('LPOS', base .. 'ring', group) then
+        redis.call('RPUSH', base .. 'ring', group)
+        redis.call('LPUSH', base .. 'wake', '1')
+        redis.call('LTRIM', base .. 'wake', 0, 63)
+      end
+    end
+  else
+    redis.call('ZREM', lane, ARGV[1])
+    if redis.call('ZCARD', lane) == 0 then
+      redis.call('LREM', base .. 'ring', 0, group)
+    end
+  end
 end
 redis.call('DEL', KEYS[2])
 redis.call('HINCRBY', ARGV[3] .. 'metrics:completed', 'count', 1)
