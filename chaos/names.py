@@ -35,6 +35,7 @@ INVARIANTS = (
     "needless_limit",
     "live_lease_honoured",
     "reap_cadence",
+    "group_limit",
 )
 HISTORY_SOURCES = ("scripts", "monitor", "both")  # history.source: what the checker judges
 # The checker's default allowance for the reaper's own wake-up and sweep (check.tolerance_ms for

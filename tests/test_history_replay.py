@@ -165,6 +165,7 @@ TYPED_EXAMPLES = [
     schema.Complete("j1", 3, "w2", target="failed"),
     schema.CompleteRejected("j1", 1, "w1", current_attempt=2, target="delayed"),
     schema.Retry("j1", 1, "w1", to="delayed"), schema.Sweep("w2"), schema.Sweep("w1", ran=False),
+    schema.GroupLimit("g1", 3),
     schema.Retry("j1", 1, "w1", to="schedule", due=2200), schema.Enqueue("j3", due=1800),
     schema.Promote("j1", "w3", due=2200), schema.Promote("j1"),
     schema.Reap("j1", 1, "w1", deadline=2010, stalls=1),

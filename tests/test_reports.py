@@ -169,8 +169,11 @@ def test_aborted_run_renders_without_judging_loss():
     # (and reap_cadence: a hand-written history promises no reaper's cadence)
     skipped = cases["reap_cadence"].find("skipped")
     assert skipped is not None and "promises no sweep cadence" in skipped.get("message", "")
+    # (and group_limit: no group lanes in it)
+    skipped = cases["group_limit"].find("skipped")
+    assert skipped is not None and "no claim in a group" in skipped.get("message", "")
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
-            suite.get("skipped")) == (str(len(INVARIANTS) + 1), "0", "1", "2")
+            suite.get("skipped")) == (str(len(INVARIANTS) + 1), "0", "1", "3")
 
 
 def test_an_aborted_run_says_not_judged_in_the_summary_junit_and_page_alike():

@@ -47,6 +47,8 @@ NEEDS: dict[str, frozenset[str]] = {
     # an unreadable line, a gap) can hide one. A sweep whose sweeper is unknown blinds the gaps
     # it falls in (chaos.check.judgements.judge_reap_cadence).
     "reap_cadence": _TRANSITIONS,
+    # the claims that made a group's leases and the settles that ended them
+    "group_limit": _TRANSITIONS,
 }
 assert tuple(NEEDS) == INVARIANTS, "every invariant says what evidence it needs"
 SELF_EVIDENT = frozenset(("lease_length",))  # offences that are their own evidence

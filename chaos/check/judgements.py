@@ -500,6 +500,22 @@ def judge_stall_limit(facts: ReplayFacts, max_stalls: int) -> InvariantResult:
                                   moved_to_dead=len(facts.dead))
 
 
+GROUP_LIMIT_NOT_JUDGED = ("not judged: the history shows no claim in a group with a limit "
+                          "set (no group lanes, or none limited)")
+
+
+def judge_group_limit(facts: ReplayFacts) -> InvariantResult:
+    """A group's lane never has more leases live at once than its limit: offences met by the
+    replay at each grouped claim (``Replayer.grouped_claim``). Judged only where the history
+    shows a limit set and a claim in a group; the most live at once per group is reported."""
+    judged = bool(facts.group_limits) and facts.grouped_claims > 0
+    result = InvariantResult.judged(
+        facts.over_limit, limits=dict(facts.group_limits), grouped_claims=facts.grouped_claims,
+        most_live=dict(facts.most_live),
+        **({} if judged else {"judged": False, "not_judged": GROUP_LIMIT_NOT_JUDGED}))
+    return result
+
+
 def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
               final: bool) -> dict[str, InvariantResult]:
     """Every invariant, in ``chaos.names.INVARIANTS`` order. A judge that raises (a bug of the
@@ -518,6 +534,7 @@ def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
         "needless_limit": lambda: judge_needless_limit(facts, config),
         "live_lease_honoured": lambda: judge_live_lease_honoured(facts),
         "reap_cadence": lambda: judge_reap_cadence(facts, config),
+        "group_limit": lambda: judge_group_limit(facts),
     }
     results = {}
     for name, judge in judges.items():

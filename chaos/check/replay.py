@@ -27,6 +27,7 @@ from chaos.history.schema import (
     Enqueue,
     Fault,
     FaultSkipped,
+    GroupLimit,
     Heal,
     Phase,
     Promote,
@@ -141,12 +142,20 @@ class ReplayFacts:
     # lock token handed out again while it may still be presented
     early_reaps: Offences = field(init=False)  # reap/dead of a non-live lease, or early
     refused_live: Offences = field(init=False)  # the live holder's call refused, no fault
+    # Group lanes (EchoMQ.Lanes): each group's limit of live leases as last set (``group_limit``
+    # events), how many grouped claims there were, the most live at once per group, and the
+    # claims that went past a limit.
+    group_limits: dict[str, int] = field(default_factory=dict)
+    grouped_claims: int = 0
+    most_live: dict[str, int] = field(default_factory=dict)
+    over_limit: Offences = field(init=False)
 
     def __post_init__(self) -> None:
         self.stray_calls = self.offences("exclusive_lease")
         self.stale_claims = self.offences("attempts_monotonic")
         self.early_reaps = self.offences("no_premature_reap")
         self.refused_live = self.offences("live_lease_honoured")
+        self.over_limit = self.offences("group_limit")
 
     def offences(self, invariant: str) -> Offences:
         """An empty tally of ``invariant``'s offences that knows what evidence it needs."""
@@ -230,7 +239,9 @@ class _Replay:
             Heal.TYPE: self.heal,
             Blind.TYPE: self.blind, Sweep.TYPE: self.sweep,
             FaultSkipped.TYPE: self.fault_skipped, Run.TYPE: self.run, Phase.TYPE: self.phase,
+            GroupLimit.TYPE: self.group_limit,
         }
+        self.group_leases: dict[str, set[str]] = {}  # group -> jobs claimed in it, maybe live
 
     # --- the queue's transitions ----------------------------------------------------------
     def enqueue(self, event: Event) -> None:
@@ -289,6 +300,30 @@ class _Replay:
             for item in awaiting_reclaim.pop(job_id):
                 item.reclaim_ts = ts
                 self.awaiting_recomplete.setdefault(job_id, []).append(item)
+        if event.extra and (group := event.extra.get("group")):
+            self.grouped_claim(event, job_id, group, worker)
+
+    def grouped_claim(self, event: Event, job_id: str, group: str, worker: str) -> None:
+        """A claim in a group's lane: with the job, how many of the group's leases are live
+        (held until completed, reaped, retried or dead-lettered: the queue's own count), and
+        whether that passes the group's limit."""
+        facts, leases = self.facts, self.leases
+        facts.grouped_claims += 1
+        members = self.group_leases.setdefault(group, set())
+        members.add(job_id)
+        members.intersection_update(leases)  # the ones whose lease ended are gone
+        live = len(members)
+        if live > facts.most_live.get(group, 0):
+            facts.most_live[group] = live
+        limit = facts.group_limits.get(group)
+        if limit is not None and live > limit:
+            facts.over_limit.add({"job": job_id, "group": group, "attempt": event.attempt,
+                                  "worker": worker, "seq": event.seq, "live": live,
+                                  "limit": limit, "live_jobs": sorted(members)[:10]}, event.ts)
+
+    def group_limit(self, event: Event) -> None:
+        limit = GroupLimit.decode(event)
+        self.facts.group_limits[limit.group] = limit.limit
 
     def granted_for(self, event: Event, deadline: int) -> None:
         """A lease granted by a claim or an accepted extend: counted when it is the run's own

@@ -49,6 +49,9 @@ WHAT_IT_CHECKS = {
     "reap_cadence": "every reaper the queue promises a cadence of sweeps at least every "
                     "reap_interval_ms + sweep_allowance_ms (server clock), swept empty or not, "
                     "unless a fault holds it or the store is down",
+    "group_limit": "a group's lane never has more leases live at once than the group's "
+                   "limit (EchoMQ's glimit, as the history shows it set): a claim that makes "
+                   "one more is an offence; not judged without grouped claims and a limit",
 }
 assert tuple(WHAT_IT_CHECKS) == INVARIANTS, "chaos.names lists the invariants judged here"
 # Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).

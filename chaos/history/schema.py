@@ -327,6 +327,27 @@ class Sweep:
         return cls(event.worker or "", event.extra.get("ran", "1") != "0", event.ts, event.seq)
 
 
+@dataclass(frozen=True, slots=True)
+class GroupLimit:
+    """A group's limit of live leases set (EchoMQ's ``glimit``, ``EchoMQ.Lanes.limit``):
+    the echomq dialect writes one for each ``HSET glimit <group> <n>`` a call makes. The checker
+    holds every later claim in that group to it (``group_limit``)."""
+
+    TYPE: ClassVar[str] = "group_limit"
+    group: str
+    limit: int
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("group", self.group), ("limit", self.limit)))
+
+    @classmethod
+    def decode(cls, event: Event) -> GroupLimit:
+        return cls(event.extra.get("group", ""), _int(event.extra.get("limit")) or 0,
+                   event.ts, event.seq)
+
+
 def rtt_ms(event: Event) -> int | None:
     """An extend's (or rejected extend's) client-measured round trip, if it carries one."""
     value = event.extra.get("rtt_ms", "")
@@ -559,14 +580,15 @@ TRANSITION_EVIDENCE, HOLDER_EVIDENCE = "transition", "holder"  # what a Blind ev
 
 
 TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Retry
-              | Promote | Reap | Dead | Sweep | HandlerHog | Run | Phase | Fault | Heal
-              | FaultSkipped | Blind)
+              | Promote | Reap | Dead | Sweep | GroupLimit | HandlerHog | Run | Phase | Fault
+              | Heal | FaultSkipped | Blind)
 TRANSITIONS: tuple[type[TypedEvent], ...] = (
     Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Retry, Promote, Reap,
     Dead)
 RUNNER_EVENTS: tuple[type[TypedEvent], ...] = (Run, Phase, Fault, Heal, FaultSkipped)
 EVENT_TYPES: dict[str, type[TypedEvent]] = {
-    kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, HandlerHog, *RUNNER_EVENTS, Blind)}
+    kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, GroupLimit, HandlerHog, *RUNNER_EVENTS,
+                                 Blind)}
 # A worker's own calls on a lease it was handed (accepted or rejected): each one reached the store.
 CLIENT_CALLS = (Claim.TYPE, Extend.TYPE, Complete.TYPE, ExtendRejected.TYPE,
                 CompleteRejected.TYPE, Retry.TYPE)

@@ -2,11 +2,12 @@
 // lease queue on Valkey), written from the facts of its keys, rows, scripts and login (see
 // docs/sut.md), not from its code:
 //
-//   node sut.js worker   [--break unfenced-complete|resurrecting-extend|unfenced-retry]
+//   node sut.js worker   [--break unfenced-complete|resurrecting-extend|unfenced-retry|
+//                                 unlimited-lanes]
 //                        [--fail-attempts N [--fail-one-in K] [--retry-delay-ms D]
 //                         [--max-attempts M]] [--lanes 1]
 //   node sut.js reaper   [--break lazy-reaper|sparse-reaper]
-//   node sut.js producer [--groups N] (one payload a line on stdin; one line
+//   node sut.js producer [--groups N [--limit M]] (one payload a line on stdin; one line
 //                        `<ms> enqueue id=<id>` each, with `group=<group>` when grouped)
 //
 // Keys: emq:{<queue>}:pending (ZSET, every score 0), :active (ZSET, score = the lease's
@@ -26,7 +27,8 @@
 // each job into a group's lane (emq:{q}:g:<group>:pending; the payload's JSON `group` field, or
 // g1..gN in turn), putting the group on the ring (emq:{q}:ring) while it may be served; a
 // worker with --lanes 1 claims by turning the ring (lua/gclaim.lua), counting its live leases
-// per group in emq:{q}:gactive against emq:{q}:glimit. Complete and reap settle a grouped job
+// per group in emq:{q}:gactive against emq:{q}:glimit (set by the producer's --limit M for
+// each group, lua/glimit.lua, before its first job). Complete and reap settle a grouped job
 // through its lane, whichever consumer claimed it.
 'use strict';
 
@@ -34,14 +36,14 @@ const { Connection, ReplyError, Scripts, sleep } = require('./connector');
 const { Minter } = require('./ids');
 
 const BREAKS = {
-  worker: ['unfenced-complete', 'resurrecting-extend', 'unfenced-retry'],
+  worker: ['unfenced-complete', 'resurrecting-extend', 'unfenced-retry', 'unlimited-lanes'],
   reaper: ['lazy-reaper', 'sparse-reaper'],
   producer: [],
 };
 // A worker's options (each takes an integer >= 0) and their defaults.
 const WORKER_OPTIONS = { '--fail-attempts': 0, '--fail-one-in': 1, '--retry-delay-ms': 200,
   '--max-attempts': 3, '--lanes': 0 };
-const PRODUCER_OPTIONS = { '--groups': 0 };
+const PRODUCER_OPTIONS = { '--groups': 0, '--limit': 0 };
 
 function log(event, fields = {}) {
   const pairs = Object.entries(fields).map(([key, value]) => ` ${key}=${value}`).join('');
@@ -172,8 +174,9 @@ function failsAttempt(options, id, token) {
 
 async function worker(config, broken, options) {
   const k = config.keys;
-  const scripts = new Scripts(['claim', 'gclaim', 'complete', 'complete_unfenced', 'extend_locks',
-    'extend_locks_unfenced', 'retry', 'retry_unfenced']);
+  const scripts = new Scripts(['claim', 'gclaim', 'gclaim_unlimited', 'complete',
+    'complete_unfenced', 'extend_locks', 'extend_locks_unfenced', 'retry', 'retry_unfenced']);
+  const gclaimScript = broken === 'unlimited-lanes' ? 'gclaim_unlimited' : 'gclaim';
   const completeScript = broken === 'unfenced-complete' ? 'complete_unfenced' : 'complete';
   const extendScript = broken === 'resurrecting-extend' ? 'extend_locks_unfenced' : 'extend_locks';
   const retryScript = broken === 'unfenced-retry' ? 'retry_unfenced' : 'retry';
@@ -188,7 +191,8 @@ async function worker(config, broken, options) {
     // EchoMQ's host reads the queue's pause flag first, in a round trip of its own.
     if (await connection.call('HGET', k.meta, 'paused') !== null) return null;
     const reply = options['--lanes']
-      ? await scripts.run(connection, 'gclaim', [k.ring, k.active], [k.base, String(config.leaseMs)])
+      ? await scripts.run(connection, gclaimScript, [k.ring, k.active],
+        [k.base, String(config.leaseMs)])
       : await scripts.run(connection, 'claim', [k.pending, k.active],
         [k.jobPrefix, String(config.leaseMs)]);
     if (!Array.isArray(reply) || reply.length === 0) return null;
@@ -360,9 +364,14 @@ function groupOf(payload, groups, count) {
 async function producer(config, options) {
   const k = config.keys;
   const groups = options['--groups'];
-  const scripts = new Scripts(['enqueue', 'genqueue']);
+  if (options['--limit'] && !groups) fail('--limit: a limit per group needs --groups N');
+  const scripts = new Scripts(['enqueue', 'genqueue', 'glimit']);
   const connection = await connect(config);
   await scripts.load(connection);
+  for (let index = 1; options['--limit'] && index <= groups; index += 1) {
+    await scripts.run(connection, 'glimit', [k.glimit, k.gactive, k.ring, k.paused, k.wake],
+      [k.base, `g${index}`, String(options['--limit'])]);
+  }
   const minter = new Minter(config.node);
   log('producer_ready', { name: config.name, node: config.node, groups });
   let buffered = '';

@@ -105,6 +105,7 @@ class EchoMQ:
         self.job_prefix = keys.job_prefix
         self.base = keys.base
         self.lanes = keys.base + "g:"  # a group's lane: <base>g:<group>:pending
+        self.glimit = keys.base + "glimit"  # each group's limit of live leases
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
@@ -334,7 +335,7 @@ class EchoMQ:
 
         schedule, scheduled = self.schedule, self.scheduled
         sets = (active, pending, dead, schedule)
-        lanes, lane_end = self.lanes, LANE_SUFFIX
+        lanes, lane_end, glimit = self.lanes, LANE_SUFFIX, self.glimit
 
         swept = False  # a scan of the active set for lapsed leases: a sweep
         for stamp, args in call.commands:
@@ -364,6 +365,12 @@ class EchoMQ:
                 continue  # (the shadow keeps no stream)
             if key not in sets and key.startswith(lanes) and key.endswith(lane_end):
                 key = pending  # a group's lane (EchoMQ.Lanes) is a pending set of its own
+            elif key == glimit:  # a group's limit set: the checker holds its claims to it
+                if name == "HSET":
+                    runner += [{"type": "group_limit", "group": args[index],
+                                "limit": args[index + 1], "ts": ts}
+                               for index in range(2, len(args) - 1, 2)]
+                continue
             if key in sets:
                 first = 2  # where a ZADD's scores and members begin, past its options
                 if name == "ZADD":
