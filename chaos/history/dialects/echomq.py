@@ -335,7 +335,6 @@ class EchoMQ:
 
         schedule, scheduled = self.schedule, self.scheduled
         sets = (active, pending, dead, schedule)
-        lanes, lane_end, glimit = self.lanes, LANE_SUFFIX, self.glimit
 
         swept = False  # a scan of the active set for lapsed leases: a sweep
         for stamp, args in call.commands:
@@ -363,14 +362,6 @@ class EchoMQ:
                     if event is not None:
                         runner.append(event)
                 continue  # (the shadow keeps no stream)
-            if key not in sets and key.startswith(lanes) and key.endswith(lane_end):
-                key = pending  # a group's lane (EchoMQ.Lanes) is a pending set of its own
-            elif key == glimit:  # a group's limit set: the checker holds its claims to it
-                if name == "HSET":
-                    runner += [{"type": "group_limit", "group": args[index],
-                                "limit": args[index + 1], "ts": ts}
-                               for index in range(2, len(args) - 1, 2)]
-                continue
             if key in sets:
                 first = 2  # where a ZADD's scores and members begin, past its options
                 if name == "ZADD":
@@ -421,6 +412,8 @@ class EchoMQ:
                 continue
             row = key[cut:] if key.startswith(job_prefix) else None  # _row, inline
             if row is None or ":" in row:
+                if row is None:  # (past the hot keys: a flat queue pays nothing for lanes)
+                    popped |= self._lane_write(name, key, args, effects, runner, ts)
                 continue  # none of the queue's (or a job's sub-key): no effect, no shadow
             job = effects.get(row) or self._effect(effects, row)
             if name in ("HSET", "HMSET"):
@@ -517,6 +510,30 @@ class EchoMQ:
             return {"type": "enqueue", "id": job_id,
                     "ts": self._exact(ts, job.pending_score), **self._group(job_id)}
         return {} if not job.changed else None
+
+    def _lane_write(self, name: str, key: str, args: list[str], effects: dict[str, _Effect],
+                    events: list[dict[str, str]], ts: str) -> bool:
+        """A write to group lanes' keys (EchoMQ.Lanes): a group's lane is a pending set of its
+        own (a job into it, as into pending; out of it; its head popped: a claim, True), and a
+        limit set in ``glimit`` is a ``group_limit`` event for the checker. Anything else (the
+        ring, the wake list, the live counts) moves no job."""
+        if key.startswith(self.lanes) and key.endswith(LANE_SUFFIX):
+            if name == "ZPOPMIN":
+                return True
+            if name == "ZADD":
+                first = 2
+                while first < len(args) and args[first].upper() in _ZADD_OPTIONS:
+                    first += 1
+                for member, score in zip(args[first + 1::2], args[first::2]):  # noqa: B905
+                    job = effects.get(member) or self._effect(effects, member)
+                    job.pending, job.pending_score = True, score
+            elif name == "ZREM":
+                for member in args[2:]:
+                    effects.get(member) or self._effect(effects, member)
+        elif key == self.glimit and name == "HSET":
+            events += [{"type": "group_limit", "group": args[index], "limit": args[index + 1],
+                        "ts": ts} for index in range(2, len(args) - 1, 2)]
+        return False
 
     def _group(self, job_id: str) -> dict[str, str]:
         """A grouped job's ``group`` (its row's, as the lanes' scripts write it), else none."""
