@@ -43,6 +43,8 @@ bandwidth, clock skew). ``judgements.py`` then rules on each invariant, one func
                         fault holds it or the store is down; and no sweep is turned away by a
                         shared sweep lock (BullMQ's stalled-check key) more than one interval
                         after the last sweep that ran
+  group_limit           a group's lane never has more leases live at once than its limit
+                        (``group_limit`` events), counted at every grouped claim
 
 Figures for store faults (``valkey_restart``, ``failover``: fault events carrying ``killed_ts``):
 per fault, how long after the kill each worker's next transition (and the producer's next
