@@ -488,3 +488,38 @@ def test_a_producer_command_is_refused_where_it_cannot_run(tmp_path: Path):
                                                   f'"{SUT}"'))
     with pytest.raises(ScenarioError, match="a producer of your own enqueues for workers of"):
         load_scenario(tmp_path / "s.toml")
+
+
+@pytest.mark.parametrize("seed", [23, 25])
+def test_group_lanes_with_every_worker_frozen_are_judged_as_the_workers_logged(
+        tmp_path: Path, seed: int):
+    """scenarios/echomq/groups-pause-all.toml: every worker frozen past its lease, the leases
+    reaped back to their lanes, the frozen holders' stale calls landing before anyone
+    re-claimed. EchoMQ's fence is the attempt alone, so a woken holder can still complete a job
+    another then completes too: whatever the verdict, the completes it counts accepted are
+    exactly those the workers' own logs say returned ok, and its double completions are the
+    logs' surplus over the jobs completed."""
+    import io
+
+    from chaos.run.runner import run_scenario
+    from chaos.scenario.loading import load_scenario
+
+    scenario = load_scenario(SUT.parent.parent / "scenarios" / "echomq" /
+                             "groups-pause-all.toml", [f"seed={seed}"])
+    result = run_scenario(scenario, tmp_path / "run", io.StringIO())
+    health = result.report["history_recorder"]["health"]
+    assert health["undecoded_calls"] == 0, health
+    logged_ok = sum(len(re.findall(r" complete id=\S+ token=\d+ result=ok",
+                                   (result.run_dir / "logs" / f"{name}.log").read_text()))
+                    for name in scenario.worker_names)
+    events = [json.loads(line) for line in
+              (result.run_dir / "history-monitor.jsonl").read_text().splitlines()]
+    accepted = [event["id"] for event in events if event["type"] == "complete"]
+    assert len(accepted) == logged_ok
+    doubled = result.report["invariants"]["no_double_completion"]["double_completed"]
+    assert doubled == logged_ok - len(set(accepted))
+    if doubled:  # a double completion in someone else's queue is a failure like ours
+        assert result.verdict == "fail" and "no_double_completion" in \
+            result.checked.failed_invariants()
+    print(f"seed {seed}: {logged_ok} completes ok in the logs, {len(set(accepted))} jobs, "
+          f"{doubled} completed twice; verdict {result.verdict}")

@@ -18,13 +18,28 @@ class EchoMQFamily(QueueFamily):
 
     def backlog(self, queue: QueueClient) -> tuple[int, int]:
         """(waiting, leased): waiting counts the jobs in the schedule too (EchoMQ's retries,
-        delays and scheduled admissions), which the drain waits for as for pending ones."""
+        delays and scheduled admissions) and in every group's lane (EchoMQ.Lanes), which the
+        drain waits for as for pending ones. The groups that may hold jobs are those on the
+        ring, with live leases, with a limit or paused: a lane off the ring is at its limit or
+        paused (a group stuck at a limit no lease holds still shows its jobs here)."""
+        base = queue.keys.base
         pipe = queue.client.pipeline(transaction=False)
         pipe.zcard(queue.keys.pending)
         pipe.zcard(queue.keys.schedule)
         pipe.zcard(queue.keys.active)
-        pending, scheduled, active = pipe.execute()
-        return int(pending) + int(scheduled), int(active)
+        pipe.lrange(f"{base}ring", 0, -1)
+        pipe.hkeys(f"{base}gactive")
+        pipe.hkeys(f"{base}glimit")
+        pipe.smembers(f"{base}paused")
+        pending, scheduled, active, ring, live, limited, paused = pipe.execute()
+        groups = {_text(group) for group in (*ring, *live, *limited, *paused)}
+        waiting_in_lanes = 0
+        if groups:
+            lanes = queue.client.pipeline(transaction=False)
+            for group in sorted(groups):
+                lanes.zcard(f"{base}g:{group}:pending")
+            waiting_in_lanes = sum(int(count) for count in lanes.execute())
+        return int(pending) + int(scheduled) + waiting_in_lanes, int(active)
 
     @property
     def sweepers(self) -> tuple[str, ...]:
@@ -45,6 +60,10 @@ class EchoMQFamily(QueueFamily):
         if recorder is None:  # history from the scripts: the rows name their holders
             return queue
         return RecordedHolders(queue, recorder.dialect)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
 
 
 class RecordedHolders:
