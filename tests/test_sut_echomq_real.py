@@ -453,13 +453,18 @@ def test_group_lanes_through_the_users_own_producer_are_judged_as_they_ran(tmp_p
      "producer: the producer command exited (code 5)"),
     # says something else than the protocol's `enqueue id=...` lines, and never ends
     (["node", "-e", "process.stdin.on('data', () => console.log('ok'))"], 3,
-     "no `enqueue id=...` line within"),
+     "no `enqueue id=...` line within 1 s"),
 ])
 def test_a_broken_producer_command_is_an_infrastructure_error_and_nothing_outlives_it(
-        tmp_path: Path, producer: list[str], exit_code: int, said: str):
+        tmp_path: Path, producer: list[str], exit_code: int, said: str,
+        monkeypatch: pytest.MonkeyPatch):
     import io
 
     from test_sut_node import processes_in
+
+    import chaos.load.command as command
+
+    monkeypatch.setattr(command, "REPLY_TIMEOUT_S", 1.0)  # the run is in this process
 
     from chaos.run.runner import run_scenario
     from chaos.scenario.loading import load_scenario
@@ -490,7 +495,7 @@ def test_a_producer_command_is_refused_where_it_cannot_run(tmp_path: Path):
         load_scenario(tmp_path / "s.toml")
 
 
-@pytest.mark.parametrize("seed", [23, 25])
+@pytest.mark.parametrize("seed", [23])
 def test_group_lanes_with_every_worker_frozen_are_judged_as_the_workers_logged(
         tmp_path: Path, seed: int):
     """scenarios/echomq/groups-pause-all.toml: every worker frozen past its lease, the leases
