@@ -528,3 +528,24 @@ def test_group_lanes_with_every_worker_frozen_are_judged_as_the_workers_logged(
             result.checked.failed_invariants()
     print(f"seed {seed}: {logged_ok} completes ok in the logs, {len(set(accepted))} jobs, "
           f"{doubled} completed twice; verdict {result.verdict}")
+
+
+def test_group_lanes_recover_through_echomq_stalled_too(tmp_path: Path):
+    """With a reap batch set (CHAOS_REAP_LIMIT), the reaper recovers as EchoMQ.Stalled does
+    (sweep_stalled.lua): a grouped job goes back into its own lane with one live lease fewer in
+    its group, or its lane would wait for ever behind a count no lease holds (seen under
+    certify's kill-busy-workers: 48 jobs left in the lanes, before the fix)."""
+    import io
+
+    from chaos.run.runner import run_scenario
+    from chaos.scenario.loading import load_scenario
+
+    scenario = load_scenario(SUT.parent.parent / "scenarios" / "echomq" /
+                             "groups-kill-worker.toml", ["topology.reap_limit=1"])
+    result = run_scenario(scenario, tmp_path / "run", io.StringIO())
+    assert result.verdict == "pass", result.report["verdict"]
+    assert result.report["invariants"]["recovery_bound"]["count"] >= 1
+    reaped = [json.loads(line) for line in
+              (result.run_dir / "history-monitor.jsonl").read_text().splitlines()
+              if '"type":"reap"' in line.replace(" ", "")]
+    assert reaped and all(event.get("group") for event in reaped)
