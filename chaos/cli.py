@@ -299,17 +299,23 @@ def _not_attached(scenario: Scenario, command: str, why: str) -> None:
 
 
 def cmd_capacity(args: argparse.Namespace) -> int:
-    from chaos.scenario.loading import load_scenario
+    from chaos.scenario.loading import ScenarioError, load_scenario
     from chaos.tools import capacity
 
     scenario = load_scenario(args.scenario, args.set)
     _not_attached(scenario, "capacity", "it restarts and faults workers between its steps as "
                   "a run that started them does")
+    if args.workers is not None:
+        return _capacity_plan(args, scenario)
+    for option in ("target_rate", "lose", "concurrency"):
+        if getattr(args, option) is not None:
+            raise ScenarioError(f"--{option.replace('_', '-')}: only with --workers (a plan "
+                                "over pool sizes)")
     start = args.start_rate if args.start_rate is not None else scenario.load.rate / 2
     search = capacity.CapacitySearch(
         start_rate=start, step_rate=args.step_rate if args.step_rate is not None else start,
         max_steps=args.steps, step_ms=args.step_ms, p99_ms=args.p99_ms,
-        backlog_growth=args.backlog_growth, fault=args.fault)
+        backlog_growth=args.backlog_growth, fault=args.fault, refine=args.refine)
     search.validate(scenario)  # exit 2 before anything starts
     out = _output_dir(args, f"capacity-{scenario.name}")
     rates = search.rates()
@@ -325,6 +331,45 @@ def cmd_capacity(args: argparse.Namespace) -> int:
         print(capacity.table(result))
     print(f"capacity directory: {out} (capacity.json)", file=sys.stderr)
     return result.exit_code
+
+
+def _capacity_plan(args: argparse.Namespace, scenario: Scenario) -> int:
+    """``capacity --workers``: every size's scenario and search validated, the store reached,
+    before anything starts."""
+    from chaos.scenario.loading import ScenarioError, load_scenario
+    from chaos.tools import capacity, capacity_plan
+
+    sizes = capacity_plan.parse_workers(args.workers)
+    spec = capacity_plan.PlanSpec(sizes, args.target_rate, args.lose or 0)
+    spec.validate()
+    if args.concurrency is not None and not 1 <= args.concurrency <= 1024:
+        raise ScenarioError(f"--concurrency {args.concurrency}: must be 1..1024")
+    concurrency = args.concurrency or scenario.topology.concurrency
+    slots = scenario.topology.workers * scenario.topology.concurrency
+    start = args.start_rate if args.start_rate is not None else scenario.load.rate / 2 / slots
+    search = capacity.CapacitySearch(
+        start_rate=start, step_rate=args.step_rate if args.step_rate is not None else start,
+        max_steps=args.steps, step_ms=args.step_ms, p99_ms=args.p99_ms,
+        backlog_growth=args.backlog_growth, fault=args.fault, refine=args.refine)
+    scenarios = {size: load_scenario(args.scenario, [*args.set, f"topology.workers={size}",
+                                                     f"topology.concurrency={concurrency}"])
+                 for size in sizes}
+    for sized in scenarios.values():
+        search.validate(sized)
+    capacity_plan.check_store(scenario)
+    out = _output_dir(args, f"capacity-{scenario.name}")
+    print(f"capacity plan {scenario.name}: pools of {', '.join(map(str, sizes))} worker(s) x "
+          f"{concurrency} slots; each searches from {search.start_rate:g} jobs/s per slot in "
+          f"steps of {search.step_rate:g} per slot, {search.step_ms} ms each; output in {out}",
+          file=sys.stderr)
+    with InterruptsTearDown(f"capacity-{scenario.name}", out):
+        plan = capacity_plan.run_plan(scenarios, search, spec, out)
+    if args.json:
+        print(json.dumps(plan.as_dict(), indent=2))
+    else:
+        print(capacity_plan.plan_table(plan))
+    print(f"capacity directory: {out} (capacity.json, capacity.html)", file=sys.stderr)
+    return plan.exit_code
 
 
 def tcp_port(text: str) -> int:
@@ -608,6 +653,21 @@ def build_parser() -> argparse.ArgumentParser:
     capacity_cmd.add_argument("--fault", action="store_true",
                               help="run the scenario's fault schedule inside every step "
                                    "(killed workers are restarted between steps)")
+    capacity_cmd.add_argument("--refine", type=int, default=0, metavar="N",
+                              help="after the ramp, bisect between the knee and the first rate "
+                                   "over it N times (N more steps; default 0)")
+    capacity_cmd.add_argument("--workers", metavar="N,N,...",
+                              help="a plan over pool sizes: each size's knee, what limited it, "
+                                   "the USL fitted to them; --start-rate and --step-rate are "
+                                   "then per slot (default: half the scenario's load.rate over "
+                                   "its slots)")
+    capacity_cmd.add_argument("--concurrency", type=int, metavar="SLOTS",
+                              help="with --workers: slots per worker (default the scenario's)")
+    capacity_cmd.add_argument("--target-rate", type=float, metavar="JOBS_S",
+                              help="with --workers: the smallest pool that carries this rate "
+                                   "with claim wait p99 <= --p99-ms")
+    capacity_cmd.add_argument("--lose", type=int, metavar="K",
+                              help="with --target-rate: ... after losing K workers")
     capacity_cmd.add_argument("--out", help="output directory (default "
                                             "runs/<utc-time>-capacity-<scenario>)")
     capacity_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")

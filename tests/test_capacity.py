@@ -197,7 +197,10 @@ def test_capacity_finds_the_knee_of_a_small_pool(tmp_path: Path):
     first, second = report["steps"]
     assert first["within"] and first["enqueued"] > 0 and first["enqueue_failures"] == 0
     assert first["claim_wait_p99_ms"] <= 500
-    assert not second["within"] and "backlog grows" in second["reason"]
+    # Over by a growing backlog or by the claim wait it causes, whichever shows first in 2.5 s
+    # (asserting the backlog alone failed 1 run in 4: claim wait p99 781 ms, tail under 6 jobs).
+    assert not second["within"] and ("backlog grows" in second["reason"]
+                                     or "claim wait p99" in second["reason"]), second
     assert second["delivered_rate"] >= 0.9 * 12  # the pool, not the generator, was the limit
     assert (out / "step01_stats.csv").exists() and (out / "history.jsonl").stat().st_size
 

@@ -42,18 +42,21 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
 
+import redis
+
 from chaos.errors import EXIT_ABORTED, EXIT_FAIL, EXIT_INFRA, EXIT_PASS, InfraError
 from chaos.files import write_json_atomic
 from chaos.history.events import Event, decode_entries
 from chaos.history.monitor import MONITOR_HISTORY
-from chaos.history.schema import Claim, Enqueue, Phase
+from chaos.history.schema import Claim, Complete, Enqueue, Phase
 from chaos.run.progress import Progress
 from chaos.run.runner import Run, try_teardown
 from chaos.scenario.loading import ScenarioError
 from chaos.scenario.model import LoadMix, Scenario
+from chaos.tools import bottleneck
+from chaos.tools.bottleneck import MIN_DELIVERED, StepLoad
 
 SCHEMA = 1
-MIN_DELIVERED = 0.9  # below this share of the target rate the generator is the bottleneck
 SAMPLE_S = 0.25
 SETTLE_TIMEOUT_S = 30.0
 RECORDER_WAIT_S = 10.0  # for the MONITOR recorder to write a step's closing phase
@@ -68,6 +71,9 @@ class CapacitySearch:
     p99_ms: float
     backlog_growth: float = 0.05  # pending may grow by this share of the rate per second
     fault: bool = False
+    # After the ramp, halve the interval between the knee and the first rate over it this
+    # many times (each one more step): the knee to within step_rate / 2**refine.
+    refine: int = 0
 
     def rates(self) -> list[float]:
         return [round(self.start_rate + i * self.step_rate, 3) for i in range(self.max_steps)]
@@ -83,6 +89,7 @@ class CapacitySearch:
             ("--p99-ms", self.p99_ms, self.p99_ms > 0, "must be > 0"),
             ("--backlog-growth", self.backlog_growth, 0 <= self.backlog_growth <= 1,
              "must be 0..1"),
+            ("--refine", self.refine, 0 <= self.refine <= 6, "must be 0..6"),
         ]
         for option, value, ok, rule in checks:
             if not ok or (isinstance(value, float) and not math.isfinite(value)):
@@ -113,8 +120,18 @@ class Step:
     enqueue_p99_ms: float | None = None  # the enqueue call itself, as Locust measured it
     enqueue_failures: int = 0
     faults: int = 0
+    completed: int = 0  # jobs completed in the step's events
+    hold_p50_ms: float | None = None  # first claim -> complete
+    slots_busy: float | None = None  # leased / slots, mean over the step's second half
+    store_cpu: float | None = None  # the store's main thread, share of one core
+    store_cpu_s: float | None = None  # its CPU seconds over the step
+    host_cpu: float | None = None  # the host's, share of all its cores
     within: bool = False
     reason: str = ""
+
+    def load(self) -> StepLoad:
+        return StepLoad(self.target_rate, self.delivered_rate, self.slots_busy, self.store_cpu,
+                        self.host_cpu, self.hold_p50_ms)
 
     def row(self) -> str:
         wait = "-" if self.claim_wait_p99_ms is None else f"{self.claim_wait_p99_ms:.0f}"
@@ -131,6 +148,29 @@ class CapacityResult:
     knee_rate: float | None = None
     stopped_by: str = ""  # over capacity | generator limited | max steps | aborted | error
     error: str | None = None
+    workers: int = 0
+    slots: int = 0  # workers x concurrency
+    bottleneck: str = ""  # pool | store | generator | host | unknown | none (tools.bottleneck)
+    bottleneck_why: str = ""
+
+    @property
+    def over_rate(self) -> float | None:
+        """The lowest rate that did not fit (None: every step fit)."""
+        over = [step.target_rate for step in self.steps if not step.within]
+        return min(over) if over else None
+
+    def name_bottleneck(self) -> None:
+        """What set the knee, from the lowest step that did not fit."""
+        over = [step for step in self.steps if not step.within]
+        first = min(over, key=lambda step: step.target_rate) if over else None
+        first_hold = self.steps[0].hold_p50_ms if self.steps else None
+        self.bottleneck, self.bottleneck_why = bottleneck.name(
+            first.load() if first else None, first_hold)
+
+    def store_ceiling(self) -> float | None:
+        """Jobs/s at which the store's main thread would be busy all the time, at the CPU per
+        completed job its steps measured (None without a figure)."""
+        return ceiling_of(self.steps)
 
     @property
     def exit_code(self) -> int:
@@ -144,6 +184,8 @@ class CapacityResult:
         return {
             "schema": SCHEMA, "scenario": self.scenario, "search": asdict(self.search),
             "knee_rate": self.knee_rate, "stopped_by": self.stopped_by,
+            "workers": self.workers, "slots": self.slots, "bottleneck": self.bottleneck,
+            "bottleneck_why": self.bottleneck_why, "store_ceiling": self.store_ceiling(),
             "steps": [asdict(step) for step in self.steps],
             **({"error": self.error} if self.error else {}),
         }
@@ -155,7 +197,9 @@ HEADER = ("step    target  delivered  wait p99ms   backlog  growth/s  cap   why\
 
 def knee_line(result: CapacityResult) -> str:
     """The search's answer in one statement: the knee and the step that bounded it."""
-    last = result.steps[-1] if result.steps else None
+    over = [step for step in result.steps if not step.within]
+    last = (min(over, key=lambda step: step.target_rate) if over
+            else result.steps[-1] if result.steps else None)  # refining steps come after it
     why = f" ({last.reason})" if last is not None and last.reason else ""
     if result.stopped_by.startswith("max steps") and last is not None:
         return (f"knee: not reached; every step fit, up to {last.target_rate:g} jobs/s "
@@ -176,12 +220,21 @@ def knee_line(result: CapacityResult) -> str:
     return f"knee: not found, the search {result.stopped_by or 'stopped'}; {so_far}"
 
 
+def ceiling_of(steps: Iterable[Step]) -> float | None:
+    """Completed jobs per second of the store's main-thread CPU over ``steps``."""
+    measured = [step for step in steps if step.store_cpu_s and step.completed]
+    cpu = sum(step.store_cpu_s or 0.0 for step in measured)
+    return round(sum(step.completed for step in measured) / cpu, 1) if cpu > 0 else None
+
+
 def table(result: CapacityResult) -> str:
     lines = [f"capacity of {result.scenario}: claim wait p99 <= {result.search.p99_ms:g} ms, "
              f"backlog growth <= {result.search.backlog_growth:g} x rate /s"
              + (", faults in every step" if result.search.fault else ""), HEADER]
-    lines += [step.row() for step in result.steps]
+    lines += [step.row() for step in sorted(result.steps, key=lambda step: step.target_rate)]
     lines.append(knee_line(result))
+    if result.bottleneck:
+        lines.append(f"bottleneck: {result.bottleneck}: {result.bottleneck_why}")
     if result.error:
         lines.append(f"error: {result.error}")
     return "\n".join(lines)
@@ -222,6 +275,20 @@ def claim_waits(events: Iterable[Event], end_ts: int) -> tuple[list[float], int]
             claimed[job_id] = event.ts
     waits = [float(claimed.get(job_id, end_ts) - ts) for job_id, ts in enqueued.items()]
     return waits, sum(1 for job_id in enqueued if job_id not in claimed)
+
+
+def hold_times(events: Iterable[Event]) -> list[float]:
+    """First claim -> complete (ms) of each job claimed and completed in ``events``."""
+    claimed: dict[str, int] = {}
+    held: list[float] = []
+    for event in events:
+        if event.job_id is None:
+            continue
+        if event.type == Claim.TYPE:
+            claimed.setdefault(event.job_id, event.ts)
+        elif event.type == Complete.TYPE and event.job_id in claimed:
+            held.append(float(event.ts - claimed.pop(event.job_id)))
+    return held
 
 
 def step_name(index: int) -> str:
@@ -309,7 +376,9 @@ class CapacityRun:
         self.tail = (HistoryTail(out / MONITOR_HISTORY)
                      if self.scenario.history.source == "monitor" else None)
         self.unread: list[Event] = []  # read from the tail, after the last step's events
-        self.result = CapacityResult(scenario.name, search)
+        topology = self.scenario.topology
+        self.result = CapacityResult(scenario.name, search, workers=topology.workers,
+                                     slots=topology.workers * topology.concurrency)
 
     def execute(self) -> CapacityResult:
         try:
@@ -320,7 +389,7 @@ class CapacityRun:
             self.result.stopped_by, self.result.error = "aborted", "interrupted"
             self.progress.say("!! interrupted: tearing down")
             try_teardown(lambda: self.run.wind_down(aborted=True))
-        except InfraError as failure:
+        except (InfraError, redis.exceptions.ConnectionError) as failure:
             self.result.stopped_by, self.result.error = "error", str(failure)
             self.progress.say(f"!! infrastructure error: {failure}")
             try_teardown(lambda: self.run.wind_down(aborted=True))
@@ -336,6 +405,8 @@ class CapacityRun:
                 self.run.close()
             finally:
                 self.progress.close()  # before the table is printed: no panel drawn after it
+        if self.result.stopped_by not in ("aborted", "error"):
+            self.result.name_bottleneck()
         write_json_atomic(self.out / "capacity.json", self.result.as_dict())
         return self.result
 
@@ -352,9 +423,24 @@ class CapacityRun:
             if not step.within:
                 generator = step.delivered_rate < MIN_DELIVERED * step.target_rate
                 result.stopped_by = "generator limited" if generator else "over capacity"
+                if not generator and result.knee_rate is not None:
+                    self._refine(len(result.steps) + 1, result.knee_rate, rate)
                 return
             result.knee_rate = rate
         result.stopped_by = "max steps (knee not reached)"
+
+    def _refine(self, first: int, fits: float, over: float) -> None:
+        """Bisect between the knee and the first rate over it (``search.refine`` steps)."""
+        for index in range(first, first + self.search.refine):
+            rate = round((fits + over) / 2, 3)
+            self._settle()
+            step = self._step(index, rate)
+            self.result.steps.append(step)
+            self.progress.say(step.row())
+            if step.within:
+                fits = self.result.knee_rate = rate
+            else:
+                over = rate
 
     def _settle(self) -> None:
         """Wait for an empty backlog (and restart workers a fault killed) before a step."""
@@ -418,14 +504,29 @@ class CapacityRun:
         began = time.monotonic()
         nemesis = run.new_nemesis() if self.search.fault else None
         samples: list[tuple[float, int]] = []
+        leased: list[int] = []
+        host_before, store_before = bottleneck.host_cpu_times(), bottleneck.store_cpu_s(
+            queue.client)
         end = began + self.search.step_ms / 1000
         while (now := time.monotonic()) < end:
             if nemesis is not None:
                 nemesis.tick(int((now - began) * 1000))
             samples.append((now - began, self._fresh_pending()))
+            leased.append(self._backlog()[1])
             run.status()  # watches the children; feeds the live panel (jobs, backlog, faults)
             time.sleep(min(SAMPLE_S, max(0.0, end - time.monotonic())))
         end_ts = queue.server_time_ms()
+        wall_s = time.monotonic() - began
+        host_after, store_after = bottleneck.host_cpu_times(), bottleneck.store_cpu_s(
+            queue.client)
+        step.host_cpu = bottleneck.host_busy(host_before, host_after)
+        if store_before is not None and store_after is not None:
+            step.store_cpu_s = round(store_after - store_before, 4)
+            step.store_cpu = round(step.store_cpu_s / wall_s, 3)
+        tail = leased[len(leased) // 2:]
+        slots = self.result.slots
+        if tail and slots:
+            step.slots_busy = round(sum(tail) / len(tail) / slots, 3)
         locust.request_stop()
         if nemesis is not None:
             nemesis.heal_all()
@@ -444,6 +545,10 @@ class CapacityRun:
             # From the first job to the step's end (Locust's start-up and stop excluded).
             span_s = max((end_ts - min(in_window)) / 1000, 0.001)
             step.delivered_rate = round(len(in_window) / span_s, 1)
+        held = hold_times(event for event in events if event.ts <= end_ts)
+        step.completed = len(held)
+        if held:
+            step.hold_p50_ms = percentile(held, 0.50)
         if waits:
             step.claim_wait_p50_ms = percentile(waits, 0.50)
             step.claim_wait_p99_ms = percentile(waits, 0.99)

@@ -251,12 +251,12 @@ def recommend(request: PlanRequest, knees: Sequence[Knee], model: ScalingModel |
     for workers in range(lose + 1, max_workers + 1):
         left = workers - lose
         knee = measured.get(left)
-        if knee is not None and knee.bottleneck not in NOT_THE_QUEUES and knee.rate >= rate:
+        if knee is not None and knee.rate >= rate:  # a lower bound carries it too
             return Recommendation(workers, (
                 f"{workers} workers: with {lose} lost, {left} carry {rate:g} jobs/s (measured "
                 f"knee {knee.rate:g} jobs/s at {left}, {faults})"), measured=True)
-        if knee is not None and knee.bottleneck not in NOT_THE_QUEUES:
-            continue  # measured and too small: the model must not overrule it
+        if knee is not None and knee.over is not None and knee.bottleneck not in NOT_THE_QUEUES:
+            continue  # measured, and the queue's limit is below the target: no model overrules
         if model is None:
             continue
         predicted = model.predict(left)
