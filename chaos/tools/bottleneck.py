@@ -20,8 +20,9 @@ POOL_BUSY = 0.8  # of the pool's slots, over the step's second half
 HOLD_STRETCH = 1.25  # hold time this much past the size's first step: the host slowed the work
 MIN_DELIVERED = 0.9  # below this share of the target rate the generator is the bottleneck
 
-HOST_WAY_OUT = ("measure from more hosts: Locust's remote workers (load.workers, docs/load.md) "
-                "and the queue's workers attached on other hosts (docs/attach.md)")
+HOST_WAY_OUT = ("measure from more hosts: Locust's remote workers (load.remote_workers, "
+                "docs/load.md), and the queue's workers on hosts of their own, judged with "
+                "`run` attached to them (docs/attach.md; capacity starts the pool it sizes)")
 
 
 def host_cpu_times() -> tuple[float, float] | None:

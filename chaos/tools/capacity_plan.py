@@ -157,8 +157,9 @@ def run_plan(scenarios: dict[int, Scenario], search: CapacitySearch, spec: PlanS
     out.mkdir(parents=True, exist_ok=True)
     for workers in spec.workers:
         slots = workers * concurrency
-        sized = replace(search, start_rate=round(search.start_rate * slots, 3),
-                        step_rate=round(search.step_rate * slots, 3))
+        # unrounded: CapacitySearch.rates rounds each rate, so no rounding error compounds
+        sized = replace(search, start_rate=search.start_rate * slots,
+                        step_rate=search.step_rate * slots)
         print(f"== pool of {workers} worker(s) x {concurrency} slots: {sized.rates()[0]:g} .. "
               f"{sized.rates()[-1]:g} jobs/s in {size_dir(out, workers)}", file=stream,
               flush=True)
@@ -216,7 +217,9 @@ def model_lines(plan: CapacityPlan) -> list[str]:
     if model is None:
         return ["model: none (no pool size has a knee)"]
     usl = model.usl
+    largest = max(size.workers for size in plan.sizes)
     peak = ("never peaks (kappa 0)" if usl.peak_workers is None
+            else "no peak within 10x the largest size" if usl.peak_workers > 10 * largest
             else f"peaks near {usl.peak_workers:.0f} workers")
     lines = [f"model: USL X(N) = {usl.lam:.2f} N / (1 + {usl.sigma:.3f} (N-1) + "
              f"{usl.kappa:.4f} N (N-1)), {peak}; fitted to {model.sizes} size(s)"]
