@@ -117,6 +117,9 @@ class ConformanceSample:
     bounds: list[tuple[int, int, int]]
     lease_ms: int | None = None
     connection: str = "worker-1"
+    # The settings the family's smallest scenario needs beyond ``[sut] workers`` and
+    # ``dialect`` (a section -> its fields), where its defaults are settings it refuses.
+    scenario: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> ConformanceSample:
@@ -124,7 +127,8 @@ class ConformanceSample:
                    [(str(kind), str(job)) for kind, job in data["expect"]],
                    [(int(lease), int(interval), int(bound))
                     for lease, interval, bound in data["bounds"]],
-                   data.get("lease_ms"), str(data.get("connection", "worker-1")))
+                   data.get("lease_ms"), str(data.get("connection", "worker-1")),
+                   dict(data.get("scenario", {})))
 
 
 class UnknownFamily(ValueError):

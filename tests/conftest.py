@@ -52,3 +52,19 @@ def bullmq_installed() -> None:
         if os.environ.get("CI", "").lower() == "true":
             pytest.fail(f"CI=true but BullMQ cannot run: {problem}")
         pytest.skip(str(problem))
+
+
+@pytest.fixture
+def celery_installed() -> Path:
+    """sut/celery's own environment (.ci/run makes sut/celery/.venv from its requirements),
+    checked when the test runs; absent: skip with the reason, or fail under CI=true."""
+    folder = Path(__file__).resolve().parent.parent / "sut" / "celery"
+    python = folder / ".venv" / "bin" / "python"
+    problem = None if python.exists() else (
+        f"{python} is missing: python3 -m venv sut/celery/.venv && "
+        "sut/celery/.venv/bin/pip install -r sut/celery/requirements.txt")
+    if problem is not None:
+        if os.environ.get("CI", "").lower() == "true":
+            pytest.fail(f"CI=true but Celery cannot run: {problem}")
+        pytest.skip(problem)
+    return folder

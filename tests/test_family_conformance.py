@@ -14,6 +14,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from histories import History
@@ -37,11 +38,14 @@ FAMILIES = sorted(families())
 
 def _scenario_for(spec: FamilySpec):  # type: ignore[no-untyped-def]
     """The smallest scenario of that family: the reference queue as it is, any other a SUT
-    of the user's speaking its dialect."""
+    of the user's speaking its dialect (with the settings its sample says it needs)."""
     if spec.dialect is None:
         return scenario_from_dict({"name": "conformance"}, "test")
-    return scenario_from_dict({"name": "conformance",
-                               "sut": {"workers": ["true"], "dialect": spec.name}}, "test")
+    needs = spec.conformance().scenario if spec.conformance is not None else {}
+    data: dict[str, Any] = {name: dict(fields) for name, fields in needs.items()}
+    data["name"] = "conformance"
+    data["sut"] = {**data.get("sut", {}), "workers": ["true"], "dialect": spec.name}
+    return scenario_from_dict(data, "test")
 
 
 @pytest.mark.parametrize("name", FAMILIES)

@@ -219,6 +219,9 @@ class HistoryWriter:
         self.members = members  # the run's workers and reapers: whom a connection can be
         self.last_ms = 0
         self.counter = 0
+        # A dialect whose transitions are plain commands (no script) names every call's
+        # connection before decoding it: its holders are the connections that sent them.
+        self.names_every_caller = bool(getattr(dialect, "names_every_caller", False))
 
     def write(self, call: Call) -> None:
         health = self.health
@@ -229,7 +232,8 @@ class HistoryWriter:
         command = call.args[0].upper()
         if command == "CLIENT" and len(call.args) > 1 and call.args[1].upper() == "SETNAME":
             self.renamed(call.client)  # resolved anew at its next call
-        elif command.startswith("EVAL") or command.startswith("FCALL"):
+        elif self.names_every_caller or command.startswith("EVAL") \
+                or command.startswith("FCALL"):
             # the caller, for a dialect that takes a transition's holder from its connection
             call.conn = self.resolve(call.client) if self.resolve else ""
         decoded = self.dialect.decode(call)

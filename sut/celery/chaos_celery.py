@@ -1,0 +1,90 @@
+"""The Celery 5 app under test (docs/celery.md): Valkey as the broker through kombu's redis://
+transport, every setting from the SUT contract's environment (docs/sut.md).
+
+    CHAOS_VALKEY_URL        redis:// URL, this process's own ACL user when it has one
+    CHAOS_NAME              member name (worker-2): the client name of every connection
+    CHAOS_QUEUE             the Celery queue (kombu's list key)
+    CHAOS_PREFIX            kombu's global_keyprefix (every key it writes starts with it)
+    CHAOS_LEASE_MS          -> visibility_timeout (s): a reservation's age at which any
+                               worker's restore puts it back on the queue
+    CHAOS_REAP_INTERVAL_MS  -> unacked_restore_interval (s), with unacked_restore_throttle 1:
+                               each worker's event loop restores every that often
+    CHAOS_HEARTBEAT_MS      must be 0: Celery never renews a reservation
+    CHAOS_REAP_LIMIT        -> unacked_restore_limit (messages restored a sweep; 0 = all)
+    CHAOS_CONCURRENCY       -> the threads pool's concurrency (prefetch multiplier 1)
+    CHAOS_MUTEX_EXPIRE_MS   -> unacked_mutex_expire (s); default: the restore interval, so a
+                               worker killed inside its sweep bars the others one sweep at most
+
+A setting this app cannot honour ends it with exit 3 and the reason on stderr.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from celery import Celery
+
+
+def fail(message: str) -> None:
+    sys.stderr.write(f"celery sut: {message}\n")
+    sys.exit(3)
+
+
+def setting(name: str, fallback: str | None = None) -> str:
+    value = os.environ.get(name, "")
+    if value == "":
+        if fallback is None:
+            fail(f"{name} is not set")
+        return str(fallback)
+    return value
+
+
+def milliseconds(name: str, fallback: str | None = None, minimum: int = 0) -> int:
+    raw = setting(name, fallback)
+    try:
+        value = int(raw)
+    except ValueError:
+        value = minimum - 1
+    if value < minimum:
+        fail(f"{name}={raw!r}: expected an integer >= {minimum}")
+    return value
+
+
+def make_app() -> Celery:
+    lease_ms = milliseconds("CHAOS_LEASE_MS", minimum=1)
+    interval_ms = milliseconds("CHAOS_REAP_INTERVAL_MS", minimum=1)
+    if milliseconds("CHAOS_HEARTBEAT_MS", "0") != 0:
+        fail(f"CHAOS_HEARTBEAT_MS={os.environ['CHAOS_HEARTBEAT_MS']}: Celery never renews a "
+             "reservation (visibility_timeout counts from delivery); set heartbeat_ms = 0")
+    if milliseconds("CHAOS_MAX_STALLS", "0") != 0:
+        fail("CHAOS_MAX_STALLS: Celery restores a message however often it was restored")
+    limit = milliseconds("CHAOS_REAP_LIMIT", "0")
+    mutex_ms = milliseconds("CHAOS_MUTEX_EXPIRE_MS", str(interval_ms), minimum=1)
+    queue = setting("CHAOS_QUEUE")
+    options: dict[str, object] = {
+        "visibility_timeout": lease_ms / 1000,
+        "unacked_restore_interval": interval_ms / 1000,
+        "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": mutex_ms / 1000,
+        "global_keyprefix": os.environ.get("CHAOS_PREFIX", ""),
+        "client_name": setting("CHAOS_NAME"),
+    }
+    if limit:
+        options["unacked_restore_limit"] = limit
+    app = Celery("chaos_celery", broker=setting("CHAOS_VALKEY_URL"))
+    app.conf.update(
+        task_acks_late=True,
+        worker_prefetch_multiplier=1,
+        task_default_queue=queue,
+        broker_transport_options=options,
+        broker_connection_retry_on_startup=True,
+        task_ignore_result=True,
+        worker_enable_remote_control=False,  # no pidbox: only the queue's own traffic
+        worker_send_task_events=False,
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+app = make_app()

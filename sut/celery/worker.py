@@ -1,0 +1,49 @@
+"""One Celery worker process under test (docs/celery.md): the app of chaos_celery.py, a threads
+pool of CHAOS_CONCURRENCY, late acks, on the queue CHAOS_QUEUE.
+
+Its own log (stdout, one line each, flushed as it happens) is what a verdict is checked against:
+
+    <unix ms> start id=<task id> worker=<name>
+    <unix ms> finish id=<task id> worker=<name>
+
+A payload is the contract's JSON ({"handler_ms": <int>, "crash": <bool>, "pad": "..."}): the task
+sleeps handler_ms, or SIGKILLs its own process when crash is true (a poison pill)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+from chaos_celery import app, milliseconds, setting
+
+NAME = setting("CHAOS_NAME")
+
+
+def log(word: str, task_id: str) -> None:
+    # os.write: one line in one call from any pool thread (Celery redirects sys.stdout)
+    os.write(1, f"{int(time.time() * 1000)} {word} id={task_id} worker={NAME}\n".encode())
+
+
+@app.task(name="chaos.handle", bind=True)
+def handle(self, payload: str) -> None:  # type: ignore[no-untyped-def]
+    task_id = self.request.id
+    log("start", task_id)
+    job = json.loads(payload)
+    if job.get("crash"):
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(int(job.get("handler_ms", 0)) / 1000)
+    log("finish", task_id)
+
+
+def main() -> None:
+    concurrency = milliseconds("CHAOS_CONCURRENCY", "1", minimum=1)
+    app.worker_main(["worker", "--pool", "threads", "--concurrency", str(concurrency),
+                     "--without-gossip", "--without-mingle", "--without-heartbeat",
+                     "--loglevel", os.environ.get("CHAOS_CELERY_LOGLEVEL", "WARNING"),
+                     "--queues", setting("CHAOS_QUEUE"), "--hostname", f"{NAME}@chaos"])
+
+
+if __name__ == "__main__":
+    main()
