@@ -141,3 +141,27 @@ def test_the_celery_sut_refuses_a_renewal_it_cannot_do(celery_installed: Path):
                                "CHAOS_REAP_INTERVAL_MS": "200", "CHAOS_HEARTBEAT_MS": "300"},
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 3 and "CHAOS_HEARTBEAT_MS=300" in done.stderr
+
+
+@needs_celery
+def test_a_paused_celery_worker_acks_late_and_its_tasks_run_twice_as_its_log_says(
+        tmp_path: Path):
+    """SIGSTOP past the visibility timeout: the other workers restore and run its tasks; on
+    waking it finishes them and acks, accepted (no fencing token). The verdict fails exactly
+    no_double_completion and exclusive_lease (the scenario expects it), and the tasks it counts
+    completed twice are those two workers' logs finish twice."""
+    scenario = load_scenario(SCENARIOS / "pause-worker.toml")
+    result = run_scenario(scenario, tmp_path / "run", io.StringIO())
+    health = json.loads((result.run_dir / "monitor.json").read_text())
+    assert health["undecoded_calls"] == 0 and health["trustworthy"], health
+    assert result.checked is not None
+    assert result.verdict == "fail"
+    assert result.checked.failed_invariants() == scenario.expect_fail == [
+        "no_double_completion", "exclusive_lease"]
+    logs = [path.read_text() for path in (result.run_dir / "logs").glob("worker-*.log")]
+    finished = Counter(task for text in logs for task in log_ids(text, "finish"))
+    twice = {task for task, count in finished.items() if count == 2}
+    assert twice and max(finished.values()) == 2
+    double = result.report["invariants"]["no_double_completion"]
+    assert double["violations"] == len(twice)
+    assert {example["job"] for example in double["examples"]} <= twice
