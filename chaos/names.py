@@ -36,6 +36,7 @@ INVARIANTS = (
     "live_lease_honoured",
     "reap_cadence",
     "group_limit",
+    "paused_group",
 )
 HISTORY_SOURCES = ("scripts", "monitor", "both")  # history.source: what the checker judges
 # The checker's default allowance for the reaper's own wake-up and sweep (check.tolerance_ms for

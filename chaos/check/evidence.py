@@ -49,6 +49,8 @@ NEEDS: dict[str, frozenset[str]] = {
     "reap_cadence": _TRANSITIONS,
     # the claims that made a group's leases and the settles that ended them
     "group_limit": _TRANSITIONS,
+    # the pauses and resumes, and the claims made meanwhile
+    "paused_group": _TRANSITIONS,
 }
 assert tuple(NEEDS) == INVARIANTS, "every invariant says what evidence it needs"
 SELF_EVIDENT = frozenset(("lease_length",))  # offences that are their own evidence

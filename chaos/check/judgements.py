@@ -44,6 +44,9 @@ class Standing:
     dead_lettered: list[str]  # enqueued, not completed, dead-lettered (stall limit on only)
     # (job, pending | active | scheduled: waiting in the schedule for its due time)
     undrained: list[tuple[str, str]] = field(default_factory=list)
+    # enqueued, not completed, waiting in a paused group's lane at the end: the history says so
+    # (its group paused, the job not leased) and the store listed it there (the end's ``held``)
+    held: list[str] = field(default_factory=list)
 
 
 def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
@@ -69,6 +72,12 @@ def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
         settled = set(dead_lettered)
         missing = sorted(job_id for job_id in enqueued
                          if job_id not in completes and job_id not in settled)
+    held: list[str] = []
+    if missing and facts.held:  # a paused lane's jobs wait by the operator's choice
+        paused, groups, leases = facts.paused_groups, facts.job_groups, facts.leases
+        held = [job_id for job_id in missing if job_id in facts.held
+                and groups.get(job_id) in paused and job_id not in leases]
+        missing = [job_id for job_id in missing if job_id not in set(held)]
     lost, undrained = missing, []
     if facts.drained is False:  # the queue still held jobs when the drain ended
         lost = []
@@ -88,6 +97,7 @@ def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
         lost=lost,
         dead_lettered=dead_lettered,
         undrained=undrained,
+        held=held,
     )
 
 
@@ -114,6 +124,7 @@ def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantR
         offences, enqueued=len(facts.enqueued), completed=jobs.completed_enqueued,
         lost=len(jobs.lost) if final else 0,
         undrained=len(jobs.undrained) if final else 0, judged=final,
+        **({"held": len(jobs.held)} if jobs.held else {}),
         # handed back for another attempt (BullMQ, EchoMQ), given back by the schedule (EchoMQ)
         **({"retried": facts.retried} if facts.retried else {}),
         **({"promoted": facts.promoted} if facts.promoted else {}))
@@ -516,6 +527,21 @@ def judge_group_limit(facts: ReplayFacts) -> InvariantResult:
     return result
 
 
+PAUSED_GROUP_NOT_JUDGED = "not judged: the history shows no group paused"
+
+
+def judge_paused_group(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantResult:
+    """A paused group's jobs wait: the claims of a job while its group was paused, met by the
+    replay (``Replayer.grouped_claim``). The jobs held in paused lanes at the end are counted
+    here and left out of the loss (``standing``); a paused lane's job the store did not list
+    is lost (``no_loss``). Judged only where the history shows a pause."""
+    judged = facts.pauses > 0
+    return InvariantResult.judged(
+        facts.paused_claims, pauses=facts.pauses, paused_at_end=sorted(facts.paused_groups),
+        held=len(jobs.held) if final else 0,
+        **({} if judged else {"judged": False, "not_judged": PAUSED_GROUP_NOT_JUDGED}))
+
+
 def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
               final: bool) -> dict[str, InvariantResult]:
     """Every invariant, in ``chaos.names.INVARIANTS`` order. A judge that raises (a bug of the
@@ -535,6 +561,7 @@ def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
         "live_lease_honoured": lambda: judge_live_lease_honoured(facts),
         "reap_cadence": lambda: judge_reap_cadence(facts, config),
         "group_limit": lambda: judge_group_limit(facts),
+        "paused_group": lambda: judge_paused_group(facts, jobs, final),
     }
     results = {}
     for name, judge in judges.items():

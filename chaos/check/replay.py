@@ -28,6 +28,8 @@ from chaos.history.schema import (
     Fault,
     FaultSkipped,
     GroupLimit,
+    GroupPause,
+    GroupResume,
     Heal,
     Phase,
     Promote,
@@ -149,6 +151,15 @@ class ReplayFacts:
     grouped_claims: int = 0
     most_live: dict[str, int] = field(default_factory=dict)
     over_limit: Offences = field(init=False)
+    # Paused groups (``group_pause`` / ``group_resume``): the groups paused at the end, how many
+    # pauses the history shows, each grouped job's group (its enqueue's), the claims of a job
+    # while its group was paused, and the jobs the store held back when the drain ended (the end
+    # event's ``held``: waiting in a paused lane, as the store listed them).
+    paused_groups: set[str] = field(default_factory=set)
+    pauses: int = 0
+    job_groups: dict[str, str] = field(default_factory=dict)
+    paused_claims: Offences = field(init=False)
+    held: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         self.stray_calls = self.offences("exclusive_lease")
@@ -156,6 +167,7 @@ class ReplayFacts:
         self.early_reaps = self.offences("no_premature_reap")
         self.refused_live = self.offences("live_lease_honoured")
         self.over_limit = self.offences("group_limit")
+        self.paused_claims = self.offences("paused_group")
 
     def offences(self, invariant: str) -> Offences:
         """An empty tally of ``invariant``'s offences that knows what evidence it needs."""
@@ -239,7 +251,8 @@ class _Replay:
             Heal.TYPE: self.heal,
             Blind.TYPE: self.blind, Sweep.TYPE: self.sweep,
             FaultSkipped.TYPE: self.fault_skipped, Run.TYPE: self.run, Phase.TYPE: self.phase,
-            GroupLimit.TYPE: self.group_limit,
+            GroupLimit.TYPE: self.group_limit, GroupPause.TYPE: self.group_pause,
+            GroupResume.TYPE: self.group_resume,
         }
         self.group_leases: dict[str, set[str]] = {}  # group -> jobs claimed in it, maybe live
 
@@ -256,6 +269,8 @@ class _Replay:
                 self.poison.add(job_id)
             if enqueue.due is not None:  # a scheduled admission: waits to be promoted
                 self.scheduled[job_id] = enqueue.due
+            if group := event.extra.get("group"):
+                self.facts.job_groups[job_id] = group
         facts = self.facts
         if facts.first_enqueue_ts is None:
             facts.first_enqueue_ts = event.ts
@@ -309,6 +324,9 @@ class _Replay:
         whether that passes the group's limit."""
         facts, leases = self.facts, self.leases
         facts.grouped_claims += 1
+        if group in facts.paused_groups:  # served while its lane was to wait
+            facts.paused_claims.add({"job": job_id, "group": group, "attempt": event.attempt,
+                                     "worker": worker, "seq": event.seq}, event.ts)
         members = self.group_leases.setdefault(group, set())
         members.add(job_id)
         members.intersection_update(leases)  # the ones whose lease ended are gone
@@ -324,6 +342,13 @@ class _Replay:
     def group_limit(self, event: Event) -> None:
         limit = GroupLimit.decode(event)
         self.facts.group_limits[limit.group] = limit.limit
+
+    def group_pause(self, event: Event) -> None:
+        self.facts.paused_groups.add(GroupPause.decode(event).group)
+        self.facts.pauses += 1
+
+    def group_resume(self, event: Event) -> None:
+        self.facts.paused_groups.discard(GroupResume.decode(event).group)
 
     def granted_for(self, event: Event, deadline: int) -> None:
         """A lease granted by a claim or an accepted extend: counted when it is the run's own
@@ -536,6 +561,7 @@ class _Replay:
                 facts.first_phase_ts = event.ts
         else:
             facts.end = phase
+            facts.held = frozenset(phase.held)
         if phase.ended_normally:
             facts.ended_normally = True
             facts.drained = phase.drained

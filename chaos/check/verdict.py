@@ -52,6 +52,10 @@ WHAT_IT_CHECKS = {
     "group_limit": "a group's lane never has more leases live at once than the group's "
                    "limit (EchoMQ's glimit, as the history shows it set): a claim that makes "
                    "one more is an offence; not judged without grouped claims and a limit",
+    "paused_group": "a paused group's jobs wait: no claim serves its lane until it is resumed, "
+                    "and a job still waiting in a paused lane when the drain ends is held "
+                    "(neither lost nor undrained) only where the store lists it there; not "
+                    "judged without a pause",
 }
 assert tuple(WHAT_IT_CHECKS) == INVARIANTS, "chaos.names lists the invariants judged here"
 # Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).
@@ -256,18 +260,20 @@ class JobCounts:
     # the dead set otherwise is counted by DeadLetter.moved_to_dead, not here)
     dead_lettered: int = 0
     undrained: int = 0  # still pending or leased when the drain ended: neither done nor lost
+    held: int = 0  # waiting in a paused group's lane at the end, as the store listed it
 
 
 @dataclass
 class Outcomes:
     """Every job's outcome at the end of the drain, in Jepsen's queue vocabulary. Each enqueued
-    job is exactly one of completed, dead_lettered, lost, undrained, duplicated; unexpected jobs
-    were completed but never enqueued. Counted only for a finished run (``judged``)."""
+    job is exactly one of completed, dead_lettered, lost, undrained, held, duplicated; unexpected
+    jobs were completed but never enqueued. Counted only for a finished run (``judged``)."""
 
     completed: int = 0  # exactly one accepted complete
     dead_lettered: int = 0  # no accepted complete; dead-lettered (a stall limit is on)
     lost: int = 0  # left the queue neither completed nor dead-lettered (or dead with no limit)
     undrained: int = 0  # still pending or leased when the drain ended (it had not emptied)
+    held: int = 0  # waiting in a paused group's lane (its operator's choice), the store agreeing
     duplicated: int = 0  # more than one accepted complete
     unexpected: int = 0  # completed, never enqueued
     judged: bool = True

@@ -348,6 +348,43 @@ class GroupLimit:
                    event.ts, event.seq)
 
 
+@dataclass(frozen=True, slots=True)
+class GroupPause:
+    """A group's lane paused (EchoMQ's ``SADD paused <group>``, ``EchoMQ.Lanes.pause``): its
+    jobs wait in the lane, served by no claim until it is resumed (``paused_group``)."""
+
+    TYPE: ClassVar[str] = "group_pause"
+    group: str
+    worker: str = ""  # the connection that paused it
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("group", self.group), ("worker", self.worker or None)))
+
+    @classmethod
+    def decode(cls, event: Event) -> GroupPause:
+        return cls(event.extra.get("group", ""), event.worker or "", event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupResume:
+    """A paused group's lane resumed (EchoMQ's ``SREM paused <group>``): claims may serve it."""
+
+    TYPE: ClassVar[str] = "group_resume"
+    group: str
+    worker: str = ""
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("group", self.group), ("worker", self.worker or None)))
+
+    @classmethod
+    def decode(cls, event: Event) -> GroupResume:
+        return cls(event.extra.get("group", ""), event.worker or "", event.ts, event.seq)
+
+
 def rtt_ms(event: Event) -> int | None:
     """An extend's (or rejected extend's) client-measured round trip, if it carries one."""
     value = event.extra.get("rtt_ms", "")
@@ -429,6 +466,9 @@ class Phase:
     aborted: bool = False  # end only: the run was cut short
     cause: str = ""  # end of an aborted run: interrupt | infra | internal
     rate: float | None = None  # capacity steps: the offered rate
+    # end only: the jobs the queue held back by its operator's choice when the drain ended
+    # (EchoMQ: waiting in a paused group's lane), as the store listed them
+    held: tuple[str, ...] = ()
     ts: int = 0
     seq: str = ""
 
@@ -441,16 +481,18 @@ class Phase:
         return _fields(self.TYPE, (
             ("phase", self.name), ("drained", None if self.drained is None else int(self.drained)),
             ("aborted", int(self.aborted) if self.name == "end" else None),
-            ("cause", self.cause or None), ("rate", self.rate)))
+            ("cause", self.cause or None), ("rate", self.rate),
+            ("held", ",".join(self.held) or None)))
 
     @classmethod
     def decode(cls, event: Event) -> Phase:
         get = event.extra.get
         drained = get("drained")
         rate = get("rate")
+        held = get("held")
         return cls(get("phase", ""), None if not drained else drained != "0",
                    get("aborted", "0") != "0", get("cause", ""), float(rate) if rate else None,
-                   event.ts, event.seq)
+                   tuple(held.split(",")) if held else (), event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -580,15 +622,15 @@ TRANSITION_EVIDENCE, HOLDER_EVIDENCE = "transition", "holder"  # what a Blind ev
 
 
 TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Retry
-              | Promote | Reap | Dead | Sweep | GroupLimit | HandlerHog | Run | Phase | Fault
-              | Heal | FaultSkipped | Blind)
+              | Promote | Reap | Dead | Sweep | GroupLimit | GroupPause | GroupResume
+              | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped | Blind)
 TRANSITIONS: tuple[type[TypedEvent], ...] = (
     Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Retry, Promote, Reap,
     Dead)
 RUNNER_EVENTS: tuple[type[TypedEvent], ...] = (Run, Phase, Fault, Heal, FaultSkipped)
 EVENT_TYPES: dict[str, type[TypedEvent]] = {
-    kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, GroupLimit, HandlerHog, *RUNNER_EVENTS,
-                                 Blind)}
+    kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, GroupLimit, GroupPause, GroupResume,
+                                 HandlerHog, *RUNNER_EVENTS, Blind)}
 # A worker's own calls on a lease it was handed (accepted or rejected): each one reached the store.
 CLIENT_CALLS = (Claim.TYPE, Extend.TYPE, Complete.TYPE, ExtendRejected.TYPE,
                 CompleteRejected.TYPE, Retry.TYPE)

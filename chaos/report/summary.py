@@ -90,10 +90,11 @@ def summary_text(report: dict[str, Any]) -> str:
     bound = invariants["recovery_bound"]
     jobs = report["jobs"]
     redeliveries = report["redeliveries"]
-    undrained = jobs.get("undrained", 0)
+    undrained, held = jobs.get("undrained", 0), jobs.get("held", 0)
     lines.append(
         f"  jobs      enqueued {jobs['enqueued']}  completed {jobs['completed']}  "
         f"lost {jobs['lost']}  " + (f"undrained {undrained}  " if undrained else "") +
+        (f"held {held} (in paused lanes)  " if held else "") +
         f"double-completed {jobs['double_completed']}  "
         f"({report['throughput_per_s']} completes/s)"
     )
@@ -153,7 +154,8 @@ def summary_text(report: dict[str, Any]) -> str:
         lines.append(
             f"  outcomes  completed {outcomes['completed']}  dead-lettered "
             f"{outcomes['dead_lettered']}  lost {outcomes['lost']}  undrained "
-            f"{outcomes.get('undrained', 0)}  duplicated "
+            f"{outcomes.get('undrained', 0)}  "
+            + (f"held {outcomes['held']}  " if outcomes.get("held") else "") + "duplicated "
             f"{outcomes['duplicated']}  unexpected {outcomes['unexpected']}")
     dead = report.get("dead_letter")
     if dead and (dead["max_stalls"] or dead["moved_to_dead"]):

@@ -11,6 +11,7 @@ reapers still run; the reapers stop once the workers are gone (RuntimeBase.wind_
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import time
@@ -448,6 +449,9 @@ class Run:
             print(f"   (skipped, the store is out of reach: {error})", file=sys.stderr)
 
     def _record_end(self, queue: QueueClient, end: schema.Phase) -> None:
+        held = self.family.held(queue)
+        if held:
+            end = dataclasses.replace(end, held=held)
         _, self.history_ends_at = queue.record_entry(**end.fields())
 
     def save_surviving_history(self) -> None:

@@ -3,11 +3,12 @@
 // docs/sut.md), not from its code:
 //
 //   node sut.js worker   [--break unfenced-complete|resurrecting-extend|unfenced-retry|
-//                                 unlimited-lanes]
+//                                 unlimited-lanes|paused-claims|drop-paused]
 //                        [--fail-attempts N [--fail-one-in K] [--retry-delay-ms D]
 //                         [--max-attempts M]] [--lanes 1]
 //   node sut.js reaper   [--break lazy-reaper|sparse-reaper]
-//   node sut.js producer [--groups N [--limit M]] (one payload a line on stdin; one line
+//   node sut.js producer [--groups N [--limit M] [--pause K --pause-at-ms T
+//                        [--resume-at-ms U]]] (one payload a line on stdin; one line
 //                        `<ms> enqueue id=<id>` each, with `group=<group>` when grouped)
 //
 // Keys: emq:{<queue>}:pending (ZSET, every score 0), :active (ZSET, score = the lease's
@@ -29,21 +30,26 @@
 // worker with --lanes 1 claims by turning the ring (lua/gclaim.lua), counting its live leases
 // per group in emq:{q}:gactive against emq:{q}:glimit (set by the producer's --limit M for
 // each group, lua/glimit.lua, before its first job). Complete and reap settle a grouped job
-// through its lane, whichever consumer claimed it.
+// through its lane, whichever consumer claimed it. A producer with --pause K pauses group gK
+// T ms after it is ready (lua/gpause.lua: the lane keeps its jobs, off the ring) and, with
+// --resume-at-ms U, resumes it U ms after it is ready (lua/gresume.lua), as an operator calling
+// EchoMQ.Lanes' pause and resume would; each logs `paused group=gK` / `resumed group=gK`.
 'use strict';
 
 const { Connection, ReplyError, Scripts, sleep } = require('./connector');
 const { Minter } = require('./ids');
 
 const BREAKS = {
-  worker: ['unfenced-complete', 'resurrecting-extend', 'unfenced-retry', 'unlimited-lanes'],
+  worker: ['unfenced-complete', 'resurrecting-extend', 'unfenced-retry', 'unlimited-lanes',
+    'paused-claims', 'drop-paused'],
   reaper: ['lazy-reaper', 'sparse-reaper'],
   producer: [],
 };
 // A worker's options (each takes an integer >= 0) and their defaults.
 const WORKER_OPTIONS = { '--fail-attempts': 0, '--fail-one-in': 1, '--retry-delay-ms': 200,
   '--max-attempts': 3, '--lanes': 0 };
-const PRODUCER_OPTIONS = { '--groups': 0, '--limit': 0 };
+const PRODUCER_OPTIONS = { '--groups': 0, '--limit': 0, '--pause': 0, '--pause-at-ms': 0,
+  '--resume-at-ms': 0 };
 
 function log(event, fields = {}) {
   const pairs = Object.entries(fields).map(([key, value]) => ` ${key}=${value}`).join('');
@@ -174,9 +180,11 @@ function failsAttempt(options, id, token) {
 
 async function worker(config, broken, options) {
   const k = config.keys;
-  const scripts = new Scripts(['claim', 'gclaim', 'gclaim_unlimited', 'complete',
-    'complete_unfenced', 'extend_locks', 'extend_locks_unfenced', 'retry', 'retry_unfenced']);
-  const gclaimScript = broken === 'unlimited-lanes' ? 'gclaim_unlimited' : 'gclaim';
+  const scripts = new Scripts(['claim', 'gclaim', 'gclaim_unlimited', 'gclaim_paused', 'gshed',
+    'complete', 'complete_unfenced', 'extend_locks', 'extend_locks_unfenced', 'retry',
+    'retry_unfenced']);
+  const gclaimScript = { 'unlimited-lanes': 'gclaim_unlimited', 'paused-claims': 'gclaim_paused' }[
+    broken] || 'gclaim';
   const completeScript = broken === 'unfenced-complete' ? 'complete_unfenced' : 'complete';
   const extendScript = broken === 'resurrecting-extend' ? 'extend_locks_unfenced' : 'extend_locks';
   const retryScript = broken === 'unfenced-retry' ? 'retry_unfenced' : 'retry';
@@ -191,11 +199,18 @@ async function worker(config, broken, options) {
     // EchoMQ's host reads the queue's pause flag first, in a round trip of its own.
     if (await connection.call('HGET', k.meta, 'paused') !== null) return null;
     const reply = options['--lanes']
-      ? await scripts.run(connection, gclaimScript, [k.ring, k.active],
+      ? await scripts.run(connection, gclaimScript,
+        gclaimScript === 'gclaim_paused' ? [k.ring, k.active, k.paused] : [k.ring, k.active],
         [k.base, String(config.leaseMs)])
       : await scripts.run(connection, 'claim', [k.pending, k.active],
         [k.jobPrefix, String(config.leaseMs)]);
-    if (!Array.isArray(reply) || reply.length === 0) return null;
+    if (!Array.isArray(reply) || reply.length === 0) {
+      if (broken === 'drop-paused') { // idle: shed a paused group's head (broken on purpose)
+        const dropped = await scripts.run(connection, 'gshed', [k.paused], [k.base]);
+        if (dropped) log('shed', { id: dropped });
+      }
+      return null;
+    }
     const [id, payload, attempts, group] = reply;
     return { id, payload: payload || '', token: String(attempts), group };
   }
@@ -365,7 +380,15 @@ async function producer(config, options) {
   const k = config.keys;
   const groups = options['--groups'];
   if (options['--limit'] && !groups) fail('--limit: a limit per group needs --groups N');
-  const scripts = new Scripts(['enqueue', 'genqueue', 'glimit']);
+  const pausing = options['--pause'];
+  if (pausing && pausing > groups) fail(`--pause ${pausing}: there are ${groups} groups (--groups)`);
+  if (!pausing && (options['--pause-at-ms'] || options['--resume-at-ms'])) {
+    fail('--pause-at-ms, --resume-at-ms: need --pause K (the group to pause)');
+  }
+  if (options['--resume-at-ms'] && options['--resume-at-ms'] <= options['--pause-at-ms']) {
+    fail(`--resume-at-ms ${options['--resume-at-ms']}: must come after --pause-at-ms`);
+  }
+  const scripts = new Scripts(['enqueue', 'genqueue', 'glimit', 'gpause', 'gresume']);
   const connection = await connect(config);
   await scripts.load(connection);
   for (let index = 1; options['--limit'] && index <= groups; index += 1) {
@@ -374,6 +397,23 @@ async function producer(config, options) {
   }
   const minter = new Minter(config.node);
   log('producer_ready', { name: config.name, node: config.node, groups });
+  const timers = [];
+  if (pausing) { // an operator's pause (and resume) of one group, at set times
+    const group = `g${pausing}`;
+    timers.push(setTimeout(() => {
+      scripts.run(connection, 'gpause', [k.paused, k.ring], [group])
+        .then(() => log('paused', { group }), (error) => log('pause_failed', {
+          group, error: JSON.stringify(error.message) }));
+    }, options['--pause-at-ms']));
+    if (options['--resume-at-ms']) {
+      timers.push(setTimeout(() => {
+        scripts.run(connection, 'gresume', [k.paused, k.ring, k.glimit, k.gactive, k.wake],
+          [k.base, group])
+          .then(() => log('resumed', { group }), (error) => log('resume_failed', {
+            group, error: JSON.stringify(error.message) }));
+      }, options['--resume-at-ms']));
+    }
+  }
   let buffered = '';
   let count = 0;
   async function enqueue(payload) {
@@ -400,6 +440,7 @@ async function producer(config, options) {
     for (const payload of lines) await enqueue(payload);
   }
   if (buffered !== '') await enqueue(buffered);
+  timers.forEach(clearTimeout); // stdin closed: the run is over, a pause still due is moot
   connection.close();
 }
 

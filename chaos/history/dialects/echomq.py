@@ -58,7 +58,7 @@ _TRANSITION_TYPES = frozenset((*(kind.TYPE for kind in TRANSITIONS), Sweep.TYPE)
 _ZADD_OPTIONS = frozenset(("XX", "NX", "GT", "LT", "CH", "INCR"))
 _WRITES = frozenset(("HSET", "HINCRBY", "HDEL", "ZADD", "ZREM", "ZPOPMIN", "DEL", "XADD",
                      "UNLINK", "HMSET", "ZINCRBY", "ZREMRANGEBYSCORE", "SET", "RENAME",
-                     "PEXPIRE"))
+                     "PEXPIRE", "SADD", "SREM"))
 # Reads the scripts run most, as they spell them: passed over without upper-casing (any other
 # spelling is upper-cased and looked up, as every command name is).
 _READS = frozenset(("HGET", "HMGET", "HGETALL", "EXISTS", "ZSCORE", "ZRANGE", "ZRANGEBYSCORE",
@@ -106,6 +106,7 @@ class EchoMQ:
         self.base = keys.base
         self.lanes = keys.base + "g:"  # a group's lane: <base>g:<group>:pending
         self.glimit = keys.base + "glimit"  # each group's limit of live leases
+        self.paused = keys.base + "paused"  # the paused groups (EchoMQ.Lanes.pause)
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
@@ -413,7 +414,8 @@ class EchoMQ:
             row = key[cut:] if key.startswith(job_prefix) else None  # _row, inline
             if row is None or ":" in row:
                 if row is None:  # (past the hot keys: a flat queue pays nothing for lanes)
-                    popped |= self._lane_write(name, key, args, effects, runner, ts)
+                    popped |= self._lane_write(name, key, args, effects, runner, ts,
+                                               call.conn)
                 continue  # none of the queue's (or a job's sub-key): no effect, no shadow
             job = effects.get(row) or self._effect(effects, row)
             if name in ("HSET", "HMSET"):
@@ -512,11 +514,12 @@ class EchoMQ:
         return {} if not job.changed else None
 
     def _lane_write(self, name: str, key: str, args: list[str], effects: dict[str, _Effect],
-                    events: list[dict[str, str]], ts: str) -> bool:
+                    events: list[dict[str, str]], ts: str, conn: str | None) -> bool:
         """A write to group lanes' keys (EchoMQ.Lanes): a group's lane is a pending set of its
-        own (a job into it, as into pending; out of it; its head popped: a claim, True), and a
-        limit set in ``glimit`` is a ``group_limit`` event for the checker. Anything else (the
-        ring, the wake list, the live counts) moves no job."""
+        own (a job into it, as into pending; out of it; its head popped: a claim, True), a
+        limit set in ``glimit`` is a ``group_limit`` event for the checker, and a group into
+        or out of ``paused`` a ``group_pause`` or ``group_resume``. Anything else (the ring,
+        the wake list, the live counts) moves no job."""
         if key.startswith(self.lanes) and key.endswith(LANE_SUFFIX):
             if name == "ZPOPMIN":
                 return True
@@ -533,6 +536,12 @@ class EchoMQ:
         elif key == self.glimit and name == "HSET":
             events += [{"type": "group_limit", "group": args[index], "limit": args[index + 1],
                         "ts": ts} for index in range(2, len(args) - 1, 2)]
+        elif key == self.paused and name in ("SADD", "SREM"):
+            # (a SADD of a group already paused, or a SREM of one that is not, writes nothing;
+            # the checker takes the event as the state it leaves, so it is harmless)
+            kind = "group_pause" if name == "SADD" else "group_resume"
+            events += [{"type": kind, "group": group, "worker": conn or "", "ts": ts}
+                       for group in args[2:]]
         return False
 
     def _group(self, job_id: str) -> dict[str, str]:

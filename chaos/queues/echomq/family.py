@@ -18,10 +18,11 @@ class EchoMQFamily(QueueFamily):
 
     def backlog(self, queue: QueueClient) -> tuple[int, int]:
         """(waiting, leased): waiting counts the jobs in the schedule too (EchoMQ's retries,
-        delays and scheduled admissions) and in every group's lane (EchoMQ.Lanes), which the
-        drain waits for as for pending ones. The groups that may hold jobs are those on the
-        ring, with live leases, with a limit or paused: a lane off the ring is at its limit or
-        paused (a group stuck at a limit no lease holds still shows its jobs here)."""
+        delays and scheduled admissions) and in every group's lane (EchoMQ.Lanes) but a paused
+        one, which the drain waits for as for pending ones. The groups that may hold jobs are
+        those on the ring, with live leases, with a limit or paused: a lane off the ring is at
+        its limit or paused (a group stuck at a limit no lease holds still shows its jobs
+        here). A paused lane's jobs wait for their operator, not for the pool: ``held``."""
         base = queue.keys.base
         pipe = queue.client.pipeline(transaction=False)
         pipe.zcard(queue.keys.pending)
@@ -32,7 +33,8 @@ class EchoMQFamily(QueueFamily):
         pipe.hkeys(f"{base}glimit")
         pipe.smembers(f"{base}paused")
         pending, scheduled, active, ring, live, limited, paused = pipe.execute()
-        groups = {_text(group) for group in (*ring, *live, *limited, *paused)}
+        paused_groups = {_text(group) for group in paused}
+        groups = {_text(group) for group in (*ring, *live, *limited)} - paused_groups
         waiting_in_lanes = 0
         if groups:
             lanes = queue.client.pipeline(transaction=False)
@@ -40,6 +42,18 @@ class EchoMQFamily(QueueFamily):
                 lanes.zcard(f"{base}g:{group}:pending")
             waiting_in_lanes = sum(int(count) for count in lanes.execute())
         return int(pending) + int(scheduled) + waiting_in_lanes, int(active)
+
+    def held(self, queue: QueueClient) -> tuple[str, ...]:
+        """The jobs waiting in a paused group's lane (EchoMQ.Lanes.pause), as the store has
+        them when the drain ends."""
+        base = queue.keys.base
+        paused = sorted(_text(group) for group in queue.client.smembers(f"{base}paused"))
+        if not paused:
+            return ()
+        lanes = queue.client.pipeline(transaction=False)
+        for group in paused:
+            lanes.zrange(f"{base}g:{group}:pending", 0, -1)
+        return tuple(_text(job_id) for members in lanes.execute() for job_id in members)
 
     @property
     def sweepers(self) -> tuple[str, ...]:
