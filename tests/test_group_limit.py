@@ -130,3 +130,35 @@ def test_a_grouped_claim_that_ignores_the_limit_is_caught_by_group_limit_only(tm
     found = result.report["invariants"]["group_limit"]
     assert max(found["most_live"].values()) > 2 == max(found["limits"].values())
     assert result.report["history_recorder"]["health"]["undecoded_calls"] == 0
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("name", ["groups-weighted-kill-worker", "groups-batch-kill-worker"])
+def test_claims_of_several_jobs_of_a_lane_at_once_are_decoded_and_judged(tmp_path: Path,
+                                                                         name: str):
+    """EchoMQ's weighted turn (gwclaim) and grouped batch claim (gbclaim): one call leases
+    several heads of one lane on one deadline. Each is a claim of its own in the history (with
+    its group), the run passes with every call decoded, no group past its limit, and each job
+    completes once, as the workers' own logs say."""
+    import json
+    import re
+    from collections import Counter
+
+    result = run(name, tmp_path)
+    assert result.verdict == "pass", result.report["verdict"]
+    assert result.report["history_recorder"]["health"]["undecoded_calls"] == 0
+    found = result.report["invariants"]["group_limit"]
+    assert max(found["most_live"].values()) <= 3 == max(found["limits"].values())
+    events = [json.loads(line) for line in
+              (result.run_dir / "history-monitor.jsonl").read_text().splitlines()]
+    claims = [event for event in events if event["type"] == "claim"]
+    assert all(event.get("group") for event in claims)
+    one_call = Counter((event["worker"], event["deadline"]) for event in claims)
+    assert max(one_call.values()) > 1, "no claim leased more than one job"
+    logs = result.run_dir / "logs"
+    completed_logged = set(re.findall(r" complete id=(\S+) token=\d+ result=ok", "".join(
+        (logs / f"worker-{n}.log").read_text() for n in (1, 2, 3))))
+    completes = [event["id"] for event in events if event["type"] == "complete"]
+    # each once; every complete a worker logged is there (the killed worker's last may be cut)
+    assert sorted(completes) == sorted(set(completes)) and completed_logged <= set(completes)
+    assert len(completes) == result.report["jobs"]["enqueued"]

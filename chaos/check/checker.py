@@ -45,6 +45,9 @@ bandwidth, clock skew). ``judgements.py`` then rules on each invariant, one func
                         after the last sweep that ran
   group_limit           a group's lane never has more leases live at once than its limit
                         (``group_limit`` events), counted at every grouped claim
+  paused_group          no claim serves a paused group's lane (``group_pause`` ..
+                        ``group_resume``); its jobs still there at the end are ``held``, not
+                        lost, only where the store listed them (the end event's ``held``)
 
 Figures for store faults (``valkey_restart``, ``failover``: fault events carrying ``killed_ts``):
 per fault, how long after the kill each worker's next transition (and the producer's next

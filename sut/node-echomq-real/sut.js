@@ -5,9 +5,9 @@
 //   node sut.js worker   [--break unfenced-complete|resurrecting-extend|unfenced-retry|
 //                                 unlimited-lanes|paused-claims|drop-paused]
 //                        [--fail-attempts N [--fail-one-in K] [--retry-delay-ms D]
-//                         [--max-attempts M]] [--lanes 1]
+//                         [--max-attempts M]] [--lanes 1|2|3]
 //   node sut.js reaper   [--break lazy-reaper|sparse-reaper]
-//   node sut.js producer [--groups N [--limit M] [--pause K --pause-at-ms T
+//   node sut.js producer [--groups N [--limit M] [--weight W] [--pause K --pause-at-ms T
 //                        [--resume-at-ms U]]] (one payload a line on stdin; one line
 //                        `<ms> enqueue id=<id>` each, with `group=<group>` when grouped)
 //
@@ -29,9 +29,13 @@
 // g1..gN in turn), putting the group on the ring (emq:{q}:ring) while it may be served; a
 // worker with --lanes 1 claims by turning the ring (lua/gclaim.lua), counting its live leases
 // per group in emq:{q}:gactive against emq:{q}:glimit (set by the producer's --limit M for
-// each group, lua/glimit.lua, before its first job). Complete and reap settle a grouped job
-// through its lane, whichever consumer claimed it. A producer with --pause K pauses group gK
-// T ms after it is ready (lua/gpause.lua: the lane keeps its jobs, off the ring) and, with
+// each group, lua/glimit.lua, before its first job); --lanes 2 claims with the weighted turn
+// (lua/gwclaim.lua: up to the group's weight of its lane's heads at once, set by the
+// producer's --weight W, lua/gweight.lua) and --lanes 3 with the grouped batch claim
+// (lua/gbclaim.lua: as many as the group's limit leaves room for). A claim slot works every
+// job of one claim at once, each renewed and settled on its own. Complete and reap settle a
+// grouped job through its lane, whichever consumer claimed it. A producer with --pause K
+// pauses group gK T ms after it is ready (lua/gpause.lua: the lane keeps its jobs, off the ring) and, with
 // --resume-at-ms U, resumes it U ms after it is ready (lua/gresume.lua), as an operator calling
 // EchoMQ.Lanes' pause and resume would; each logs `paused group=gK` / `resumed group=gK`.
 'use strict';
@@ -48,7 +52,7 @@ const BREAKS = {
 // A worker's options (each takes an integer >= 0) and their defaults.
 const WORKER_OPTIONS = { '--fail-attempts': 0, '--fail-one-in': 1, '--retry-delay-ms': 200,
   '--max-attempts': 3, '--lanes': 0 };
-const PRODUCER_OPTIONS = { '--groups': 0, '--limit': 0, '--pause': 0, '--pause-at-ms': 0,
+const PRODUCER_OPTIONS = { '--groups': 0, '--limit': 0, '--weight': 0, '--pause': 0, '--pause-at-ms': 0,
   '--resume-at-ms': 0 };
 
 function log(event, fields = {}) {
@@ -181,10 +185,15 @@ function failsAttempt(options, id, token) {
 async function worker(config, broken, options) {
   const k = config.keys;
   const scripts = new Scripts(['claim', 'gclaim', 'gclaim_unlimited', 'gclaim_paused', 'gshed',
+    'gwclaim', 'gbclaim',
     'complete', 'complete_unfenced', 'extend_locks', 'extend_locks_unfenced', 'retry',
     'retry_unfenced']);
+  if (options['--lanes'] > 3) {
+    fail(`--lanes ${options['--lanes']}: 1 (gclaim), 2 (gwclaim) or 3 (gbclaim)`);
+  }
   const gclaimScript = { 'unlimited-lanes': 'gclaim_unlimited', 'paused-claims': 'gclaim_paused' }[
-    broken] || 'gclaim';
+    broken] || [null, 'gclaim', 'gwclaim', 'gbclaim'][options['--lanes']];
+  const batched = gclaimScript === 'gwclaim' || gclaimScript === 'gbclaim'; // a list of jobs
   const completeScript = broken === 'unfenced-complete' ? 'complete_unfenced' : 'complete';
   const extendScript = broken === 'resurrecting-extend' ? 'extend_locks_unfenced' : 'extend_locks';
   const retryScript = broken === 'unfenced-retry' ? 'retry_unfenced' : 'retry';
@@ -211,8 +220,9 @@ async function worker(config, broken, options) {
       }
       return null;
     }
-    const [id, payload, attempts, group] = reply;
-    return { id, payload: payload || '', token: String(attempts), group };
+    const asJob = ([id, payload, attempts, group]) => (
+      { id, payload: payload || '', token: String(attempts), group });
+    return options['--lanes'] && batched ? reply.map(asJob) : [asJob(reply)];
   }
 
   async function work(connection, job) {
@@ -266,14 +276,14 @@ async function worker(config, broken, options) {
 
   async function claimLoop(connection) {
     while (!stopping) {
-      let job = null;
+      let jobs = null;
       try {
-        job = await claim(connection);
+        jobs = await claim(connection);
       } catch (error) {
         log('claim_failed', { error: JSON.stringify(error.message) });
       }
-      if (job === null) await sleep(config.pollMs);
-      else await work(connection, job);
+      if (jobs === null) await sleep(config.pollMs);
+      else await Promise.all(jobs.map((job) => work(connection, job))); // each held at once
     }
   }
 
@@ -388,12 +398,17 @@ async function producer(config, options) {
   if (options['--resume-at-ms'] && options['--resume-at-ms'] <= options['--pause-at-ms']) {
     fail(`--resume-at-ms ${options['--resume-at-ms']}: must come after --pause-at-ms`);
   }
-  const scripts = new Scripts(['enqueue', 'genqueue', 'glimit', 'gpause', 'gresume']);
+  if (options['--weight'] && !groups) fail('--weight: a weight per group needs --groups N');
+  const scripts = new Scripts(['enqueue', 'genqueue', 'glimit', 'gweight', 'gpause', 'gresume']);
   const connection = await connect(config);
   await scripts.load(connection);
   for (let index = 1; options['--limit'] && index <= groups; index += 1) {
     await scripts.run(connection, 'glimit', [k.glimit, k.gactive, k.ring, k.paused, k.wake],
       [k.base, `g${index}`, String(options['--limit'])]);
+  }
+  for (let index = 1; options['--weight'] && index <= groups; index += 1) {
+    await scripts.run(connection, 'gweight', [`${k.base}gweight`],
+      [`g${index}`, String(options['--weight'])]);
   }
   const minter = new Minter(config.node);
   log('producer_ready', { name: config.name, node: config.node, groups });
