@@ -73,6 +73,7 @@ class StepLoad:
     store_cpu: float | None
     host_cpu: float | None
     hold_p50_ms: float | None
+    live_workers_min: int | None = None  # the fewest workers alive (faults killed the rest)
 
 
 def name(over: StepLoad | None, first_hold_ms: float | None) -> tuple[str, str]:
@@ -111,5 +112,7 @@ def _figures(step: StepLoad) -> str:
     def share(value: float | None) -> str:
         return "-" if value is None else f"{value:.0%}"
 
-    return (f"slots {share(step.slots_busy)}, store CPU {share(step.store_cpu)}, "
+    live = ("" if step.live_workers_min is None else
+            f", as few as {step.live_workers_min} worker(s) alive")
+    return (f"slots {share(step.slots_busy)}{live}, store CPU {share(step.store_cpu)}, "
             f"host CPU {share(step.host_cpu)} at {step.target_rate:g} jobs/s")

@@ -122,7 +122,8 @@ class Step:
     faults: int = 0
     completed: int = 0  # jobs completed in the step's events
     hold_p50_ms: float | None = None  # first claim -> complete
-    slots_busy: float | None = None  # leased / slots, mean over the step's second half
+    slots_busy: float | None = None  # leased / live slots, mean over the step's second half
+    live_workers_min: int = 0  # the fewest workers alive in the step (faults kill some)
     store_cpu: float | None = None  # the store's main thread, share of one core
     store_cpu_s: float | None = None  # its CPU seconds over the step
     host_cpu: float | None = None  # the host's, share of all its cores
@@ -131,7 +132,7 @@ class Step:
 
     def load(self) -> StepLoad:
         return StepLoad(self.target_rate, self.delivered_rate, self.slots_busy, self.store_cpu,
-                        self.host_cpu, self.hold_p50_ms)
+                        self.host_cpu, self.hold_p50_ms, self.live_workers_min)
 
     def row(self) -> str:
         wait = "-" if self.claim_wait_p99_ms is None else f"{self.claim_wait_p99_ms:.0f}"
@@ -458,6 +459,11 @@ class CapacityRun:
         assert queue is not None
         return self.run.family.backlog(queue)
 
+    def _live_workers(self) -> int:
+        workers = set(self.scenario.worker_names)
+        return sum(1 for name, child in self.run.runtime.members().items()
+                   if name in workers and child.alive)
+
     def _fresh_pending(self) -> int:
         """What grows when the pool falls behind (the family's fresh backlog)."""
         queue = self.run.queue
@@ -491,7 +497,7 @@ class CapacityRun:
     def _step(self, index: int, rate: float) -> Step:
         run, queue = self.run, self.run.queue
         assert queue is not None
-        step = Step(index, rate)
+        step = Step(index, rate, live_workers_min=self.result.workers)
         load = self.scenario.load.model_copy(update={"rate": rate})
         locust = run.locust_load(load, name=f"locust-step{index:02d}", prefix=f"step{index:02d}")
         # Stream ids carry the server's ms, so this record's time starts the step's range.
@@ -504,7 +510,8 @@ class CapacityRun:
         began = time.monotonic()
         nemesis = run.new_nemesis() if self.search.fault else None
         samples: list[tuple[float, int]] = []
-        leased: list[int] = []
+        busy: list[float] = []  # leased / the live workers' slots (a killed worker has none)
+        slots_each = self.scenario.topology.concurrency
         host_before, store_before = bottleneck.host_cpu_times(), bottleneck.store_cpu_s(
             queue.client)
         end = began + self.search.step_ms / 1000
@@ -512,7 +519,9 @@ class CapacityRun:
             if nemesis is not None:
                 nemesis.tick(int((now - began) * 1000))
             samples.append((now - began, self._fresh_pending()))
-            leased.append(self._backlog()[1])
+            live = self._live_workers()
+            step.live_workers_min = min(step.live_workers_min, live)
+            busy.append(self._backlog()[1] / (live * slots_each) if live else 1.0)
             run.status()  # watches the children; feeds the live panel (jobs, backlog, faults)
             time.sleep(min(SAMPLE_S, max(0.0, end - time.monotonic())))
         end_ts = queue.server_time_ms()
@@ -523,10 +532,8 @@ class CapacityRun:
         if store_before is not None and store_after is not None:
             step.store_cpu_s = round(store_after - store_before, 4)
             step.store_cpu = round(step.store_cpu_s / wall_s, 3)
-        tail = leased[len(leased) // 2:]
-        slots = self.result.slots
-        if tail and slots:
-            step.slots_busy = round(sum(tail) / len(tail) / slots, 3)
+        if tail := busy[len(busy) // 2:]:
+            step.slots_busy = round(sum(tail) / len(tail), 3)
         locust.request_stop()
         if nemesis is not None:
             nemesis.heal_all()
