@@ -14,6 +14,9 @@ transport, every setting from the SUT contract's environment (docs/sut.md).
     CHAOS_CONCURRENCY       -> the threads pool's concurrency (prefetch multiplier 1)
     CHAOS_MUTEX_EXPIRE_MS   -> unacked_mutex_expire (s); default: the restore interval, so a
                                worker killed inside its sweep bars the others one sweep at most
+    CELERY_SUT_RESTORE_THROTTLE  unacked_restore_throttle, 1 unless set: for measuring what
+                               kombu's default (10) does to the bound (benchmarks/celery_restore.py;
+                               outside the contract, so the runner passes it through)
 
 A setting this app cannot honour ends it with exit 3 and the reason on stderr.
 """
@@ -65,7 +68,7 @@ def make_app() -> Celery:
     options: dict[str, object] = {
         "visibility_timeout": lease_ms / 1000,
         "unacked_restore_interval": interval_ms / 1000,
-        "unacked_restore_throttle": 1,
+        "unacked_restore_throttle": int(os.environ.get("CELERY_SUT_RESTORE_THROTTLE", "1")),
         "unacked_mutex_expire": mutex_ms / 1000,
         "global_keyprefix": os.environ.get("CHAOS_PREFIX", ""),
         "client_name": setting("CHAOS_NAME"),
