@@ -521,7 +521,8 @@ class CapacityRun:
             samples.append((now - began, self._fresh_pending()))
             live = self._live_workers()
             step.live_workers_min = min(step.live_workers_min, live)
-            busy.append(self._backlog()[1] / (live * slots_each) if live else 1.0)
+            # at most full: a killed worker's leases stay active until reaped, in no live slot
+            busy.append(min(1.0, self._backlog()[1] / (live * slots_each)) if live else 1.0)
             run.status()  # watches the children; feeds the live panel (jobs, backlog, faults)
             time.sleep(min(SAMPLE_S, max(0.0, end - time.monotonic())))
         end_ts = queue.server_time_ms()
