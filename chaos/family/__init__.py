@@ -160,6 +160,25 @@ class QueueFamily:
         return queue
 
 
+class RecordedHolders:
+    """The nemesis's view of a queue through its recorder: runner events are recorded as
+    always, and the oldest live leases' holders are those the recorder saw claim them (for a
+    family whose rows need not name their holder: the calling connection is)."""
+
+    def __init__(self, queue: QueueClient, dialect: Any) -> None:
+        self.queue = queue
+        self.dialect = dialect  # the run's dialect, fed by the recorder: it knows who claimed what
+
+    def record(self, **fields: object) -> int:
+        stamp: int = self.queue.record(**fields)
+        return stamp
+
+    def lease_holders_oldest_first(self, limit: int = 100) -> list[str]:
+        holders: list[str] = self.dialect.lease_holders_oldest_first(
+            self.queue.server_time_ms(), limit)
+        return holders
+
+
 def family_of(scenario: Scenario) -> QueueFamily:
     """The family of the scenario's queue, on the keys its ``[valkey]`` section names."""
     return family_for(scenario, QueueKeys(scenario.valkey.prefix, scenario.valkey.queue))

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.family import QueueFamily
+from chaos.family import QueueFamily, RecordedHolders
 from chaos.faults.nemesis import HistoryWriter
 from chaos.protocol.client import QueueClient
 from chaos.queues.celery.dialect import PRIORITY_SEP
 
 # The nemesis's view through the recorder, as for EchoMQ: the holders the dialect saw reserve
-from chaos.queues.echomq.family import RecordedHolders
 
 # kombu's default priority steps: a queue's lists are <queue> and <queue>\x06\x16<n>
 PRIORITY_STEPS = (3, 6, 9)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from chaos.family import QueueFamily
+from chaos.family import QueueFamily, RecordedHolders
 from chaos.faults.nemesis import HistoryWriter
 from chaos.protocol.client import QueueClient
 
@@ -78,21 +78,3 @@ class EchoMQFamily(QueueFamily):
 
 def _text(value: bytes | str) -> str:
     return value.decode() if isinstance(value, bytes) else value
-
-
-class RecordedHolders:
-    """The nemesis's view of a queue through its recorder: runner events are recorded as
-    always, and the oldest live leases' holders are those the recorder saw claim them."""
-
-    def __init__(self, queue: QueueClient, dialect: Any) -> None:
-        self.queue = queue
-        self.dialect = dialect  # chaos.history.dialects.echomq.EchoMQ, fed by the recorder
-
-    def record(self, **fields: object) -> int:
-        stamp: int = self.queue.record(**fields)
-        return stamp
-
-    def lease_holders_oldest_first(self, limit: int = 100) -> list[str]:
-        holders: list[str] = self.dialect.lease_holders_oldest_first(
-            self.queue.server_time_ms(), limit)
-        return holders
