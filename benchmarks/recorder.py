@@ -37,6 +37,7 @@ import socket
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,9 +70,9 @@ _WORKER = "worker-1"
 PATHS = ("fast", "effect")  # the echomq dialect's SHA1 fast path; decode by effect
 
 
-def capture(server: ValkeyServer, keys: QueueKeys, jobs: int) -> list[str]:
-    """The MONITOR lines (CRLF split off, as the recorder splits them) of ``jobs`` enqueues and
-    ``jobs`` claim + extend + complete, up to an end marker: what both paths decode."""
+def monitored(server: ValkeyServer, drive: Callable[[Any], None]) -> list[str]:
+    """The MONITOR lines (CRLF split off, as the recorder splits them) of what ``drive`` does
+    with a client named ``worker-1``, up to an end marker it is followed by."""
     host, port = address(server)
     feed = socket.create_connection((host, port), timeout=30)
     feed.sendall(resp_command("AUTH", server.password) + resp_command("MONITOR"))
@@ -92,16 +93,7 @@ def capture(server: ValkeyServer, keys: QueueKeys, jobs: int) -> list[str]:
     client = connect(server.url, server.password)
     try:
         client.client_setname(_WORKER)
-        queue = QueueClient(client, keys)
-        payloads = PayloadMaker(HandlerDistribution(), 16, seed=1)
-        for number in range(jobs):
-            queue.enqueue(f"j{number}", payloads.make())
-        for _ in range(jobs):
-            claimed = queue.claim(LEASE_MS, _WORKER)
-            if claimed is None:
-                raise RuntimeError("capture: the queue ran dry before every job was claimed")
-            queue.extend(claimed.job_id, claimed.attempt, LEASE_MS, _WORKER)
-            queue.complete(claimed.job_id, claimed.attempt, _WORKER)
+        drive(client)
         client.echo(_CAPTURE_END)
         reader.join(timeout=60)
     finally:
@@ -115,34 +107,35 @@ def capture(server: ValkeyServer, keys: QueueKeys, jobs: int) -> list[str]:
     return lines[:end]
 
 
+def capture(server: ValkeyServer, keys: QueueKeys, jobs: int) -> list[str]:
+    """``jobs`` enqueues and ``jobs`` claim + extend + complete, through ``QueueClient``: what
+    both paths decode."""
+
+    def drive(client: Any) -> None:
+        queue = QueueClient(client, keys)
+        payloads = PayloadMaker(HandlerDistribution(), 16, seed=1)
+        for number in range(jobs):
+            queue.enqueue(f"j{number}", payloads.make())
+        for _ in range(jobs):
+            claimed = queue.claim(LEASE_MS, _WORKER)
+            if claimed is None:
+                raise RuntimeError("capture: the queue ran dry before every job was claimed")
+            queue.extend(claimed.job_id, claimed.attempt, LEASE_MS, _WORKER)
+            queue.complete(claimed.job_id, claimed.attempt, _WORKER)
+
+    return monitored(server, drive)
+
+
 SUT_LUA = Path(__file__).resolve().parent.parent / "sut" / "node-echomq-real" / "lua"
 GROUPS = ("g1", "g2", "g3")
 
 
 def capture_grouped(server: ValkeyServer, keys: QueueKeys, jobs: int) -> list[str]:
-    """The MONITOR lines of ``jobs`` grouped admissions (round the groups) and ``jobs`` grouped
-    claim + extend + complete, by the example SUT's own scripts, up to an end marker."""
-    host, port = address(server)
-    feed = socket.create_connection((host, port), timeout=30)
-    feed.sendall(resp_command("AUTH", server.password) + resp_command("MONITOR"))
-    data = bytearray()
-    marker = _CAPTURE_END.encode()
-
-    def read() -> None:
-        while True:
-            chunk = feed.recv(1 << 20)
-            if not chunk:
-                return
-            data.extend(chunk)
-            if marker in data[-(len(chunk) + len(marker)):]:
-                return
-
-    reader = threading.Thread(target=read, name="capture-grouped", daemon=True)
-    reader.start()
-    client = connect(server.url, server.password)
+    """``jobs`` grouped admissions (round the groups) and ``jobs`` grouped claim + extend +
+    complete, by the example SUT's own scripts."""
     base = keys.base
-    try:
-        client.client_setname(_WORKER)
+
+    def drive(client: Any) -> None:
         shas = {name: client.script_load((SUT_LUA / f"{name}.lua").read_text())
                 for name in ("genqueue", "gclaim", "extend_locks", "complete")}
         payloads = PayloadMaker(HandlerDistribution(), 16, seed=1)
@@ -162,17 +155,8 @@ def capture_grouped(server: ValkeyServer, keys: QueueKeys, jobs: int) -> list[st
                            token)
             client.evalsha(shas["complete"], 2, keys.active, f"{base}job:{job_id}", job_id,
                            token, base)
-        client.echo(_CAPTURE_END)
-        reader.join(timeout=60)
-    finally:
-        client.close()
-        feed.close()
-    reader.join(timeout=5)
-    lines = bytes(data).decode("utf-8", "replace").split("\r\n")
-    end = next((i for i, line in enumerate(lines) if _CAPTURE_END in line), None)
-    if end is None:
-        raise RuntimeError("capture: the end marker never came through MONITOR")
-    return lines[:end]
+
+    return monitored(server, drive)
 
 
 def decode_rate(lines: list[str], keys: QueueKeys, path: str) -> tuple[float, float,

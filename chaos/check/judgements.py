@@ -77,7 +77,8 @@ def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
         paused, groups, leases = facts.paused_groups, facts.job_groups, facts.leases
         held = [job_id for job_id in missing if job_id in facts.held
                 and groups.get(job_id) in paused and job_id not in leases]
-        missing = [job_id for job_id in missing if job_id not in set(held)]
+        held_ids = set(held)
+        missing = [job_id for job_id in missing if job_id not in held_ids]
     lost, undrained = missing, []
     if facts.drained is False:  # the queue still held jobs when the drain ended
         lost = []
