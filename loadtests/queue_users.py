@@ -19,6 +19,7 @@ import os
 import random
 import secrets
 import signal
+import socket
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -99,6 +100,10 @@ def _queue_options(parser: Any) -> None:
     group.add_argument("--valkey-password", env_var=PASSWORD_VARIABLE, default="",
                        help=f"the server's password (from {PASSWORD_VARIABLE}; a remote worker "
                             "gets it from its master)")
+    option("--producer-relay", default="",
+           help="HOST:PORT of the runner's relay to the user's own producer command ([sut] "
+                "producer): producer users send it their payloads, a line each, and the "
+                "command mints the ids (chaos.load.command; the runner sets it)")
     option("--ack-ledger-dir", default="",
            help="append every acknowledged enqueue, claim and accepted complete to "
                 "DIR/locust-<pid>.jsonl (chaos.check.ledger; the runner sets it)")
@@ -319,6 +324,49 @@ class ValkeyQueueLocustClient:
         return accepted
 
 
+class ProducerCommandClient:
+    """A producer user's line to ``[sut] producer`` through the runner's relay
+    (``chaos.load.command.CommandRelay``): a payload a line out, ``enqueue id=<id>``,
+    ``duplicate`` or ``failed <why>`` back, each reported to Locust as one enqueue. The relay
+    keeps the acknowledged ids in the ledger: they are the command's."""
+
+    def __init__(self, environment: Environment, address: str) -> None:
+        self.environment = environment
+        host, _, port = address.rpartition(":")
+        self.connection = socket.create_connection((host, int(port)), timeout=30)
+        self.lines = self.connection.makefile("rb")
+
+    def close(self) -> None:
+        self.lines.close()
+        self.connection.close()
+
+    def enqueue_batch(self, jobs: list[tuple[str, str]]) -> int:
+        """Each payload through the command in turn (the ids are its own); how many it
+        acknowledged."""
+        accepted = 0
+        for _, payload in jobs:
+            started = time.perf_counter()
+            error: Exception | None = None
+            try:
+                self.connection.sendall(payload.replace("\n", " ").encode() + b"\n")
+                reply = self.lines.readline().decode("utf-8", "replace").strip()
+            except OSError as failure:
+                reply, error = "", failure
+            if error is None and not reply.startswith("enqueue id="):
+                error = DuplicateJob("job id exists") if reply == "duplicate" else \
+                    ProducerCommandFailed(reply or "the relay closed")
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            self.environment.events.request.fire(
+                request_type=REQUEST_TYPE, name="enqueue", response_time=elapsed_ms,
+                response_length=0 if error else len(payload), exception=error, context={})
+            accepted += error is None
+        return accepted
+
+
+class ProducerCommandFailed(Exception):
+    """The user's producer command did not acknowledge a payload (the relay says why)."""
+
+
 class QueueUser(User):
     """A user with its own connection to the queue named by the host and the queue options."""
 
@@ -359,6 +407,14 @@ class ProducerUser(QueueUser):
         # processes apart), so no two users mint one id in the same millisecond
         self.branded = BrandedIds((os.getpid() * 8 + number) % 1024) \
             if options.id_style == "branded" else None
+        # [sut] producer: the user's own command enqueues, and mints the ids
+        self.command = ProducerCommandClient(self.environment, options.producer_relay) \
+            if options.producer_relay else None
+
+    def on_stop(self) -> None:
+        if self.command is not None:
+            self.command.close()
+        super().on_stop()
 
     def wait_time(self) -> float:
         rate = self.options.producer_rate
@@ -374,7 +430,7 @@ class ProducerUser(QueueUser):
             batch = [(f"L{self.token}-{self.sent + i:08d}", self.payloads.make())
                      for i in range(self.options.batch)]
         self.sent += len(batch)
-        self.client.enqueue_batch(batch)
+        (self.command or self.client).enqueue_batch(batch)
 
 
 class ConsumerUser(QueueUser):

@@ -480,12 +480,99 @@ def test_a_broken_producer_command_is_an_infrastructure_error_and_nothing_outliv
     assert processes_in(SUT.resolve()) == []
 
 
+def _commands_of(run_dir: Path) -> list[int]:
+    """Live processes whose command line names ``run_dir`` (Locust: its --csv prefix)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if str(run_dir).encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+def test_locust_enqueues_through_the_users_own_producer_as_its_logs_say(tmp_path: Path):
+    """scenarios/echomq/locust-own-producer.toml: Locust's producer users send every payload
+    through the SUT's own producer command (the runner's relay), one worker SIGKILLed. The
+    verdict is true to the processes' own logs: the ids the history enqueued, and the
+    acknowledgement ledger's, are exactly those the producer printed; each is completed once
+    by the workers' logs (a job the killed worker's log shows no complete of was claimed by
+    it: its last line may be cut); Locust counted no more enqueues than the command
+    acknowledged; and nothing the run started outlives it."""
+    import io
+    from collections import Counter
+
+    from test_sut_node import processes_in
+
+    from chaos.run.runner import run_scenario
+    from chaos.scenario.loading import load_scenario
+
+    scenario = load_scenario(SUT.parent.parent / "scenarios" / "echomq" /
+                             "locust-own-producer.toml")
+    assert scenario.load.engine == "locust" and scenario.sut.producer is not None
+    result = run_scenario(scenario, tmp_path / "run", io.StringIO())
+    assert result.verdict == "pass", result.report["verdict"]
+    health = result.report["history_recorder"]["health"]
+    assert health["undecoded_calls"] == 0 and health["unattributed_calls"] == 0, health
+    faults = result.report["run"]["faults"]
+    assert [fault["kind"] for fault in faults] == ["kill"]  # and no producer "crash"
+    logs = result.run_dir / "logs"
+    printed = re.findall(r" enqueue id=(\S+) group=g\d", (logs / "producer.log").read_text())
+    assert printed and len(set(printed)) == len(printed)
+    events = [json.loads(line) for line in
+              (result.run_dir / "history-monitor.jsonl").read_text().splitlines()]
+    assert sorted(event["id"] for event in events if event["type"] == "enqueue") == \
+        sorted(printed)
+    ledger = [json.loads(line) for line in
+              (result.run_dir / "acks" / "producer.jsonl").read_text().splitlines()]
+    assert sorted(entry["id"] for entry in ledger if entry["op"] == "enqueue") == sorted(printed)
+    worker_logs = {name: (logs / f"{name}.log").read_text() for name in scenario.worker_names}
+    completed = Counter(found for text in worker_logs.values()
+                        for found in re.findall(r" complete id=(\S+) token=\d+ result=ok", text))
+    assert set(completed) <= set(printed) and set(completed.values()) == {1}
+    killed = worker_logs[faults[0]["worker"]]
+    assert all(f" claim id={job_id} " in killed for job_id in set(printed) - set(completed))
+    assert len(set(printed) - set(completed)) <= scenario.topology.concurrency
+    locust = result.report["load"]
+    assert locust["engine"] == "locust"
+    sent = locust["operations"]["enqueue"]
+    assert 0 < sent["requests"] - sent["failures"] <= len(printed), sent
+    assert processes_in(SUT.resolve()) == [] and _commands_of(result.run_dir) == []
+
+
+def test_a_producer_command_that_dies_under_locust_is_an_infrastructure_error(
+        tmp_path: Path):
+    """Locust's users drive a command that reads one payload and exits: exit 3 naming it,
+    the history and report written, nothing left running."""
+    import io
+
+    from test_sut_node import processes_in
+
+    from chaos.run.runner import run_scenario
+    from chaos.scenario.loading import load_scenario
+
+    scenario = load_scenario(SUT.parent.parent / "scenarios" / "echomq" /
+                             "locust-own-producer.toml")
+    scenario = scenario.model_copy(update={"sut": scenario.sut.model_copy(update={
+        "producer": ["node", "-e", "process.stdin.once('data', () => process.exit(5))"]})})
+    result = run_scenario(scenario, tmp_path / "run", io.StringIO())
+    assert result.exit_code == 3, result.report.get("error")
+    assert "producer" in result.report["error"] and "code 5" in result.report["error"], \
+        result.report["error"]
+    assert (tmp_path / "run" / "report.json").exists()
+    assert (tmp_path / "run" / "history-monitor.jsonl").exists()
+    assert processes_in(SUT.resolve()) == [] and _commands_of(result.run_dir) == []
+
+
 def test_a_producer_command_is_refused_where_it_cannot_run(tmp_path: Path):
     from chaos.scenario.loading import ScenarioError, load_scenario
 
+    path = SUT.parent.parent / "scenarios" / "echomq" / "locust-own-producer.toml"
+    with pytest.raises(ScenarioError, match="load.remote_workers = 2: Locust's producer users"):
+        load_scenario(path, overrides=["load.remote_workers=2"])
     path = SUT.parent.parent / "scenarios" / "echomq" / "groups-kill-worker.toml"
-    with pytest.raises(ScenarioError, match="Locust users do not drive one yet"):
-        load_scenario(path, overrides=['load.engine="locust"'])
     text = path.read_text().replace('workers = ["node", "sut.js", "worker", "--lanes", "1"]\n',
                                     "").replace('reaper = ["node", "sut.js", "reaper"]\n', "")
     text = text.replace('login = "default"\ncontract = "echomq"\n', "")

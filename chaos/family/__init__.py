@@ -26,7 +26,7 @@ from typing import Any
 
 from chaos.faults.nemesis import HistoryWriter
 from chaos.history.dialects import Dialect, make_dialect
-from chaos.load.command import command_producer
+from chaos.load.command import CommandLocustLoad, command_producer
 from chaos.load.sources import LoadSource, LocustLoad, Producer, payload_maker
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import QueueClient, QueueKeys
@@ -98,7 +98,10 @@ class QueueFamily:
 
     def locust_load(self, runtime: RuntimeBase, load: Load, run_dir: Path, name: str,
                     prefix: str, ready: QueueClient | None) -> LocustLoad:
-        return LocustLoad(runtime, load, self.keys, self.scenario.topology.lease_ms,
+        """Locust's users adding jobs this queue accepts; with ``[sut] producer``, its
+        producer users enqueue through that command (``chaos.load.command``)."""
+        kind = LocustLoad if self.scenario.sut.producer is None else CommandLocustLoad
+        return kind(runtime, load, self.keys, self.scenario.topology.lease_ms,
                           self.scenario.protocol, run_dir, name, prefix, ready=ready,
                           id_style=self.id_style)
 

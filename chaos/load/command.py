@@ -11,20 +11,29 @@ down with the run's other children.
 
 ``CommandQueue.enqueue`` has the built-in producer's signature
 (``chaos.load.sources.Producer``): it returns the id the command acknowledged, or None.
+
+Locust's producer users drive the same command through a ``CommandRelay``: the runner starts
+the command as above and relays each user's payload line to it over a 127.0.0.1 socket, one
+payload in flight at a time (``CommandQueue``'s lock), answering ``enqueue id=<id>``,
+``duplicate id=<id>`` or ``failed <why>``; the relay keeps the acknowledged ids in the
+producer's acknowledgement ledger, so the ids are the command's whoever paced them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import queue as queues
+import socket
 import subprocess
 import threading
+import time
+from pathlib import Path
 from typing import IO, Any, cast
 
 from chaos.errors import InfraError
-from chaos.load.sources import Producer, payload_maker
+from chaos.load.sources import LocustLoad, Producer, payload_maker
 from chaos.protocol.acks import AckLedger
-from chaos.protocol.client import QueueClient
+from chaos.protocol.client import QueueClient, QueueKeys
 from chaos.runtime.base import Child, RuntimeBase
 from chaos.scenario.model import Load, Scenario
 
@@ -66,7 +75,7 @@ class CommandQueue:
                 self.process.stdin.write(line.encode())
                 self.process.stdin.flush()
             except (BrokenPipeError, ValueError):
-                raise self._gone() from None
+                raise self.gone() from None
             try:
                 reply = self._replies.get(timeout=REPLY_TIMEOUT_S)
             except queues.Empty:
@@ -74,11 +83,11 @@ class CommandQueue:
                                  f"{REPLY_TIMEOUT_S:g} s of a payload (docs/sut.md's producer "
                                  "protocol); see logs/producer.log") from None
             if reply is None:
-                raise self._gone()
+                raise self.gone()
             word, acknowledged = reply
             return acknowledged if word == "enqueue" else None
 
-    def _gone(self) -> InfraError:
+    def gone(self) -> InfraError:
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.process.wait(timeout=2)
         return InfraError(f"{self.name}: the producer command exited (code "
@@ -96,16 +105,21 @@ class CommandQueue:
 PRODUCER_NAME = "producer"  # its log, its ACL user, its connection's name
 
 
-def command_producer(runtime: RuntimeBase, scenario: Scenario, load: Load) -> Producer:
-    """The built-in producer driving ``[sut] producer`` at the scenario's rate: the command
-    started in ``sut.cwd`` with the SUT contract's environment, its acknowledged ids in the
-    acknowledgement ledger like any producer's."""
+def start_command(runtime: RuntimeBase, scenario: Scenario) -> tuple[Child, CommandQueue]:
+    """``[sut] producer`` started as a child of the runtime (torn down with the others) in
+    ``sut.cwd`` with the SUT contract's environment, its stdin and stdout piped to us."""
     argv = list(scenario.sut.producer or [])
     child = runtime.spawn(PRODUCER_NAME, argv, env=runtime.sut_env(PRODUCER_NAME),
                           cwd=scenario.sut.cwd, pipes=True)
     # spawned here, with pipes: a Popen (the Process protocol also covers forked children)
-    commands = CommandQueue(PRODUCER_NAME, cast("subprocess.Popen[bytes]", child.process),
-                            child.log)
+    return child, CommandQueue(PRODUCER_NAME, cast("subprocess.Popen[bytes]", child.process),
+                               child.log)
+
+
+def command_producer(runtime: RuntimeBase, scenario: Scenario, load: Load) -> Producer:
+    """The built-in producer driving ``[sut] producer`` at the scenario's rate, its
+    acknowledged ids in the acknowledgement ledger like any producer's."""
+    child, commands = start_command(runtime, scenario)
     return CommandProducer(child, commands, load,
                            AckLedger(runtime.ack_ledger_path(PRODUCER_NAME)),
                            payload_maker(scenario.topology.handler, load, scenario.seed))
@@ -122,3 +136,124 @@ class CommandProducer(Producer):
         super().stop()
         self.child.expected_exit = True  # its input ends: it exits, no crash
         self.commands.close()
+
+
+class CommandRelay:
+    """Serves a ``CommandQueue`` to Locust's producer users on 127.0.0.1 (``address``): one
+    payload a line in, one reply a line out (the module's docstring). ``failure``: why the
+    command's enqueue path broke for good ("" while it works)."""
+
+    def __init__(self, commands: CommandQueue, ledger: AckLedger) -> None:
+        self.commands = commands
+        self.ledger = ledger
+        self.enqueued = 0  # acknowledged so far
+        self.failure = ""
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self.address = f"127.0.0.1:{self._server.getsockname()[1]}"
+        self._connections: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        threading.Thread(target=self._accept, name="producer-relay", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                connection, _ = self._server.accept()
+            except OSError:  # closed
+                return
+            with self._lock:
+                if self._closed:
+                    connection.close()
+                    return
+                self._connections.append(connection)
+            threading.Thread(target=self._serve, args=(connection,), daemon=True,
+                             name="producer-relay-user").start()
+
+    def _serve(self, connection: socket.socket) -> None:
+        with contextlib.suppress(OSError), connection, \
+                connection.makefile("rb") as lines, connection.makefile("wb") as replies:
+            for line in lines:
+                replies.write(self._relay(line.decode("utf-8", "replace").rstrip("\n")))
+                replies.flush()
+
+    def _relay(self, payload: str) -> bytes:
+        if self.failure:
+            return f"failed {self.failure}\n".encode()
+        try:
+            acknowledged = self.commands.enqueue("", payload)
+        except InfraError as failure:
+            self.failure = self.failure or str(failure)
+            return f"failed {failure}\n".encode()
+        if acknowledged is None:
+            return b"duplicate\n"
+        self.ledger.record("enqueue", acknowledged)
+        with self._lock:
+            self.enqueued += 1
+        return f"enqueue id={acknowledged}\n".encode()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        with contextlib.suppress(OSError):
+            self._server.close()
+        for connection in connections:
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+            connection.close()
+        self.ledger.close()
+
+
+class CommandLocustLoad(LocustLoad):
+    """Locust whose producer users enqueue through ``[sut] producer`` (``--producer-relay``):
+    the command and its relay start before Locust and stop after it."""
+
+    def __init__(self, runtime: RuntimeBase, load: Load, keys: QueueKeys, lease_ms: int,
+                 protocol: str, run_dir: Path, name: str = "locust", prefix: str = "locust",
+                 ready: QueueClient | None = None, id_style: str = "plain") -> None:
+        super().__init__(runtime, load, keys, lease_ms, protocol, run_dir, name, prefix,
+                         ready, id_style)
+        self.command_child: Child | None = None
+        self.relay: CommandRelay | None = None
+
+    @property
+    def failure(self) -> str:
+        """Why the command's enqueue path broke (the runner stops the run on it)."""
+        return self.relay.failure if self.relay is not None else ""
+
+    def start(self) -> None:
+        self.command_child, commands = start_command(self.runtime, self.runtime.scenario)
+        self.relay = CommandRelay(commands,
+                                  AckLedger(self.runtime.ack_ledger_path(PRODUCER_NAME)))
+        super().start()
+
+    def locust_options(self) -> list[str]:
+        assert self.relay is not None
+        return [*super().locust_options(), "--producer-relay", self.relay.address]
+
+    def wait_until_enqueuing(self, queue: QueueClient, timeout: float = 60.0) -> None:
+        """Until the command acknowledged Locust's first job (its calls write no events
+        stream of ours)."""
+        assert self.child is not None and self.relay is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and not self.relay.enqueued:
+            if self.relay.failure:
+                raise InfraError(self.relay.failure)
+            if not self.child.alive:
+                raise InfraError(f"locust exited during start-up (code "
+                                 f"{self.child.process.returncode}); its log ends:\n"
+                                 f"{self.runtime.log_tail(self.name)}")
+            if self.command_child is not None and not self.command_child.alive:
+                raise self.relay.commands.gone()
+            time.sleep(0.05)
+        if not self.relay.enqueued:
+            raise InfraError(f"the producer command acknowledged nothing Locust sent within "
+                             f"{timeout:.0f}s (see logs/{self.name}.log, logs/producer.log)")
+
+    def stop(self) -> None:
+        super().stop()  # Locust first: its users send nothing more
+        if self.relay is not None:
+            self.relay.close()
+            if self.command_child is not None:
+                self.command_child.expected_exit = True  # its input ends: it exits, no crash
+            self.relay.commands.close()

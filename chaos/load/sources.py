@@ -216,17 +216,20 @@ class LocustLoad:
     def enqueued(self) -> int | None:
         return None  # Locust's figures arrive when it stops
 
+    def locust_options(self) -> list[str]:
+        """The locustfile's options beyond the load's own. The same evidence as the built-in
+        producer's: WAIT if asked, and an ack ledger (acks/locust-<pid>.jsonl, one per Locust
+        process; remote workers write theirs on their own host, where that directory
+        exists)."""
+        return ["--wait-replicas", str(self.runtime.scenario.wait_replicas),
+                "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent),
+                "--id-style", self.id_style]
+
     def start(self) -> None:
-        # The same evidence as the built-in producer's: WAIT if asked, and an ack ledger
-        # (acks/locust-<pid>.jsonl, one per Locust process; remote workers write theirs on
-        # their own host, where that directory exists).
-        extra = ["--wait-replicas", str(self.runtime.scenario.wait_replicas),
-                 "--ack-ledger-dir", str(self.runtime.ack_ledger_path("locust").parent),
-                 "--id-style", self.id_style]
         scenario = self.runtime.scenario
         argv = locust_argv(self.load, self.runtime.url, self.keys, self.lease_ms, self.protocol,
-                           self.run_dir / self.prefix, extra, scenario.topology.handler,
-                           scenario.seed)
+                           self.run_dir / self.prefix, self.locust_options(),
+                           scenario.topology.handler, scenario.seed)
         self.child = self.runtime.spawn(self.name, argv)
         if self.load.remote_workers:
             self.wait_for_workers()

@@ -320,7 +320,8 @@ class Run:
                 continue
             if child.expected_exit:
                 continue
-            if child is getattr(self.load_source, "child", None):  # Locust, a producer command
+            if child in (getattr(self.load_source, "child", None),  # Locust, a producer command
+                         getattr(self.load_source, "command_child", None)):  # Locust's command
                 if not child.alive:  # the load's own process: the run's machinery, not the SUT
                     raise InfraError(f"{child.name} exited during the run (code "
                                      f"{child.exit_code}; see logs/{child.name}.log)")

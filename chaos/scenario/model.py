@@ -545,10 +545,11 @@ class Scenario(Strict):
         if self.wait_replicas and self.load.engine == "locust":
             raise ValueError(f"wait_replicas = {self.wait_replicas}: the Locust users do not "
                              "WAIT; use load.engine = 'builtin'")
-        if self.sut.producer is not None and self.load.engine == "locust":
-            raise ValueError(f"sut.producer = {self.sut.producer!r}: a producer command is "
-                             "driven by the built-in producer (load.engine = 'builtin'); "
-                             "Locust users do not drive one yet")
+        if self.sut.producer is not None and self.load.remote_workers:
+            raise ValueError(f"load.remote_workers = {self.load.remote_workers}: Locust's "
+                             "producer users reach [sut] producer through the runner's "
+                             "127.0.0.1 relay, which remote workers cannot; run the users "
+                             "here (drop remote_workers) or drop sut.producer")
         if self.wait_replicas > 1 and replication == "sentinel":
             raise ValueError(f"wait_replicas = {self.wait_replicas}: the sentinel topology has "
                              "one replica")

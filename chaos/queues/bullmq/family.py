@@ -43,6 +43,8 @@ class BullMQFamily(QueueFamily):
 
     def locust_load(self, runtime: RuntimeBase, load: Load, run_dir: Path, name: str,
                     prefix: str, ready: QueueClient | None) -> LocustLoad:
+        if self.scenario.sut.producer is not None:  # the user's own enqueue path
+            return super().locust_load(runtime, load, run_dir, name, prefix, ready)
         return BullMQLocustLoad(runtime, load, self.keys, self.scenario.topology.lease_ms,
                                 self.scenario.protocol, run_dir, name, prefix, ready=ready)
 
