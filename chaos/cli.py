@@ -23,6 +23,7 @@ from chaos.runtime import forkserver, valkey
 DEFAULT_CERTIFY_SEEDS = 3  # certify --seeds: what a likely (not certain) catch is repeated over
 
 if TYPE_CHECKING:
+    from chaos.run.storing import RunRecorder
     from chaos.scenario.model import Scenario
 
 # Each command imports what it uses, when it runs: `run` reaches its first claim sooner without
@@ -35,8 +36,25 @@ def usage_errors() -> tuple[type[Exception], ...]:
     from chaos.run.evaluate import SavedRunError
     from chaos.run.rundir import RunDirError
     from chaos.scenario.loading import ScenarioError
+    from chaos.store.record import LabelError
 
-    return ScenarioError, RunDirError, SavedRunError
+    return ScenarioError, RunDirError, SavedRunError, LabelError
+
+
+def _recorder(args: argparse.Namespace, command: str) -> RunRecorder | None:
+    """The run store of ``--store`` (else $ECHOMQ_CHAOS_STORE; none: nothing stored)."""
+    from chaos.run.storing import recorder_for
+    from chaos.store.record import parse_labels
+
+    return recorder_for(args.store, parse_labels(args.label), command)
+
+
+def _stored(recorder: RunRecorder | None, code: int) -> int:
+    """The command's exit code, 3 when a run could not be stored."""
+    if recorder is None:
+        return code
+    recorder.close()
+    return recorder.exit_code(code)
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -93,6 +111,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
         return EXIT_PASS
+    recorder = _recorder(args, "run")
     results: list[RunResult] = []
     for index, (scenario, run_dir) in enumerate(zip(scenarios, run_dirs, strict=True)):
         if suite_dir is not None:
@@ -102,6 +121,8 @@ def _run(args: argparse.Namespace) -> int:
         print(describe_plan(scenario), file=sys.stderr)
         with InterruptsTearDown(scenario.name, run_dir):
             results.append(run_scenario(scenario, run_dir, strict=args.strict))
+        if recorder is not None:
+            recorder.record_result(results[-1])
         if results[-1].verdict == "aborted":
             break  # Ctrl-C stops the suite, not only the scenario running
     from chaos.report.junit import write_junit
@@ -114,7 +135,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"suite directory: {suite_dir} (junit.xml covers every run)")
     if args.junit:
         write_junit(Path(args.junit), junit_runs)
-    return worst_exit_code([result.exit_code for result in results])
+    return _stored(recorder, worst_exit_code([result.exit_code for result in results]))
 
 
 def _output_dir(args: argparse.Namespace, name: str) -> Path:
@@ -179,6 +200,29 @@ def cmd_report(args: argparse.Namespace) -> int:
         return EXIT_INFRA
     print(f"{run_dir / 'report.html'}\n{run_dir / 'junit.xml'}")
     return saved.exit_code
+
+
+def cmd_store_import(args: argparse.Namespace) -> int:
+    from chaos.run.offline import recheck
+    from chaos.run.storing import run_record, store_url
+    from chaos.store.database import STORE_ENV, open_store
+    from chaos.store.record import parse_labels
+
+    url = store_url(args.store)
+    if url is None:
+        print(f"error: no store: give --store URL or set {STORE_ENV}", file=sys.stderr)
+        return EXIT_USAGE
+    labels = parse_labels(args.label)
+    checked = [(Path(run_dir), recheck(Path(run_dir))) for run_dir in args.run_dir]
+    store = open_store(url)
+    try:
+        for run_dir, saved in checked:
+            run_id = store.add(run_record(run_dir, saved.report, saved.verdict,
+                                          saved.exit_code, "import", labels))
+            print(f"{run_dir}: stored as run {run_id} ({saved.word})")
+    finally:
+        store.close()
+    return EXIT_PASS
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -459,6 +503,15 @@ def cmd_families(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def _store_options(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--store", metavar="URL",
+                         help="record each run in this store: a path (an SQLite file) or "
+                              "postgresql://user:password@host:port/db (default: "
+                              "$ECHOMQ_CHAOS_STORE; none: nothing stored; docs/store.md)")
+    command.add_argument("--label", action="append", default=[], metavar="KEY=VALUE",
+                         help="tag the stored runs, e.g. sut_version=2.6.5 (repeatable)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="echomq-chaos", description=__doc__,
@@ -493,7 +546,18 @@ def build_parser() -> argparse.ArgumentParser:
                      help="where the processes run: child processes (local) or containers "
                           "(docker), or a queue already deployed (attach, with an [attach] "
                           "section); overrides the scenario's runtime field")
+    _store_options(run)
     run.set_defaults(handler=cmd_run)
+
+    store = commands.add_parser("store", help="the run store (docs/store.md)")
+    store_commands = store.add_subparsers(dest="store_command", required=True)
+    store_import = store_commands.add_parser(
+        "import", help="add run directories already on disk to the store",
+        description="Judge each RUN_DIR as `check` does and store it (exit 2 a run directory "
+                    "that cannot be judged, 3 the store unreachable or of a newer schema).")
+    store_import.add_argument("run_dir", nargs="+", metavar="RUN_DIR")
+    _store_options(store_import)
+    store_import.set_defaults(handler=cmd_store_import)
 
     families_cmd = commands.add_parser(
         "families", help="list the queue families installed (docs/families.md)",
