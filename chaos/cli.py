@@ -41,20 +41,13 @@ def usage_errors() -> tuple[type[Exception], ...]:
     return ScenarioError, RunDirError, SavedRunError, LabelError
 
 
-def _recorder(args: argparse.Namespace, command: str) -> RunRecorder | None:
-    """The run store of ``--store`` (else $ECHOMQ_CHAOS_STORE; none: nothing stored)."""
+def _recording(args: argparse.Namespace) -> RunRecorder | None:
+    """The run store of a command that runs scenarios (its ``--store``, else
+    $ECHOMQ_CHAOS_STORE; none: nothing stored), listening for every run it finishes."""
     from chaos.run.storing import recorder_for
     from chaos.store.record import parse_labels
 
-    return recorder_for(args.store, parse_labels(args.label), command)
-
-
-def _stored(recorder: RunRecorder | None, code: int) -> int:
-    """The command's exit code, 3 when a run could not be stored."""
-    if recorder is None:
-        return code
-    recorder.close()
-    return recorder.exit_code(code)
+    return recorder_for(args.store, parse_labels(args.label), args.command)
 
 
 def _overrides(args: argparse.Namespace) -> list[str]:
@@ -111,7 +104,6 @@ def _run(args: argparse.Namespace) -> int:
     if args.dry_run:
         print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
         return EXIT_PASS
-    recorder = _recorder(args, "run")
     results: list[RunResult] = []
     for index, (scenario, run_dir) in enumerate(zip(scenarios, run_dirs, strict=True)):
         if suite_dir is not None:
@@ -121,8 +113,6 @@ def _run(args: argparse.Namespace) -> int:
         print(describe_plan(scenario), file=sys.stderr)
         with InterruptsTearDown(scenario.name, run_dir):
             results.append(run_scenario(scenario, run_dir, strict=args.strict))
-        if recorder is not None:
-            recorder.record_result(results[-1])
         if results[-1].verdict == "aborted":
             break  # Ctrl-C stops the suite, not only the scenario running
     from chaos.report.junit import write_junit
@@ -135,7 +125,7 @@ def _run(args: argparse.Namespace) -> int:
         print(f"suite directory: {suite_dir} (junit.xml covers every run)")
     if args.junit:
         write_junit(Path(args.junit), junit_runs)
-    return _stored(recorder, worst_exit_code([result.exit_code for result in results]))
+    return worst_exit_code([result.exit_code for result in results])
 
 
 def _output_dir(args: argparse.Namespace, name: str) -> Path:
@@ -547,7 +537,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "(docker), or a queue already deployed (attach, with an [attach] "
                           "section); overrides the scenario's runtime field")
     _store_options(run)
-    run.set_defaults(handler=cmd_run)
+    run.set_defaults(handler=cmd_run, store_runs=True)
 
     store = commands.add_parser("store", help="the run store (docs/store.md)")
     store_commands = store.add_subparsers(dest="store_command", required=True)
@@ -634,7 +624,8 @@ def build_parser() -> argparse.ArgumentParser:
     certify_cmd.add_argument("--out", help="directory for the runs (default "
                                            "runs/<utc-time>-certify)")
     certify_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
-    certify_cmd.set_defaults(handler=cmd_certify)
+    _store_options(certify_cmd)
+    certify_cmd.set_defaults(handler=cmd_certify, store_runs=True)
 
     clean = commands.add_parser(
         "clean", help="undo what crashed runs left behind: faults on an attached deployment "
@@ -688,7 +679,8 @@ def build_parser() -> argparse.ArgumentParser:
                            help="override another field in every cell (repeatable)")
     sweep_cmd.add_argument("--out", help="sweep directory (default runs/<utc-time>-sweep-<name>/)")
     sweep_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
-    sweep_cmd.set_defaults(handler=cmd_sweep)
+    _store_options(sweep_cmd)
+    sweep_cmd.set_defaults(handler=cmd_sweep, store_runs=True)
 
     capacity_cmd = commands.add_parser(
         "capacity", help="find the enqueue rate a scenario's worker pool sustains (the knee)",
@@ -736,7 +728,8 @@ def build_parser() -> argparse.ArgumentParser:
                                             "runs/<utc-time>-capacity-<scenario>)")
     capacity_cmd.add_argument("--force", action="store_true", help="reuse a non-empty --out")
     capacity_cmd.add_argument("--json", action="store_true", help="print capacity.json")
-    capacity_cmd.set_defaults(handler=cmd_capacity)
+    _store_options(capacity_cmd)
+    capacity_cmd.set_defaults(handler=cmd_capacity, store_runs=True)
 
     toxiproxy = commands.add_parser("toxiproxy", help="the built-in Toxiproxy-compatible server")
     toxiproxy_commands = toxiproxy.add_subparsers(dest="toxiproxy_command", required=True)
@@ -803,8 +796,12 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exit_:  # argparse exits 2 on usage errors, 0 on --help
         return int(exit_.code or 0)
     try:
-        code: int = args.handler(args)
-        return code
+        recorder = _recording(args) if getattr(args, "store_runs", False) else None
+        if recorder is None:
+            code: int = args.handler(args)
+            return code
+        with recorder.listening():
+            return recorder.exit_code(args.handler(args))
     except usage_errors() as error:
         print(f"error: {error}", file=sys.stderr)
         return EXIT_USAGE

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # the plugin loads in every pytest session: keep its import c
     from chaos.check.checker import Verdict
     from chaos.run.evaluate import Evaluation
     from chaos.run.runner import Run, RunResult
+    from chaos.run.storing import RunRecorder
     from chaos.scenario.model import Scenario
 
 RUNS = pytest.StashKey[list["RunResult"]]()
@@ -44,9 +45,47 @@ DEFAULT_CLUSTER = {"name": "pytest-cluster",
                                 "reap_interval_ms": 250}}
 
 
+RECORDER = pytest.StashKey["RunRecorder | None"]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("echomq-chaos")
+    group.addoption("--chaos-store", metavar="URL", default=None,
+                    help="record each chaos_run in this run store: a path (an SQLite file) or "
+                         "a postgresql:// URL (default: $ECHOMQ_CHAOS_STORE; docs/store.md)")
+    group.addoption("--chaos-label", action="append", default=[], metavar="KEY=VALUE",
+                    help="tag the stored runs, e.g. git=abc123 (repeatable)")
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "chaos_scenario(path, **overrides): the scenario chaos_cluster brings up")
+    url, labels = config.getoption("--chaos-store"), config.getoption("--chaos-label")
+    if url is None and not labels:  # nothing to import (the plugin loads in every session)
+        import os
+
+        url = os.environ.get("ECHOMQ_CHAOS_STORE") or None
+        if url is None:
+            config.stash[RECORDER] = None
+            return
+    from chaos.run.storing import recorder_for
+    from chaos.store.record import LabelError, parse_labels
+
+    try:
+        config.stash[RECORDER] = recorder_for(url, parse_labels(labels), "pytest")
+    except LabelError as error:
+        raise pytest.UsageError(str(error)) from None
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A run that could not be stored makes the session exit 3 (its run directory is kept:
+    `echomq-chaos store import` adds it later)."""
+    recorder = session.config.stash.get(RECORDER, None)
+    if recorder is None:
+        return
+    recorder.close()
+    if recorder.failures and exitstatus == 0:
+        session.exitstatus = recorder.exit_code(0)
 
 
 def overrides_as_set(overrides: dict[str, Any]) -> list[str]:
@@ -66,9 +105,11 @@ def _load(path: str | Path, overrides: dict[str, Any], rootpath: Path) -> Scenar
 class ChaosRunner:
     """The callable ``chaos_run`` fixture; remembers its results for the failure report."""
 
-    def __init__(self, tmp_path: Path, rootpath: Path) -> None:
+    def __init__(self, tmp_path: Path, rootpath: Path,
+                 recorder: RunRecorder | None = None) -> None:
         self.tmp_path = tmp_path
         self.rootpath = rootpath
+        self.recorder = recorder  # the session's run store (--chaos-store), if any
         self.results: list[RunResult] = []
 
     def __call__(self, path: str | Path, out: str | Path | None = None,
@@ -81,6 +122,8 @@ class ChaosRunner:
         run_dir.mkdir(parents=True, exist_ok=True)
         with open(run_dir / "console.log", "w", encoding="utf-8") as console:
             result = run_scenario(scenario, run_dir, stream=console)
+        if self.recorder is not None:
+            self.recorder.record_result(result)
         self.results.append(result)
         if result.verdict == "aborted":  # Ctrl-C during the run stops the session too
             raise KeyboardInterrupt
@@ -89,7 +132,8 @@ class ChaosRunner:
 
 @pytest.fixture
 def chaos_run(request: pytest.FixtureRequest, tmp_path: Path) -> ChaosRunner:
-    runner = ChaosRunner(tmp_path, request.config.rootpath)
+    runner = ChaosRunner(tmp_path, request.config.rootpath,
+                         request.config.stash.get(RECORDER, None))
     request.node.stash[RUNS] = runner.results
     return runner
 

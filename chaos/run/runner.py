@@ -31,6 +31,7 @@ from chaos.history import schema
 from chaos.history.events import MEMORY_SAMPLES, HistoryExporter, save_surviving_history
 from chaos.load.sources import LOCUST_PREFIX, LoadSource, LocustLoad
 from chaos.protocol.client import QueueClient, QueueKeys
+from chaos.run.events import run_finished
 from chaos.run.preflight import Preflight, preflight
 from chaos.run.progress import Progress, Status
 from chaos.run.result import RunResult, finish
@@ -567,7 +568,9 @@ def run_scenario(scenario: Scenario, run_dir: Path, stream: TextIO = sys.stderr,
             progress.close()
     wall_ms = int((time.monotonic() - started) * 1000)
     try:
-        return finish(run, outcome, error, wall_ms, stream)
+        result = finish(run, outcome, error, wall_ms, stream)
+        run_finished.fire(result)  # the run directory is complete: listeners may read it
+        return result
     except KeyboardInterrupt:  # Ctrl-C while checking: still leave a report (`check` redoes it)
         from chaos.report.summary import build_report
 

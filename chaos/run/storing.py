@@ -12,15 +12,17 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
 from chaos.check.checker import Verdict
 from chaos.errors import EXIT_INFRA
+from chaos.run.events import SearchFinished, run_finished, search_finished
 from chaos.run.result import RunResult
 from chaos.store.database import STORE_ENV, RunStore, StoreError, open_store
-from chaos.store.record import RunRecord, record_of
+from chaos.store.record import RunRecord, capacity_record, record_of
 
 
 def store_url(given: str | None) -> str | None:
@@ -38,11 +40,11 @@ def resolved_settings(run_dir: Path) -> dict[str, Any] | None:
     return settings if isinstance(settings, dict) else None
 
 
-def written_ms(run_dir: Path, report: Mapping[str, Any]) -> int:
+def written_ms(run_dir: Path, report: Mapping[str, Any], name: str = "report.json") -> int:
     """When the run started, for a run whose history has no run event: its report's write time
     less its wall time."""
     try:
-        written = (run_dir / "report.json").stat().st_mtime * 1000
+        written = (run_dir / name).stat().st_mtime * 1000
     except OSError:
         written = time.time() * 1000
     wall = (report.get("run") or {}).get("wall_ms") or 0
@@ -84,9 +86,12 @@ class RunRecorder:
                exit_code: int) -> None:
         """Store one run whose directory is written; a failure is printed and kept, never
         raised."""
+        self._add(run_dir, run_record(run_dir, report, verdict, exit_code, self.command,
+                                      self.labels))
+
+    def _add(self, run_dir: Path, record: RunRecord) -> None:
         try:
-            self._open().add(run_record(run_dir, report, verdict, exit_code, self.command,
-                                        self.labels))
+            self._open().add(record)
         except StoreError as error:
             self.failures.append(str(error))
             print(f"error: {error}; the run directory {run_dir} is complete: `echomq-chaos "
@@ -94,6 +99,26 @@ class RunRecorder:
 
     def record_result(self, result: RunResult) -> None:
         self.record(result.run_dir, result.report, result.checked, result.exit_code)
+
+    def record_search(self, search: SearchFinished) -> None:
+        """Store one capacity search (one pool size) as capacity.json holds it."""
+        self._add(search.out, capacity_record(
+            search.summary, search.settings, exit_code=search.exit_code,
+            run_dir=str(search.out.resolve()), labels=self.labels,
+            started_ms=written_ms(search.out, {}, "capacity.json")))
+
+    @contextmanager
+    def listening(self) -> Iterator[RunRecorder]:
+        """Store every run and capacity search finished inside the block; the store is closed
+        after it."""
+        removals = [run_finished.add_listener(self.record_result),
+                    search_finished.add_listener(self.record_search)]
+        try:
+            yield self
+        finally:
+            for remove in removals:
+                remove()
+            self.close()
 
     def exit_code(self, code: int) -> int:
         """The command's exit code: 3 when a run could not be stored (unless it is 130, or

@@ -138,6 +138,30 @@ def record_of(report: Mapping[str, Any], verdict: Verdict | None,
     )
 
 
+# figure name -> its key in a capacity search's capacity.json
+CAPACITY_FIGURES = {"knee_rate_per_s": "knee_rate", "store_ceiling_per_s": "store_ceiling",
+                    "workers": "workers", "slots": "slots"}
+
+
+def capacity_record(summary: Mapping[str, Any], settings: Mapping[str, Any], *, exit_code: int,
+                    run_dir: str, labels: Mapping[str, str], started_ms: int) -> RunRecord:
+    """The record of one capacity search (one pool size) from its capacity.json: its knee (the
+    highest rate that fit, None when none did) and the store's ceiling, as figures."""
+    figures = {name: float(summary[key]) for name, key in CAPACITY_FIGURES.items()
+               if isinstance(summary.get(key), int | float)}
+    stopped_by = str(summary.get("stopped_by") or "")
+    verdict = ("pass" if exit_code == 0 else "aborted" if stopped_by == "aborted"
+               else "error" if stopped_by == "error" else "fail")
+    seed = settings.get("seed")
+    return RunRecord(
+        scenario=str(summary.get("scenario") or settings.get("name") or "?"),
+        settings_hash=settings_hash(settings),
+        family=str((settings.get("history") or {}).get("dialect") or ""),
+        seed=seed if isinstance(seed, int) else None, started_ms=started_ms, verdict=verdict,
+        exit_code=exit_code, command="capacity", run_dir=run_dir, figures=figures,
+        labels=dict(labels))
+
+
 class LabelError(ValueError):
     """A ``--label`` that is not KEY=VALUE (exit 2)."""
 

@@ -49,6 +49,7 @@ from chaos.files import write_json_atomic
 from chaos.history.events import Event, decode_entries
 from chaos.history.monitor import MONITOR_HISTORY
 from chaos.history.schema import Claim, Complete, Enqueue, Phase
+from chaos.run.events import SearchFinished, search_finished
 from chaos.run.progress import Progress
 from chaos.run.runner import Run, try_teardown
 from chaos.scenario.loading import ScenarioError
@@ -408,7 +409,10 @@ class CapacityRun:
                 self.progress.close()  # before the table is printed: no panel drawn after it
         if self.result.stopped_by not in ("aborted", "error"):
             self.result.name_bottleneck()
-        write_json_atomic(self.out / "capacity.json", self.result.as_dict())
+        summary = self.result.as_dict()
+        write_json_atomic(self.out / "capacity.json", summary)
+        search_finished.fire(SearchFinished(self.out, summary, self.result.exit_code,
+                                            self.scenario.model_dump(mode="json")))
         return self.result
 
     def _search(self) -> None:
