@@ -57,10 +57,24 @@ def test_a_failing_chaos_run_prints_its_invariant_table(pytester: pytest.Pyteste
         def test_release(chaos_run):
             assert chaos_run({str(ROOT / 'scenarios/mutants/unfenced-complete.toml')!r}).passed
         """)
-    result = pytester.runpytest("-p", "no:cacheprovider")
+    store = pytester.path / "runs.sqlite"
+    result = pytester.runpytest("-p", "no:cacheprovider", "--chaos-store", str(store),
+                                "--chaos-label", "git=abc123")
     assert result.ret == 1
     output = result.stdout.str()
     assert "chaos run unfenced-complete: FAIL" in output
+    # --chaos-store recorded the run as it was judged, tagged
+    from chaos.store.database import open_store
+
+    opened = open_store(str(store))
+    try:
+        (stored,) = opened.runs()
+    finally:
+        opened.close()
+    assert (stored.record.scenario, stored.record.verdict, stored.record.exit_code,
+            stored.record.command, stored.record.labels) == \
+        ("unfenced-complete", "fail", 1, "pytest", {"git": "abc123"})
+    assert stored.record.figures["duplicated"] >= 1
     assert "[FAIL] no_double_completion" in output and "[ok  ] no_loss" in output
     assert "RunResult(unfenced-complete: fail, failed no_double_completion" in output
 
