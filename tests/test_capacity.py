@@ -189,10 +189,22 @@ def test_capacity_finds_the_knee_of_a_small_pool(tmp_path: Path):
     result = run_cli("capacity", KILL_WORKER, "--set", "topology.workers=1",
                      "--set", "topology.concurrency=2", "--set", "faults=[]",
                      "--start-rate", "4", "--step-rate", "8", "--steps", "3",
-                     "--step-ms", "2500", "--out", str(out))
+                     "--step-ms", "2500", "--out", str(out),
+                     "--store", str(tmp_path / "runs.sqlite"), "--label", "host=ci")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "knee: 4 jobs/s, the highest rate that fit; 12 jobs/s did not" in result.stdout
     report = json.loads((out / "capacity.json").read_text())
+    from chaos.store.database import open_store
+
+    store = open_store(str(tmp_path / "runs.sqlite"))
+    try:
+        (stored,) = store.runs()
+    finally:
+        store.close()
+    assert (stored.record.command, stored.record.verdict, stored.record.labels) == \
+        ("capacity", "pass", {"host": "ci"})
+    assert stored.record.figures["knee_rate_per_s"] == report["knee_rate"] == 4
+    assert stored.record.figures["slots"] == 2
     assert report["knee_rate"] == 4 and report["stopped_by"] == "over capacity"
     first, second = report["steps"]
     assert first["within"] and first["enqueued"] > 0 and first["enqueue_failures"] == 0

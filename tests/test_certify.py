@@ -241,12 +241,21 @@ def read_summary(out: Path) -> tuple[dict, dict[str, dict]]:
 def test_a_short_battery_on_the_reference_queue_passes(tmp_path: Path):
     out = tmp_path / "certify"
     result = certify("--only", "stale-finish-during-rework", "--only", "lone-worker-frozen",
-                     "--out", str(out))
+                     "--out", str(out), "--store", str(tmp_path / "runs.sqlite"))
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     summary, classes = read_summary(out)
     assert summary["verdict"] == "PASS" and summary["protocol"] == "sound"
     assert [(run["scenario"], run["verdict"]) for run in summary["runs"]] == [
         ("stale-finish-during-rework", "pass"), ("lone-worker-frozen", "pass")]
+    from chaos.store.database import open_store  # --store: each run of the battery recorded
+
+    store = open_store(str(tmp_path / "runs.sqlite"))
+    try:
+        assert [(run.record.scenario, run.record.verdict, run.record.command)
+                for run in store.runs()] == [("stale-finish-during-rework", "pass", "certify"),
+                                             ("lone-worker-frozen", "pass", "certify")]
+    finally:
+        store.close()
     assert classes["stale-finish"]["status"].startswith("not seen")
     assert classes["resurrected-lease"]["status"] == "not seen"
     assert classes["lost-job"]["status"] == "not run"

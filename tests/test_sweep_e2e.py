@@ -35,9 +35,24 @@ def test_small_sweep_writes_every_output_and_recommends_a_passing_cell(tmp_path:
     # No heartbeat: a lease must cover the whole handler (uniform 100-400 ms in kill-worker).
     result = sweep_cli(KILL_WORKER, "--lease-ms", "250,2000", "--reap-ms", "100,250",
                        "--heartbeat-ms", "off", "--target-recovery-ms", "3000",
-                       "--out", str(out), *SHORT)
+                       "--out", str(out), "--store", str(tmp_path / "runs.sqlite"), *SHORT)
     assert result.returncode in (0, 1), result.stderr[-3000:]
     summary = json.loads((out / "sweep.json").read_text())
+    # --store: each cell's run recorded, as its report.json says
+    from chaos.store.database import open_store
+    from chaos.store.record import report_figures
+
+    store = open_store(str(tmp_path / "runs.sqlite"))
+    try:
+        stored = {run.record.run_dir: run.record for run in store.runs()}
+    finally:
+        store.close()
+    assert len(stored) == 4 and {r.command for r in stored.values()} == {"sweep"}
+    for run_dir, stored_run in stored.items():
+        report = json.loads((Path(run_dir) / "report.json").read_text())
+        assert stored_run.figures == report_figures(report)
+        assert stored_run.verdict == report["verdict"]
+    assert len({r.settings_hash for r in stored.values()}) == 4  # four settings, four hashes
     assert summary["completed_cells"] == summary["planned_cells"] == 4
     assert summary["aborted"] is False and summary["target_recovery_ms"] == 3000
     cells = {(c["lease_ms"], c["reap_interval_ms"]): c for c in summary["cells"]}
