@@ -11,6 +11,7 @@ Sections (docs/benchmarks.md says what each row means):
   recorder the MONITOR recorder: its decoders' speed offline (by effect vs the SHA1 fast path),
            its live ceiling and what it costs the server (benchmarks/recorder.py)
   locust   Locust's ceiling (benchmarks/locust_ceiling.py)
+  store    what storing a run costs (--store) against judging it (benchmarks/store_cost.py)
   scale    64 workers x 8 slots, 200k jobs, a quarter killed (only with --scale or
            --only scale: minutes)
 
@@ -40,13 +41,15 @@ from benchmarks import (
     recorder,
     scale,
     startup,
+    store_cost,
 )
 from benchmarks.common import Row, redis_benchmark_path
 from chaos.files import write_json_atomic
 from chaos.scenario.loading import ScenarioError, load_scenario
 
 SCHEMA = 1
-SECTIONS = ("queue", "fields", "checker", "startup", "proxy", "recorder", "locust", "scale")
+SECTIONS = ("queue", "fields", "checker", "startup", "proxy", "recorder", "locust", "store",
+            "scale")
 EXIT_MET, EXIT_MISSED, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
 
 
@@ -59,6 +62,7 @@ class Preset:
     proxy: tuple[int, int, int]  # jobs, rounds, threads
     recorder: tuple[int, int, int, int]  # live: claims, rounds; offline decode: jobs, rounds
     fields: tuple[int, int]  # claims per run, rounds
+    store_rounds: int = 5
 
 
 PRESETS = {
@@ -70,7 +74,7 @@ PRESETS = {
                     (10_000, 3)),
     # the test suite's size: proves the harness end to end; its figures mean nothing
     "smoke": Preset(queue_path.Sizes(claims=200, jobs=100, rounds=1), 2_000, 1, 1, (50, 1, 2),
-                    (200, 1, 50, 1), (200, 1)),
+                    (200, 1, 50, 1), (200, 1), 1),
 }
 
 
@@ -197,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         "proxy": lambda: proxy_section(preset),
         "recorder": lambda: recorder.measure(*preset.recorder),
         "locust": lambda: locust_section(mode),
+        "store": lambda: store_cost.measure(preset.store_rounds),
         "scale": lambda: scale.measure(args.scale_counts, args.scale_set),
     }
     started = time.monotonic()
