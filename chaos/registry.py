@@ -100,6 +100,9 @@ class FamilySpec:
     # The conformance suite's recorded sample (a ``ConformanceSample``; None: a family whose
     # own scripts record its history has no MONITOR lines to decode).
     conformance: Callable[[], ConformanceSample] | None = None
+    # Whether its built-in producer can admit jobs into group lanes (``load.groups``); a
+    # family without lanes refuses that setting at validation.
+    group_lanes: bool = False
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
@@ -10,7 +11,7 @@ from pydantic import AfterValidator, Field, field_validator, model_validator
 
 from chaos import __version__
 from chaos.names import DEFAULT_ALLOWANCE_MS, DEFAULT_SWEEP_ALLOWANCE_MS, INVARIANTS, PROTOCOLS
-from chaos.registry import bound_model, family_spec
+from chaos.registry import SCRIPTS_RECORDED, bound_model, family_spec
 from chaos.scenario.attach import ACTION_OF_KIND, Attach
 from chaos.scenario.faults import HOLDING_OLDEST_LEASE, Fault, FaultBase, StoreFaultBase
 from chaos.scenario.fields import NonNegativeMs, PositiveMs, Strict
@@ -103,6 +104,18 @@ class LoadMix(Strict):
     consumer: Annotated[float, Field(ge=0)] = 0.0
 
 
+GROUP_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")  # a lane's key is <base>g:<group>:pending
+
+
+class LoadGroup(Strict):
+    """One group lane of the built-in producer's grouped admission (``load.groups``):
+    ``weight`` its share of the enqueues (relative to the other groups'), ``limit`` the most
+    leases it may have live at once (EchoMQ's ``glimit``; absent: no limit)."""
+
+    weight: Annotated[float, Field(gt=0, le=1_000_000)] = 1.0
+    limit: Annotated[int, Field(ge=1, le=1_000_000)] | None = None
+
+
 class Load(Strict):
     """The load from warmup until the heal phase: ``rate`` jobs/s enqueued in total, by the
     built-in producer (a thread in the runner) or by Locust (a subprocess, loadtests/queue.py)."""
@@ -129,6 +142,9 @@ class Load(Strict):
     remote_wait_s: Annotated[float, Field(gt=0, le=3600)] = 120.0  # for all of them to connect
     work_min_ms: NonNegativeMs = 10  # consumer users' simulated work per job
     work_max_ms: NonNegativeMs = 50
+    # Builtin only: each job admitted into one of these groups' lanes (the family's grouped
+    # enqueue), by weight; only for a family with group lanes (FamilySpec.group_lanes).
+    groups: dict[str, LoadGroup] = Field(default_factory=dict)
 
     @property
     def master_address(self) -> tuple[str, int]:
@@ -168,6 +184,17 @@ class Load(Strict):
         if not host or not port.isdigit() or not 0 < int(port) < 65536 or " " in host:
             raise ValueError(f"master_bind = {self.master_bind!r}: expected HOST:PORT, e.g. "
                              "'0.0.0.0:5557'")
+        for name in self.groups:
+            if not GROUP_NAME.fullmatch(name):
+                raise ValueError(f"groups.{name}: a group's name is 1 to 64 letters, digits, "
+                                 "'_', '.' or '-' (it names the group's lane key)")
+        if self.groups and self.engine == "locust":
+            raise ValueError(f"groups = {sorted(self.groups)}: grouped admission is the "
+                             "built-in producer's (load.engine = 'builtin'); Locust's users "
+                             "enqueue flat")
+        if self.groups and self.poison_fraction:
+            raise ValueError(f"groups with poison_fraction = {self.poison_fraction}: poison "
+                             "jobs are enqueued flat; drop one of them")
         if self.engine == "locust" and self.poison_fraction:
             raise ValueError("poison_fraction is a builtin-engine setting: Locust's producers "
                              "enqueue no poison jobs (set engine = 'builtin')")
@@ -545,6 +572,8 @@ class Scenario(Strict):
         if self.wait_replicas and self.load.engine == "locust":
             raise ValueError(f"wait_replicas = {self.wait_replicas}: the Locust users do not "
                              "WAIT; use load.engine = 'builtin'")
+        if self.load.groups:
+            self._groups_fit()
         if self.sut.producer is not None and self.load.remote_workers:
             raise ValueError(f"load.remote_workers = {self.load.remote_workers}: Locust's "
                              "producer users reach [sut] producer through the runner's "
@@ -589,6 +618,18 @@ class Scenario(Strict):
                 f"{self.phases.chaos_ms}; at most {MAX_PLANNED_FAULTS} (raise every_ms)"
             )
         return self
+
+    def _groups_fit(self) -> None:
+        """``load.groups``: the built-in producer admits into the family's group lanes, so the
+        family must have them, and no producer command of the user's may do the admitting."""
+        groups = sorted(self.load.groups)
+        if self.sut.producer is not None:
+            raise ValueError(f"load.groups = {groups}: [sut] producer enqueues every job (its "
+                             "own grouped admission, if any); drop one of them")
+        family = self.queue_dialect or SCRIPTS_RECORDED
+        if not family_spec(family).group_lanes:
+            raise ValueError(f"load.groups = {groups}: the {family!r} queue family has no "
+                             "group lanes to admit into (docs/families.md)")
 
     def _store_fault_fits(self, fault: StoreFaultBase, where: str) -> None:
         if fault.target != fault.store_node:

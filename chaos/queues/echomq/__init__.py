@@ -46,4 +46,5 @@ FAMILY = FamilySpec(
         "echomq": "echomq (EchoMQ's own scripts, decoded by what they do to its keys)",
         "": "echomq (decoded by what the calls do to the queue's keys)"},
     conformance=_conformance,
+    group_lanes=True,  # load.groups: EchoMQ.Lanes' grouped admission (lanes.py)
 )

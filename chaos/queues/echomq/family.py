@@ -9,12 +9,30 @@ from typing import Any
 
 from chaos.family import QueueFamily, RecordedHolders
 from chaos.faults.nemesis import HistoryWriter
+from chaos.load.sources import LoadSource, payload_maker
+from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import QueueClient
+from chaos.protocol.ids import id_maker
+from chaos.queues.echomq.lanes import GroupedAdmission, GroupedProducer
+from chaos.runtime.base import RuntimeBase
+from chaos.scenario.model import Load
 
 
 class EchoMQFamily(QueueFamily):
     name = "echomq"
     id_style = "branded"
+
+    def producer(self, runtime: RuntimeBase, load: Load) -> LoadSource:
+        """With ``load.groups``, the built-in producer admits each job into a group's lane
+        (EchoMQ.Lanes' grouped admission, ``chaos.queues.echomq.lanes``); else the default."""
+        if not load.groups:
+            return super().producer(runtime, load)
+        scenario = self.scenario
+        return GroupedProducer(
+            GroupedAdmission(runtime.client(retrying=False), self.keys, load.groups),
+            load, AckLedger(runtime.ack_ledger_path("producer")),
+            payload_maker(scenario.topology.handler, load, scenario.seed),
+            job_id=id_maker(self.id_style))
 
     def backlog(self, queue: QueueClient) -> tuple[int, int]:
         """(waiting, leased): waiting counts the jobs in the schedule too (EchoMQ's retries,
