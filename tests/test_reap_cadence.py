@@ -188,9 +188,15 @@ def test_a_promised_reaper_with_no_sweep_at_all_fails_and_a_broken_feed_blinds_i
     failed, cadence = cadence_of(run_with({}, 3000))
     assert failed == ["reap_cadence"]
     assert cadence["examples"][0]["reason"] == "no sweep at all while the run went on"
+    assert cadence["no_reaper"] is True  # said as such: this deployment has no reaper
     verdict = check(run_with({}, 3000, blind_at=0).events())
     result = verdict.invariants["reap_cadence"]
     assert result.status == "blind" and result.blinded == 1 and verdict.word == "unknown"
+    assert "no_reaper" not in result.figures  # the feed may have lost its sweeps
+    # one of two promised reapers sweeping: a late reaper, not a deployment without one
+    failed, cadence = cadence_of(run_with({"reaper": every(R, 0, 3000)}, 3000,
+                                          ("reaper", "other")))
+    assert failed == ["reap_cadence"] and "no_reaper" not in cadence
 
 
 def test_a_history_that_never_saw_a_claim_blinds_a_reaper_it_never_saw_sweep():

@@ -382,6 +382,10 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
                              "max_gap_ms": max(cadence.gaps(sweeper), default=None)}
                    for sweeper in sorted({*config.sweepers, *cadence.named()})}
     judged = bool(config.sweepers)
+    # Not one sweep by any reaper the queue promises, and none the history cannot attribute:
+    # the deployment has no reaper at all (e.g. only consumers that never reap), said as such.
+    no_reaper = (judged and not facts.sweeps and offences.count > 0
+                 and not offences.blinded)
     gaps = [figures["max_gap_ms"] for sweeper, figures in per_sweeper.items()
             if figures["max_gap_ms"] is not None and (not judged or sweeper in config.sweepers)]
     result = InvariantResult.judged(
@@ -389,6 +393,7 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
         allowance_ms=limit - config.reap_interval_ms, sweepers=list(config.sweepers),
         sweeps=len(facts.sweeps), max_gap_ms=max(gaps, default=None), exempt_gaps=exempt,
         unattributed_sweeps=len(unattributed), per_sweeper=per_sweeper,
+        **({"no_reaper": True} if no_reaper else {}),
         **({} if judged else {"judged": False, "not_judged": CADENCE_NOT_JUDGED}))
     result.blind = result.blind or (result.ok and offences.blinded > 0)
     return result

@@ -230,7 +230,12 @@ def cadence_lines(cadence: dict[str, Any] | None, formula: BoundFormula) -> list
     if len(per) > 4:
         shown.append(f"+{len(per) - 4} more")
     judged = cadence.get("judged") is not False
-    return [
+    sweepers = cadence.get("sweepers") or []
+    no_reaper = ([f"  no reaper none of the {len(sweepers)} processes meant to reap "
+                  f"({', '.join(sweepers[:4])}{', ...' if len(sweepers) > 4 else ''}) swept "
+                  "once in the whole run: nothing brings a stranded lease back"]
+                 if cadence.get("no_reaper") else [])
+    return no_reaper + [
         f"  cadence   sweep gap ms max {_ms(cadence['max_gap_ms'])} ({', '.join(shown)}; "
         f"{cadence['sweeps']} sweeps)  "
         + (f"limit {cadence['limit_ms']} ("
