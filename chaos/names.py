@@ -37,6 +37,7 @@ INVARIANTS = (
     "reap_cadence",
     "group_limit",
     "paused_group",
+    "flow_order",
 )
 HISTORY_SOURCES = ("scripts", "monitor", "both")  # history.source: what the checker judges
 # The checker's default allowance for the reaper's own wake-up and sweep (check.tolerance_ms for

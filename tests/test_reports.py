@@ -175,8 +175,11 @@ def test_aborted_run_renders_without_judging_loss():
     # (and paused_group: no group paused in it)
     skipped = cases["paused_group"].find("skipped")
     assert skipped is not None and "no group paused" in skipped.get("message", "")
+    # (and flow_order: no flow in it)
+    skipped = cases["flow_order"].find("skipped")
+    assert skipped is not None and "no flow" in skipped.get("message", "")
     assert (suite.get("tests"), suite.get("failures"), suite.get("errors"),
-            suite.get("skipped")) == (str(len(INVARIANTS) + 1), "0", "1", "4")
+            suite.get("skipped")) == (str(len(INVARIANTS) + 1), "0", "1", "5")
 
 
 def test_an_aborted_run_says_not_judged_in_the_summary_junit_and_page_alike():

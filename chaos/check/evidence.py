@@ -51,6 +51,8 @@ NEEDS: dict[str, frozenset[str]] = {
     "group_limit": _TRANSITIONS,
     # the pauses and resumes, and the claims made meanwhile
     "paused_group": _TRANSITIONS,
+    # the children's enqueues and completes, and the parent's release and claims
+    "flow_order": _TRANSITIONS,
 }
 assert tuple(NEEDS) == INVARIANTS, "every invariant says what evidence it needs"
 SELF_EVIDENT = frozenset(("lease_length",))  # offences that are their own evidence

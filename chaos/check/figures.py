@@ -84,6 +84,7 @@ def job_counts(facts: ReplayFacts, jobs: Standing, final: bool) -> JobCounts:
         dead_lettered=len(jobs.dead_lettered),
         undrained=len(jobs.undrained) if final else 0,
         held=len(jobs.held) if final else 0,
+        removed=len(jobs.removed),
     )
 
 
@@ -95,6 +96,7 @@ def outcomes(facts: ReplayFacts, jobs: Standing, final: bool) -> Outcomes:
         lost=len(jobs.lost) if final else 0,
         undrained=len(jobs.undrained) if final else 0,  # never completed: not duplicated
         held=len(jobs.held) if final else 0,
+        removed=len(jobs.removed),
         duplicated=sum(1 for job_id in jobs.double if job_id in facts.enqueued),
         unexpected=len(jobs.unexpected),
         judged=final,

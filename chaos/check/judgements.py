@@ -47,6 +47,8 @@ class Standing:
     # enqueued, not completed, waiting in a paused group's lane at the end: the history says so
     # (its group paused, the job not leased) and the store listed it there (the end's ``held``)
     held: list[str] = field(default_factory=list)
+    # enqueued, removed by a user (EchoMQ's remove_job) before it completed: not lost
+    removed: list[str] = field(default_factory=list)
 
 
 def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
@@ -72,6 +74,10 @@ def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
         settled = set(dead_lettered)
         missing = sorted(job_id for job_id in enqueued
                          if job_id not in completes and job_id not in settled)
+    removed: list[str] = []
+    if missing and facts.removed:  # a user's removal: the job left the queue by their choice
+        removed = [job_id for job_id in missing if job_id in facts.removed]
+        missing = [job_id for job_id in missing if job_id not in facts.removed]
     held: list[str] = []
     if missing and facts.held:  # a paused lane's jobs wait by the operator's choice
         paused, groups, leases = facts.paused_groups, facts.job_groups, facts.leases
@@ -99,6 +105,7 @@ def standing(facts: ReplayFacts, max_stalls: int) -> Standing:
         dead_lettered=dead_lettered,
         undrained=undrained,
         held=held,
+        removed=removed,
     )
 
 
@@ -126,6 +133,13 @@ def judge_no_loss(facts: ReplayFacts, jobs: Standing, final: bool) -> InvariantR
         lost=len(jobs.lost) if final else 0,
         undrained=len(jobs.undrained) if final else 0, judged=final,
         **({"held": len(jobs.held)} if jobs.held else {}),
+        # a user's removals (not lost), those of a job under a live lease listed; reprocessed
+        # jobs (a finish undone, run again); EchoMQ.Locks' markers, counted
+        **({"removed": len(facts.removed), "removed_leased": len(facts.removed_leased),
+            "removed_leased_examples": facts.removed_leased[:EXAMPLES]}
+           if facts.removed else {}),
+        **({"reprocessed": sum(facts.reprocessed.values())} if facts.reprocessed else {}),
+        **({"lock_markers": dict(facts.lock_markers)} if facts.lock_markers else {}),
         # handed back for another attempt (BullMQ, EchoMQ), given back by the schedule (EchoMQ)
         **({"retried": facts.retried} if facts.retried else {}),
         **({"promoted": facts.promoted} if facts.promoted else {}))
@@ -548,6 +562,20 @@ def judge_paused_group(facts: ReplayFacts, jobs: Standing, final: bool) -> Invar
         **({} if judged else {"judged": False, "not_judged": PAUSED_GROUP_NOT_JUDGED}))
 
 
+FLOW_ORDER_NOT_JUDGED = "not judged: the history shows no flow (no parent enqueued with children)"
+
+
+def judge_flow_order(facts: ReplayFacts) -> InvariantResult:
+    """A flow's parent waits for its children: its release and each claim of it come only once
+    each of its children has completed, offences met by the replay (``parent_served``).
+    Judged only where the history shows a flow."""
+    judged = bool(facts.flow_children)
+    return InvariantResult.judged(
+        facts.early_parents, flows=len(facts.flow_children), released=facts.released,
+        children=len(facts.child_parent),
+        **({} if judged else {"judged": False, "not_judged": FLOW_ORDER_NOT_JUDGED}))
+
+
 def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
               final: bool) -> dict[str, InvariantResult]:
     """Every invariant, in ``chaos.names.INVARIANTS`` order. A judge that raises (a bug of the
@@ -568,6 +596,7 @@ def judge_all(facts: ReplayFacts, jobs: Standing, config: CheckConfig,
         "reap_cadence": lambda: judge_reap_cadence(facts, config),
         "group_limit": lambda: judge_group_limit(facts),
         "paused_group": lambda: judge_paused_group(facts, jobs, final),
+        "flow_order": lambda: judge_flow_order(facts),
     }
     results = {}
     for name, judge in judges.items():

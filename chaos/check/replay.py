@@ -31,8 +31,13 @@ from chaos.history.schema import (
     GroupPause,
     GroupResume,
     Heal,
+    LockMarker,
     Phase,
     Promote,
+    Reassign,
+    Release,
+    Remove,
+    Reprocess,
     Retry,
     Run,
     Sweep,
@@ -160,6 +165,21 @@ class ReplayFacts:
     job_groups: dict[str, str] = field(default_factory=dict)
     paused_claims: Offences = field(init=False)
     held: frozenset[str] = frozenset()
+    # Flows (EchoMQ.Flows): each parent's count of children (its enqueue's), each child's
+    # parent, how many of a parent's children have completed, the parents released, and the
+    # claims or releases of a parent before its children all completed.
+    flow_children: dict[str, int] = field(default_factory=dict)
+    child_parent: dict[str, str] = field(default_factory=dict)
+    children_done: Counter[str] = field(default_factory=Counter)
+    released: int = 0
+    early_parents: Offences = field(init=False)
+    # A user's removals (EchoMQ's remove_job): job -> when; the removals of a job under a live
+    # lease (its holder, attempt, the remover); reprocessed jobs (a finish undone) and how often;
+    # EchoMQ.Locks' markers set and released.
+    removed: dict[str, int] = field(default_factory=dict)
+    removed_leased: list[dict[str, Any]] = field(default_factory=list)
+    reprocessed: Counter[str] = field(default_factory=Counter)
+    lock_markers: Counter[str] = field(default_factory=Counter)
 
     def __post_init__(self) -> None:
         self.stray_calls = self.offences("exclusive_lease")
@@ -168,6 +188,7 @@ class ReplayFacts:
         self.refused_live = self.offences("live_lease_honoured")
         self.over_limit = self.offences("group_limit")
         self.paused_claims = self.offences("paused_group")
+        self.early_parents = self.offences("flow_order")
 
     def offences(self, invariant: str) -> Offences:
         """An empty tally of ``invariant``'s offences that knows what evidence it needs."""
@@ -252,7 +273,9 @@ class _Replay:
             Blind.TYPE: self.blind, Sweep.TYPE: self.sweep,
             FaultSkipped.TYPE: self.fault_skipped, Run.TYPE: self.run, Phase.TYPE: self.phase,
             GroupLimit.TYPE: self.group_limit, GroupPause.TYPE: self.group_pause,
-            GroupResume.TYPE: self.group_resume,
+            GroupResume.TYPE: self.group_resume, Release.TYPE: self.release,
+            Remove.TYPE: self.remove, Reprocess.TYPE: self.reprocess,
+            LockMarker.TYPE: self.lock_marker, Reassign.TYPE: self.reassign,
         }
         self.group_leases: dict[str, set[str]] = {}  # group -> jobs claimed in it, maybe live
 
@@ -271,6 +294,10 @@ class _Replay:
                 self.scheduled[job_id] = enqueue.due
             if group := event.extra.get("group"):
                 self.facts.job_groups[job_id] = group
+            if enqueue.parent:
+                self.facts.child_parent[job_id] = enqueue.parent
+            if enqueue.children is not None:
+                self.facts.flow_children[job_id] = enqueue.children
         facts = self.facts
         if facts.first_enqueue_ts is None:
             facts.first_enqueue_ts = event.ts
@@ -317,6 +344,56 @@ class _Replay:
                 self.awaiting_recomplete.setdefault(job_id, []).append(item)
         if event.extra and (group := event.extra.get("group")):
             self.grouped_claim(event, job_id, group, worker)
+        if self.facts.flow_children and job_id in self.facts.flow_children:
+            self.parent_served(event, job_id)
+
+    def parent_served(self, event: Event, job_id: str) -> None:
+        """A flow parent claimed or released: an offence unless each of its children has
+        completed (``flow_order``)."""
+        facts = self.facts
+        done, children = facts.children_done.get(job_id, 0), facts.flow_children[job_id]
+        if done < children:
+            facts.early_parents.add({"job": job_id, "op": event.type, "seq": event.seq,
+                                     "worker": event.worker, "children": children,
+                                     "children_completed": done}, event.ts)
+
+    def release(self, event: Event) -> None:
+        self.facts.released += 1
+        if (job_id := event.job_id or "") in self.facts.flow_children:
+            self.parent_served(event, job_id)
+
+    def remove(self, event: Event) -> None:
+        """A user removed the job: it leaves the queue, neither completed nor lost; a live
+        lease on it ends with it (its holder's later calls find no row), and is reported."""
+        job_id, facts = event.job_id or "", self.facts
+        facts.removed[job_id] = event.ts
+        lease = self.leases.pop(job_id, None)
+        if lease is not None:
+            facts.removed_leased.append({"job": job_id, "attempt": lease.attempt,
+                                         "holder": lease.worker, "remover": event.worker,
+                                         "seq": event.seq, "ts": event.ts,
+                                         "deadline": lease.deadline})
+            self.lease_ended(job_id)
+        self.scheduled.pop(job_id, None)
+
+    def reprocess(self, event: Event) -> None:
+        """A finished job (failed for good, or dead-lettered) put back to wait: its finish is
+        undone, it is to be completed again."""
+        job_id, facts = event.job_id or "", self.facts
+        facts.reprocessed[job_id] += 1
+        if self.completes.get(job_id):
+            self.completes[job_id] -= 1
+            if not self.completes[job_id]:
+                del self.completes[job_id]
+        facts.dead.pop(job_id, None)
+
+    def reassign(self, event: Event) -> None:
+        """A waiting job into another group's lane: its group is that one now."""
+        reassign = Reassign.decode(event)
+        self.facts.job_groups[reassign.job_id] = reassign.group
+
+    def lock_marker(self, event: Event) -> None:
+        self.facts.lock_markers["set" if LockMarker.decode(event).held else "released"] += 1
 
     def grouped_claim(self, event: Event, job_id: str, group: str, worker: str) -> None:
         """A claim in a group's lane: with the job, how many of the group's leases are live
@@ -427,6 +504,10 @@ class _Replay:
         completes = self.completes
         count = completes.get(job_id, 0) + 1
         completes[job_id] = count
+        child_parent = facts.child_parent
+        if child_parent and count == 1 and job_id in child_parent \
+                and not event.extra.get("target"):  # (a child failed for good releases none)
+            facts.children_done[child_parent[job_id]] += 1
         facts.last_complete_ts = ts
         if count == 2:
             facts.second_complete_ts[job_id] = ts

@@ -56,6 +56,8 @@ WHAT_IT_CHECKS = {
                     "and a job still waiting in a paused lane when the drain ends is held "
                     "(neither lost nor undrained) only where the store lists it there; not "
                     "judged without a pause",
+    "flow_order": "a flow's parent (EchoMQ.Flows) is released and claimed only once each of "
+                  "its children has completed; not judged without flows",
 }
 assert tuple(WHAT_IT_CHECKS) == INVARIANTS, "chaos.names lists the invariants judged here"
 # Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).
@@ -261,19 +263,22 @@ class JobCounts:
     dead_lettered: int = 0
     undrained: int = 0  # still pending or leased when the drain ended: neither done nor lost
     held: int = 0  # waiting in a paused group's lane at the end, as the store listed it
+    removed: int = 0  # removed by a user (EchoMQ's remove_job), never completed: not lost
 
 
 @dataclass
 class Outcomes:
     """Every job's outcome at the end of the drain, in Jepsen's queue vocabulary. Each enqueued
-    job is exactly one of completed, dead_lettered, lost, undrained, held, duplicated; unexpected
-    jobs were completed but never enqueued. Counted only for a finished run (``judged``)."""
+    job is exactly one of completed, dead_lettered, lost, undrained, held, removed, duplicated;
+    unexpected jobs were completed but never enqueued. Counted only for a finished run
+    (``judged``)."""
 
     completed: int = 0  # exactly one accepted complete
     dead_lettered: int = 0  # no accepted complete; dead-lettered (a stall limit is on)
     lost: int = 0  # left the queue neither completed nor dead-lettered (or dead with no limit)
     undrained: int = 0  # still pending or leased when the drain ended (it had not emptied)
     held: int = 0  # waiting in a paused group's lane (its operator's choice), the store agreeing
+    removed: int = 0  # removed by a user (EchoMQ's remove_job) before it completed
     duplicated: int = 0  # more than one accepted complete
     unexpected: int = 0  # completed, never enqueued
     judged: bool = True

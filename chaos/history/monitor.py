@@ -222,6 +222,9 @@ class HistoryWriter:
         # A dialect whose transitions are plain commands (no script) names every call's
         # connection before decoding it: its holders are the connections that sent them.
         self.names_every_caller = bool(getattr(dialect, "names_every_caller", False))
+        # A dialect that reads some plain commands as transitions of their caller's (EchoMQ.Locks'
+        # markers) says which: those are named too.
+        self.names_caller = getattr(dialect, "names_caller", None)
 
     def write(self, call: Call) -> None:
         health = self.health
@@ -233,7 +236,8 @@ class HistoryWriter:
         if command == "CLIENT" and len(call.args) > 1 and call.args[1].upper() == "SETNAME":
             self.renamed(call.client)  # resolved anew at its next call
         elif self.names_every_caller or command.startswith("EVAL") \
-                or command.startswith("FCALL"):
+                or command.startswith("FCALL") or (
+                    self.names_caller is not None and self.names_caller(call.args)):
             # the caller, for a dialect that takes a transition's holder from its connection
             call.conn = self.resolve(call.client) if self.resolve else ""
         decoded = self.dialect.decode(call)

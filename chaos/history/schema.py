@@ -46,6 +46,10 @@ class Enqueue:
     job_id: str
     kind: str = ""  # the job's kind, when it has one (``poison``: its handler never finishes)
     due: int | None = None
+    # A flow (EchoMQ.Flows): ``parent``, a child's parent job; ``children``, a parent's count
+    # of children, held out of pending until the last of them completes (a ``release``)
+    parent: str = ""
+    children: int | None = None
     ts: int = 0
     seq: str = ""
 
@@ -55,12 +59,14 @@ class Enqueue:
 
     def fields(self) -> dict[str, Any]:
         return _fields(self.TYPE, (("id", self.job_id), ("kind", self.kind or None),
-                                   ("due", self.due)))
+                                   ("due", self.due), ("parent", self.parent or None),
+                                   ("children", self.children)))
 
     @classmethod
     def decode(cls, event: Event) -> Enqueue:
-        return cls(event.job_id or "", event.extra.get("kind", ""),
-                   _int(event.extra.get("due")), event.ts, event.seq)
+        get = event.extra.get
+        return cls(event.job_id or "", get("kind", ""), _int(get("due")), get("parent", ""),
+                   _int(get("children")), event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +283,120 @@ class Dead(Reap):
     """The reaper took back a lapsed lease past the stall limit: the job is dead-lettered."""
 
     TYPE: ClassVar[str] = "dead"
+
+
+@dataclass(frozen=True, slots=True)
+class Release:
+    """A flow parent made claimable (EchoMQ's fan-in in ``@complete``: the last child's
+    complete puts the parent, held since its enqueue, into pending), by ``worker``'s
+    connection. ``flow_order`` holds it, and every claim of the parent, to its children all
+    completed."""
+
+    TYPE: ClassVar[str] = "release"
+    job_id: str
+    worker: str = ""
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("worker", self.worker or None)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Release:
+        return cls(event.job_id or "", event.worker or "", event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Remove:
+    """A job removed by a user (EchoMQ's ``remove_job``): out of every set, its row deleted,
+    neither completed nor lost. ``attempt``: its row's when removed; ``worker``: the remover's
+    connection. A removal of a job under a live lease ends that lease (the holder's later calls
+    find no row): the report lists it (``no_loss``'s ``removed_leased``)."""
+
+    TYPE: ClassVar[str] = "remove"
+    job_id: str
+    worker: str = ""
+    attempt: int | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("worker", self.worker or None),
+                                   ("attempt", self.attempt)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Remove:
+        return cls(event.job_id or "", event.worker or "", event.attempt, event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Reprocess:
+    """A finished job put back to wait (EchoMQ's ``reprocess_job``: out of ``dead``, into
+    pending): its finish (failed for good, or dead-lettered) is undone, and it must be
+    completed again; ``worker``: the connection that did it."""
+
+    TYPE: ClassVar[str] = "reprocess"
+    job_id: str
+    worker: str = ""
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("worker", self.worker or None)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Reprocess:
+        return cls(event.job_id or "", event.worker or "", event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Reassign:
+    """A waiting job moved from one group's lane to another's (EchoMQ's ``Lanes.reassign``):
+    ``group``, the lane it waits in now; ``worker``, the connection that moved it."""
+
+    TYPE: ClassVar[str] = "reassign"
+    job_id: str
+    group: str
+    worker: str = ""
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("group", self.group),
+                                   ("worker", self.worker or None)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Reassign:
+        return cls(event.job_id or "", event.extra.get("group", ""), event.worker or "",
+                   event.ts, event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class LockMarker:
+    """An ``EchoMQ.Locks`` presence marker set (``held``: ``SET <row>:lock <token> PX ...``, at
+    ``track_job``) or released (``DEL <row>:lock``, at ``untrack_job``) by ``worker``'s
+    connection. Not part of the job's lifecycle (the lease is the active set's score): it only
+    makes ``remove_job`` refuse the job (``EMQLOCK``). Counted in the report, judged by no
+    invariant; its refreshes (``PEXPIRE``) and its mirror in the row (``HSET <row> lock``,
+    ``HPEXPIRE``, ``HDEL <row> lock``) make no event."""
+
+    TYPE: ClassVar[str] = "lock_marker"
+    job_id: str
+    worker: str = ""
+    held: bool = True
+    token: str = ""
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("id", self.job_id), ("worker", self.worker or None),
+                                   ("held", int(self.held)), ("token", self.token or None)))
+
+    @classmethod
+    def decode(cls, event: Event) -> LockMarker:
+        get = event.extra.get
+        return cls(event.job_id or "", event.worker or "", get("held", "1") != "0",
+                   get("token", ""), event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -622,15 +742,16 @@ TRANSITION_EVIDENCE, HOLDER_EVIDENCE = "transition", "holder"  # what a Blind ev
 
 
 TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Retry
-              | Promote | Reap | Dead | Sweep | GroupLimit | GroupPause | GroupResume
-              | HandlerHog | Run | Phase | Fault | Heal | FaultSkipped | Blind)
+              | Promote | Reap | Dead | Release | Remove | Reprocess | Reassign | Sweep | GroupLimit
+              | GroupPause | GroupResume | LockMarker | HandlerHog | Run | Phase | Fault | Heal
+              | FaultSkipped | Blind)
 TRANSITIONS: tuple[type[TypedEvent], ...] = (
     Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Retry, Promote, Reap,
-    Dead)
+    Dead, Release, Remove, Reprocess, Reassign)
 RUNNER_EVENTS: tuple[type[TypedEvent], ...] = (Run, Phase, Fault, Heal, FaultSkipped)
 EVENT_TYPES: dict[str, type[TypedEvent]] = {
     kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, GroupLimit, GroupPause, GroupResume,
-                                 HandlerHog, *RUNNER_EVENTS, Blind)}
+                                 LockMarker, HandlerHog, *RUNNER_EVENTS, Blind)}
 # A worker's own calls on a lease it was handed (accepted or rejected): each one reached the store.
 CLIENT_CALLS = (Claim.TYPE, Extend.TYPE, Complete.TYPE, ExtendRejected.TYPE,
                 CompleteRejected.TYPE, Retry.TYPE)

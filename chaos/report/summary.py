@@ -95,6 +95,7 @@ def summary_text(report: dict[str, Any]) -> str:
         f"  jobs      enqueued {jobs['enqueued']}  completed {jobs['completed']}  "
         f"lost {jobs['lost']}  " + (f"undrained {undrained}  " if undrained else "") +
         (f"held {held} (in paused lanes)  " if held else "") +
+        (f"removed {jobs['removed']} (by a user)  " if jobs.get("removed") else "") +
         f"double-completed {jobs['double_completed']}  "
         f"({report['throughput_per_s']} completes/s)"
     )
@@ -155,7 +156,9 @@ def summary_text(report: dict[str, Any]) -> str:
             f"  outcomes  completed {outcomes['completed']}  dead-lettered "
             f"{outcomes['dead_lettered']}  lost {outcomes['lost']}  undrained "
             f"{outcomes.get('undrained', 0)}  "
-            + (f"held {outcomes['held']}  " if outcomes.get("held") else "") + "duplicated "
+            + (f"held {outcomes['held']}  " if outcomes.get("held") else "")
+            + (f"removed {outcomes['removed']}  " if outcomes.get("removed") else "")
+            + "duplicated "
             f"{outcomes['duplicated']}  unexpected {outcomes['unexpected']}")
     dead = report.get("dead_letter")
     if dead and (dead["max_stalls"] or dead["moved_to_dead"]):

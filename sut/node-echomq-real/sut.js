@@ -3,13 +3,15 @@
 // docs/sut.md), not from its code:
 //
 //   node sut.js worker   [--break unfenced-complete|resurrecting-extend|unfenced-retry|
-//                                 unlimited-lanes|paused-claims|drop-paused]
+//                                 unlimited-lanes|paused-claims|drop-paused|eager-parent]
 //                        [--fail-attempts N [--fail-one-in K] [--retry-delay-ms D]
-//                         [--max-attempts M]] [--lanes 1|2|3]
+//                         [--max-attempts M]] [--lanes 1|2|3] [--locks 1]
 //   node sut.js reaper   [--break lazy-reaper|sparse-reaper]
 //   node sut.js producer [--groups N [--limit M] [--weight W] [--pause K --pause-at-ms T
-//                        [--resume-at-ms U]]] (one payload a line on stdin; one line
-//                        `<ms> enqueue id=<id>` each, with `group=<group>` when grouped)
+//                        [--resume-at-ms U]]] [--flows K [--children C]]
+//                        [--remove N --remove-at-ms T] [--reprocess-at-ms T]
+//                        (one payload a line on stdin; one line `<ms> enqueue id=<id>` each,
+//                        with `group=<group>` when grouped, `flow=<child>,...` for a flow)
 //
 // Keys: emq:{<queue>}:pending (ZSET, every score 0), :active (ZSET, score = the lease's
 // deadline on the server clock), :schedule (ZSET, score = when a job is due again), :dead
@@ -38,6 +40,20 @@
 // pauses group gK T ms after it is ready (lua/gpause.lua: the lane keeps its jobs, off the ring) and, with
 // --resume-at-ms U, resumes it U ms after it is ready (lua/gresume.lua), as an operator calling
 // EchoMQ.Lanes' pause and resume would; each logs `paused group=gK` / `resumed group=gK`.
+//
+// Flows (EchoMQ.Flows, from its described effects): a producer with --flows K makes every K-th
+// payload a flow (lua/enqueue_flow.lua): C children (--children, default 2) claimable at once
+// and a parent held until the last of them completes (complete.lua's fan-in puts it into
+// pending); its line names the parent (`id=`) and the children (`flow=`). A flow's jobs never
+// fail on purpose (--fail-attempts): this example's retry does not pass a child's death to its
+// parent, as EchoMQ's does. A user's own calls, at set times after the producer is ready:
+// --remove N --remove-at-ms T removes N of the producer's own flat jobs, newest first
+// (lua/remove_job.lua: refused, EMQLOCK, while a worker's lock marker is on it), logging
+// `removed id=...` or `remove_refused id=... reason=...`; --reprocess-at-ms T puts every job
+// in dead back to pending (lua/reprocess.lua), logging `reprocessed id=...`. A worker with
+// --locks 1 keeps EchoMQ.Locks' presence marker on each job it holds: `SET <row>:lock <token>
+// PX 2 x lease` and the row's `lock` field at the claim, refreshed with each renewal, deleted
+// once the job is settled.
 'use strict';
 
 const { Connection, ReplyError, Scripts, sleep } = require('./connector');
@@ -45,15 +61,16 @@ const { Minter } = require('./ids');
 
 const BREAKS = {
   worker: ['unfenced-complete', 'resurrecting-extend', 'unfenced-retry', 'unlimited-lanes',
-    'paused-claims', 'drop-paused'],
+    'paused-claims', 'drop-paused', 'eager-parent'],
   reaper: ['lazy-reaper', 'sparse-reaper'],
   producer: [],
 };
 // A worker's options (each takes an integer >= 0) and their defaults.
 const WORKER_OPTIONS = { '--fail-attempts': 0, '--fail-one-in': 1, '--retry-delay-ms': 200,
-  '--max-attempts': 3, '--lanes': 0 };
+  '--max-attempts': 3, '--lanes': 0, '--locks': 0 };
 const PRODUCER_OPTIONS = { '--groups': 0, '--limit': 0, '--weight': 0, '--pause': 0, '--pause-at-ms': 0,
-  '--resume-at-ms': 0 };
+  '--resume-at-ms': 0, '--flows': 0, '--children': 2, '--remove': 0, '--remove-at-ms': 0,
+  '--reprocess-at-ms': 0 };
 
 function log(event, fields = {}) {
   const pairs = Object.entries(fields).map(([key, value]) => ` ${key}=${value}`).join('');
@@ -203,6 +220,20 @@ async function worker(config, broken, options) {
   await scripts.load(locks);
   const held = new Map(); // id -> { token, markLost }
   let stopping = false;
+  const markerMs = String(2 * config.leaseMs); // EchoMQ.Locks' marker TTL: twice the lease
+
+  // EchoMQ.Locks' presence marker (track_job / untrack_job), plain commands as it sends them
+  async function mark(job) {
+    const row = k.jobPrefix + job.id;
+    await locks.call('SET', `${row}:lock`, job.token, 'PX', markerMs);
+    await locks.call('HSET', row, 'lock', job.token);
+    await locks.call('HPEXPIRE', row, markerMs, 'FIELDS', '1', 'lock');
+  }
+  async function unmark(job) {
+    const row = k.jobPrefix + job.id;
+    await locks.call('DEL', `${row}:lock`);
+    await locks.call('HDEL', row, 'lock');
+  }
 
   async function claim(connection) {
     // EchoMQ's host reads the queue's pause flag first, in a round trip of its own.
@@ -235,20 +266,34 @@ async function worker(config, broken, options) {
     }
     let markLost;
     const lost = new Promise((resolve) => { markLost = resolve; });
+    if (options['--locks']) await mark(job);
     held.set(job.id, { token: job.token, markLost });
     const outcome = await Promise.race([sleep(handlerMs).then(() => 'done'), lost]);
     if (outcome === 'lost') log('lease_lost', { id: job.id, token: job.token });
     if (held.get(job.id)?.token === job.token) held.delete(job.id);
-    if (failsAttempt(options, job.id, job.token)) {
+    await settle(connection, job);
+    if (options['--locks']) await unmark(job);
+  }
+
+  async function settle(connection, job) {
+    // EchoMQ's host looks for a flow parent first, in a round trip of its own.
+    const [parent] = await connection.call('HMGET', k.jobPrefix + job.id, 'parent',
+      'parent_queue');
+    if (!parent && failsAttempt(options, job.id, job.token)) { // (a flow's jobs never fail)
       await retry(connection, job);
       return;
     }
+    const keys = [k.active, k.jobPrefix + job.id];
+    const argv = [job.id, job.token, k.base];
+    if (parent) { // a flow's child: its parent's keys for the fan-in
+      const parentRow = k.jobPrefix + parent;
+      keys.push(`${parentRow}:dependencies`, `${parentRow}:processed`, parentRow);
+      argv.push(parent, job.id, broken === 'eager-parent' ? 'eager' : '');
+    }
     try {
-      // EchoMQ's host looks for a flow parent first, in a round trip of its own.
-      await connection.call('HMGET', k.jobPrefix + job.id, 'parent', 'parent_queue');
-      const reply = await scripts.run(connection, completeScript, [k.active, k.jobPrefix + job.id],
-        [job.id, job.token, k.base]);
-      log('complete', { id: job.id, token: job.token, result: Number(reply) === 1 ? 'ok' : 'gone' });
+      const reply = await scripts.run(connection, completeScript, keys, argv);
+      log('complete', { id: job.id, token: job.token, result: Number(reply) === 1 ? 'ok' : 'gone',
+        ...(parent ? { parent } : {}) });
     } catch (error) {
       const result = error instanceof ReplyError ? error.message.split(' ')[0] : 'error';
       log('complete', { id: job.id, token: job.token, result, error: JSON.stringify(error.message) });
@@ -260,9 +305,6 @@ async function worker(config, broken, options) {
   async function retry(connection, job) {
     const delayMs = options['--retry-delay-ms'] * 2 ** (Number(job.token) - 1);
     try {
-      // EchoMQ's host looks for a flow parent first, in a round trip of its own.
-      await connection.call('HMGET', k.jobPrefix + job.id, 'parent', 'parent_queue',
-        'parent_policy');
       const reply = await scripts.run(connection, retryScript,
         [k.active, k.schedule, k.dead, k.jobPrefix + job.id],
         [job.id, job.token, String(delayMs), String(options['--max-attempts']), 'chaos-fail',
@@ -299,6 +341,12 @@ async function worker(config, broken, options) {
       return;
     }
     log('extend', { n: pairs.length - failed.length });
+    if (options['--locks']) { // the markers of the leases still held, refreshed with them
+      for (const [id] of pairs.filter(([sentId]) => !failed.includes(sentId))) {
+        await locks.call('PEXPIRE', `${k.jobPrefix + id}:lock`, markerMs);
+        await locks.call('HPEXPIRE', k.jobPrefix + id, markerMs, 'FIELDS', '1', 'lock');
+      }
+    }
     for (const id of failed) {
       const lease = held.get(id);
       const sent = pairs.find(([sentId]) => sentId === id);
@@ -399,7 +447,13 @@ async function producer(config, options) {
     fail(`--resume-at-ms ${options['--resume-at-ms']}: must come after --pause-at-ms`);
   }
   if (options['--weight'] && !groups) fail('--weight: a weight per group needs --groups N');
-  const scripts = new Scripts(['enqueue', 'genqueue', 'glimit', 'gweight', 'gpause', 'gresume']);
+  if (options['--flows'] && groups) fail('--flows: a flow is flat (EchoMQ.Flows), not with --groups');
+  if (options['--flows'] && options['--children'] < 1) fail('--children: a flow has at least one');
+  if (Boolean(options['--remove']) !== Boolean(options['--remove-at-ms'])) {
+    fail('--remove N and --remove-at-ms T go together');
+  }
+  const scripts = new Scripts(['enqueue', 'genqueue', 'glimit', 'gweight', 'gpause', 'gresume',
+    'enqueue_flow', 'remove_job', 'reprocess']);
   const connection = await connect(config);
   await scripts.load(connection);
   for (let index = 1; options['--limit'] && index <= groups; index += 1) {
@@ -429,9 +483,50 @@ async function producer(config, options) {
       }, options['--resume-at-ms']));
     }
   }
+  const flat = []; // the producer's own flat jobs (no flow's), the removable ones
+  if (options['--remove']) { // a user removing some of the jobs they enqueued, newest first
+    timers.push(setTimeout(() => removeSome(options['--remove']).catch((error) => log(
+      'remove_failed', { error: JSON.stringify(error.message) })), options['--remove-at-ms']));
+  }
+  async function removeSome(n) {
+    for (const id of flat.slice(-n).reverse()) {
+      try {
+        const reply = await scripts.run(connection, 'remove_job', [k.jobPrefix + id, k.pending,
+          k.active, k.schedule, k.dead], [id]);
+        if (Number(reply) === 1) log('removed', { id });
+        else log('remove_refused', { id, reason: 'gone' });
+      } catch (error) {
+        log('remove_refused', { id, reason: error.message.split(' ')[0] });
+      }
+    }
+  }
+  if (options['--reprocess-at-ms']) { // a user putting every dead job back to wait
+    timers.push(setTimeout(() => reprocessDead().catch((error) => log('reprocess_failed', {
+      error: JSON.stringify(error.message) })), options['--reprocess-at-ms']));
+  }
+  async function reprocessDead() {
+    for (const id of await connection.call('ZRANGE', k.dead, '0', '-1')) {
+      const reply = await scripts.run(connection, 'reprocess', [k.jobPrefix + id, k.dead,
+        k.pending], [id]);
+      if (Number(reply) === 1) log('reprocessed', { id });
+    }
+  }
+  async function enqueueFlow(payload) {
+    const parent = minter.mint('JOB');
+    const children = Array.from({ length: options['--children'] }, () => minter.mint('JOB'));
+    await scripts.run(connection, 'enqueue_flow', [k.jobPrefix + parent,
+      `${k.jobPrefix + parent}:dependencies`, k.pending, ...children.map((id) => k.jobPrefix + id)],
+    [parent, payload, String(children.length), ...children.flatMap((id) => [id, payload])]);
+    log('enqueue', { id: parent, flow: children.join(',') });
+  }
   let buffered = '';
   let count = 0;
   async function enqueue(payload) {
+    if (options['--flows'] && count % options['--flows'] === options['--flows'] - 1) {
+      count += 1;
+      await enqueueFlow(payload);
+      return;
+    }
     const id = minter.mint('JOB');
     let added;
     let fields = { id };
@@ -444,6 +539,7 @@ async function producer(config, options) {
     } else {
       added = await scripts.run(connection, 'enqueue', [k.jobPrefix + id, k.pending],
         [id, payload]);
+      flat.push(id);
     }
     count += 1;
     log(Number(added) === 1 ? 'enqueue' : 'duplicate', fields);

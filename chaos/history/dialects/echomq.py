@@ -48,6 +48,16 @@ from importlib import resources
 from typing import Any
 
 from chaos.history.dialects import Call, Decoded, jobs_named, script_sha1
+from chaos.history.dialects.echomq_admin import (
+    AWAITING,
+    DEPENDENCIES_SUFFIX,
+    LOCK_SUFFIX,
+    LOGS_SUFFIX,
+    Effect,
+    admin_event,
+    lock_marker,
+    lock_mirror,
+)
 from chaos.history.schema import TRANSITIONS, Sweep
 from chaos.protocol.client import QueueKeys
 
@@ -107,10 +117,12 @@ class EchoMQ:
         self.lanes = keys.base + "g:"  # a group's lane: <base>g:<group>:pending
         self.glimit = keys.base + "glimit"  # each group's limit of live leases
         self.paused = keys.base + "paused"  # the paused groups (EchoMQ.Lanes.pause)
+        self.completed_count = keys.base + "metrics:completed"  # EchoMQ's count of completes
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
         self.leases: dict[str, str] = {}  # id -> deadline, as the active ZSET scores it
         self.scheduled: dict[str, str] = {}  # id -> when due, as the schedule ZSET scores it
+        self.buried: set[str] = set()  # the ids the dead set holds (a reprocess takes one out)
         # Job hashes set to expire (PEXPIRE): id -> the server ms it goes, and the same in time
         # order; ``now_ms`` is the server clock of the call being applied.
         self.expires_at: dict[str, int] = {}
@@ -170,6 +182,11 @@ class EchoMQ:
             elif command == "ZREM":
                 for member in args[2:]:
                     self.scheduled.pop(member, None)
+        elif args[1] == self.dead:
+            if command == "ZADD":
+                self.buried.update(args[_members_start(args) + 1::2])
+            elif command == "ZREM":
+                self.buried.difference_update(args[2:])
 
     def _row(self, key: str) -> str | None:
         """The job whose row ``key`` is; None for another key (a job's own sub-keys, such as
@@ -197,6 +214,10 @@ class EchoMQ:
             self._expire(self.now_ms)
         command = call.args[0].upper()
         if command not in ("EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"):
+            if len(call.args) > 1 and call.args[1].startswith(self.job_prefix):
+                locks = self._locks(call)
+                if locks is not None:
+                    return locks
             if command in _WRITES and len(call.args) > 1 and call.args[1].startswith(self.base):
                 self._apply(call.args)
                 return Decoded([], unscripted_write=True)
@@ -219,6 +240,27 @@ class EchoMQ:
             return self._decode(script, call, call.args[3 + numkeys:])
         except (IndexError, ValueError, KeyError):
             return Decoded([], undecoded=True)
+
+    def _locks(self, call: Call) -> Decoded | None:
+        """EchoMQ.Locks' plain commands on a job's presence marker: a ``lock_marker`` when it is
+        set or released, nothing for a refresh or the row's mirror of it (``echomq_admin``);
+        None for any other command."""
+        args = call.args
+        if args[1].endswith(LOCK_SUFFIX):
+            event = lock_marker(args, self.job_prefix, str(call.stamp_us // 1000))
+            if event is not None:
+                return Decoded([{**event, "worker": call.conn or ""}],
+                               holder_from_connection=True)
+        if lock_mirror(args, self.job_prefix):
+            self._apply(args)  # (the row's lock field: kept in the shadow as the store has it)
+            return Decoded([])
+        return None
+
+    def names_caller(self, args: list[str]) -> bool:
+        """Does this plain command need its connection named before it is decoded (the
+        recorder asks for every command outside a script): a lock marker's set or release."""
+        return len(args) > 1 and args[1].endswith(LOCK_SUFFIX) and args[0].upper() in (
+            "SET", "DEL", "UNLINK")
 
     def lease_holders_oldest_first(self, now_ms: int, limit: int = 100) -> list[str]:
         """The holders of the ``limit`` earliest-deadline leases still live at ``now_ms`` (server
@@ -326,7 +368,7 @@ class EchoMQ:
         # ms's last µs) to the stamp of the script's first TIME, read as the loop passes it.
         self.earliest_ms, self.latest_ms = stamp_ms - 1, stamp_ms
         timed = False
-        effects: dict[str, _Effect] = {}
+        effects: dict[str, Effect] = {}
         runner: list[dict[str, str]] = []
         popped = False  # a ZPOPMIN of pending: a claim, empty when nothing else follows
         # (the recorder's hot path: the keys and the row's prefix read once per call)
@@ -338,6 +380,7 @@ class EchoMQ:
         sets = (active, pending, dead, schedule)
 
         swept = False  # a scan of the active set for lapsed leases: a sweep
+        completion_counted = False  # EchoMQ's metrics:completed counted up: a complete
         for stamp, args in call.commands:
             name = args[0]
             if name in _READS:  # (as scripts spell them: no upper-casing to tell)
@@ -383,6 +426,8 @@ class EchoMQ:
                         continue  # a ZADD XX or ZREM of a lease that is not there: no write
                     if key == schedule and score is None and member not in scheduled:
                         continue  # a ZREM of a job not waiting there: no write
+                    if key == dead and score is None and member not in self.buried:
+                        continue  # a ZREM of a job not dead: no write
                     job = effects.get(member) or self._effect(effects, member)
                     if key == active:
                         if score is None:
@@ -397,8 +442,12 @@ class EchoMQ:
                             job.left_schedule, job.due_before = True, scheduled.pop(member)
                         else:
                             job.due = scheduled[member] = score
+                    elif score is None:  # out of dead: a reprocess, or a removal
+                        job.left_dead = True
+                        self.buried.discard(member)
                     else:
                         job.dead = score
+                        self.buried.add(member)
                 if key != active:
                     continue  # (the shadow keeps the active and schedule sets, no other)
                 if name == "ZREM":  # _write's, inline
@@ -413,10 +462,15 @@ class EchoMQ:
                 continue
             row = key[cut:] if key.startswith(job_prefix) else None  # _row, inline
             if row is None or ":" in row:
-                if row is None:  # (past the hot keys: a flat queue pays nothing for lanes)
-                    popped |= self._lane_write(name, key, args, effects, runner, ts,
-                                               call.conn)
-                continue  # none of the queue's (or a job's sub-key): no effect, no shadow
+                if row is None:
+                    if key == self.completed_count:
+                        completion_counted = True
+                    else:  # (past the hot keys: a flat queue pays nothing for lanes)
+                        popped |= self._lane_write(name, key, args, effects, runner, ts,
+                                                   call.conn)
+                else:
+                    self._subkey_write(name, row, args, effects, runner, ts, call.conn)
+                continue  # none of the queue's (or a job's sub-key): no shadow
             job = effects.get(row) or self._effect(effects, row)
             if name in ("HSET", "HMSET"):
                 shadow = self.jobs.setdefault(row, {})
@@ -429,6 +483,8 @@ class EchoMQ:
                         job.payload = True
                 if state == "completed":
                     job.completed = True
+                elif state == AWAITING:  # a flow parent, held until its children complete
+                    job.awaiting = True
                 elif state is not None and state not in ("active", "pending", "dead",
                                                          "scheduled"):
                     job.other_state = True
@@ -440,6 +496,8 @@ class EchoMQ:
                     job.counted = args[2]  # sweep: stalled)
             elif name in ("DEL", "UNLINK"):
                 job.deleted = True
+                if len(args) > 2 and key + LOGS_SUFFIX in args[2:]:  # remove_job's, at once
+                    job.logs_deleted = True
             self._write(args, name, row)
         events: list[dict[str, str]] = runner
         if swept:  # before the reaps it made, as the reap scripts record it
@@ -447,7 +505,19 @@ class EchoMQ:
         undecoded = False
         holder = call.conn or ""
         for job_id, job in effects.items():
-            event = self._effect_event(job_id, job, ts, holder)
+            if job.left_dead or job.logs_deleted or job.awaiting or job.left_lane or \
+                    job.state_before == AWAITING:  # (rare: a flow's, or a user's own call)
+                event = admin_event(job_id, job, ts, holder, completion_counted)
+                if event is not None and event["type"] == "reassign":
+                    event.update(self._group(job_id))
+                if event is None and (job.awaiting or job.state_before == AWAITING
+                                      or job.left_dead):
+                    undecoded |= job.changed  # e.g. a held parent failed by its child: not read
+                    continue
+            else:
+                event = None
+            if event is None:
+                event = self._effect_event(job_id, job, ts, holder)
             if event is None:
                 undecoded |= job.changed
             elif event:
@@ -461,15 +531,33 @@ class EchoMQ:
         # positional (keywords cost as much as the rest of the call's bookkeeping)
         return Decoded(events, undecoded, popped and not effects, False, False, True)
 
-    def _effect(self, effects: dict[str, _Effect], job_id: str) -> _Effect:
-        """A job's first effect in a call: where it starts from (its lease, its row's attempt:
-        a row the call deletes keeps it here)."""
+    def _effect(self, effects: dict[str, Effect], job_id: str) -> Effect:
+        """A job's first effect in a call: where it starts from (its lease, its row's attempt
+        and state: a row the call deletes keeps them here)."""
         row = self.jobs.get(job_id)
-        found = effects[job_id] = _Effect(bool(row), self.leases.get(job_id, ""),
-                                          row.get("attempts", "0") if row else "0")
+        found = effects[job_id] = Effect(bool(row), self.leases.get(job_id, ""),
+                                         row.get("attempts", "0") if row else "0",
+                                         row.get("state") if row else None)
         return found
 
-    def _effect_event(self, job_id: str, job: _Effect, ts: str,
+    def _subkey_write(self, name: str, row: str, args: list[str], effects: dict[str, Effect],
+                      events: list[dict[str, str]], ts: str, conn: str | None) -> None:
+        """A write to one of a job's sub-keys: a flow parent's count of children set
+        (``<id>:dependencies``), a row's logs deleted (``remove_job``), a lock marker set or
+        released inside a script; anything else (a child's result in ``<id>:processed``, the
+        count's DECR, a log line) moves no job."""
+        job_id, _, sub = row.partition(":")
+        suffix = ":" + sub
+        if suffix == DEPENDENCIES_SUFFIX and name == "SET" and len(args) > 2:
+            (effects.get(job_id) or self._effect(effects, job_id)).children = args[2]
+        elif suffix == LOGS_SUFFIX and name in ("DEL", "UNLINK"):
+            (effects.get(job_id) or self._effect(effects, job_id)).logs_deleted = True
+        elif suffix == LOCK_SUFFIX:
+            event = lock_marker(args, self.job_prefix, ts)
+            if event is not None:
+                events.append({**event, "worker": conn or ""})
+
+    def _effect_event(self, job_id: str, job: Effect, ts: str,
                       holder: str) -> dict[str, str] | None:
         """The transition ``job``'s effects make; {} for none, None when they make no sense.
         The attempt a call acts on is the row's before it (a complete may delete the row); a
@@ -510,10 +598,11 @@ class EchoMQ:
         if job.pending and job.payload and not job.existed and not job.left_active \
                 and job.deadline is None and job.dead is None:
             return {"type": "enqueue", "id": job_id,
-                    "ts": self._exact(ts, job.pending_score), **self._group(job_id)}
+                    "ts": self._exact(ts, job.pending_score), **self._group(job_id),
+                    **self._parent(job_id)}
         return {} if not job.changed else None
 
-    def _lane_write(self, name: str, key: str, args: list[str], effects: dict[str, _Effect],
+    def _lane_write(self, name: str, key: str, args: list[str], effects: dict[str, Effect],
                     events: list[dict[str, str]], ts: str, conn: str | None) -> bool:
         """A write to group lanes' keys (EchoMQ.Lanes): a group's lane is a pending set of its
         own (a job into it, as into pending; out of it; its head popped: a claim, True), a
@@ -532,7 +621,7 @@ class EchoMQ:
                     job.pending, job.pending_score = True, score
             elif name == "ZREM":
                 for member in args[2:]:
-                    effects.get(member) or self._effect(effects, member)
+                    (effects.get(member) or self._effect(effects, member)).left_lane = True
         elif key == self.glimit and name == "HSET":
             events += [{"type": "group_limit", "group": args[index], "limit": args[index + 1],
                         "ts": ts} for index in range(2, len(args) - 1, 2)]
@@ -544,12 +633,17 @@ class EchoMQ:
                        for group in args[2:]]
         return False
 
+    def _parent(self, job_id: str) -> dict[str, str]:
+        """A flow child's ``parent`` (its row's, as EchoMQ.Flows writes it), else none."""
+        parent = self.jobs.get(job_id, {}).get("parent")
+        return {"parent": parent} if parent else {}
+
     def _group(self, job_id: str) -> dict[str, str]:
         """A grouped job's ``group`` (its row's, as the lanes' scripts write it), else none."""
         group = self.jobs.get(job_id, {}).get("group")
         return {"group": group} if group else {}
 
-    def _schedule_event(self, job_id: str, job: _Effect, ts: str, holder: str, attempt: str,
+    def _schedule_event(self, job_id: str, job: Effect, ts: str, holder: str, attempt: str,
                         settled: bool) -> dict[str, str] | None:
         """The transition of a job the call put into the schedule or took out of it: a retry
         (its row kept, into schedule: handed back to run when due), a scheduled admission (a
@@ -760,32 +854,6 @@ class EchoMQ:
             self.runner_seen.append(key)
             missed.append(fields)
         return found, missed
-
-
-class _Effect:
-    """What one call did to one job (``EchoMQ._by_effect``). Class-level defaults: a new one
-    sets only what it starts from (one per job a call touches, on the recorder's hot path)."""
-
-    attempts_raised = completed = deleted = left_active = False
-    payload = pending = other_state = left_schedule = False
-    pending_score: str | None = None  # its score in pending (enqueue: TIME, or 0)
-    deadline: str | None = None  # the lease written to active
-    dead: str | None = None  # its score in dead
-    due: str | None = None  # its score written to schedule (when it is due)
-    due_before: str | None = None  # its score in schedule when the call took it out
-    counted: str | None = None  # a field of its row (not attempts) the call counted up
-
-    def __init__(self, existed: bool, deadline_before: str, attempt_before: str) -> None:
-        self.existed = existed  # its row held something when the call began
-        self.deadline_before = deadline_before  # the lease it held when the call began (a reap's)
-        self.attempt_before = attempt_before  # its attempts (fencing token) when the call began
-
-    @property
-    def changed(self) -> bool:
-        """Did the call change the job's lease, place or fate (not only bookkeeping)?"""
-        return (self.attempts_raised or self.completed or self.deleted or self.left_active
-                or self.pending or self.other_state or self.deadline is not None
-                or self.dead is not None or self.due is not None or self.left_schedule)
 
 
 _SETTLING = frozenset(("complete", "dead", "retry"))  # the events that end a job's holding

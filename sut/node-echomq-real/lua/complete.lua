@@ -1,7 +1,12 @@
 -- complete: the holder finished the job (EchoMQ's @complete, from its described effects). The
 -- row is deleted; the count in metrics:completed is the only record.
--- KEYS[1] emq:{q}:active, KEYS[2] the job's row
--- ARGV[1] the id, ARGV[2] the holder's token (its attempts), ARGV[3] the queue's base emq:{q}:
+-- KEYS[1] emq:{q}:active, KEYS[2] the job's row; a flow's child also KEYS[3] its parent's
+-- :dependencies, KEYS[4] the parent's :processed, KEYS[5] the parent's row
+-- ARGV[1] the id, ARGV[2] the holder's token (its attempts), ARGV[3] the queue's base emq:{q}:;
+-- a flow's child also ARGV[4] the parent's id, ARGV[5] its result, ARGV[6] 'eager' (broken on
+-- purpose: the parent released at its first child's complete) or ''
+-- The fan-in (EchoMQ.Flows): a child's own complete (its lease live) counts one child fewer
+-- and, at the last, puts the parent into pending.
 -- Returns 1; 0 when the row is gone; an EMQSTALE error (nothing written) for a stale token.
 local attempts = redis.call('HGET', KEYS[2], 'attempts')
 if not attempts then
@@ -40,6 +45,18 @@ else
     if redis.call('ZCARD', lane) == 0 then
       redis.call('LREM', base .. 'ring', 0, group)
     end
+  end
+end
+if KEYS[3] and was_active then
+  local left = redis.call('DECR', KEYS[3])
+  redis.call('HSET', KEYS[4], ARGV[1], ARGV[5])
+  local release = left <= 0
+  if ARGV[6] == 'eager' then
+    release = redis.call('HGET', KEYS[5], 'state') == 'awaiting_children'
+  end
+  if release then
+    redis.call('ZADD', base .. 'pending', 0, ARGV[4])
+    redis.call('HSET', KEYS[5], 'state', 'pending')
   end
 end
 redis.call('DEL', KEYS[2])
