@@ -63,7 +63,9 @@ def test_flows_removals_and_reprocessing_pass_as_the_processes_logs_tell(tmp_pat
     # removal refused (a worker's lock marker on the job) writes nothing and shows nothing
     removed = re.findall(r" removed id=(\S+)", producer_log)
     refused = re.findall(r" remove_refused id=(\S+)", producer_log)
-    assert sorted(e["id"] for e in of("remove")) == sorted(removed) and len(removed + refused) == 3
+    # (the jobs in dead when it removes, failed for good, are there to be removed: one at least)
+    assert removed and sorted(e["id"] for e in of("remove")) == sorted(removed)
+    assert 3 <= len(removed + refused) <= 6
     reprocessed = re.findall(r" reprocessed id=(\S+)", producer_log)
     assert reprocessed and sorted(e["id"] for e in of("reprocess")) == sorted(reprocessed)
     # every complete the workers logged accepted is in the history, by the same worker; the
@@ -91,7 +93,11 @@ def test_flows_removals_and_reprocessing_pass_as_the_processes_logs_tell(tmp_pat
     assert markers and all((e["id"], e["token"], e["worker"]) in claims for e in markers)
     found = result.report["invariants"]
     assert found["flow_order"]["flows"] == len(flows)
-    assert found["no_loss"]["removed"] == len(removed) == result.report["outcomes"]["removed"]
+    assert found["no_loss"]["removed"] == len(removed)
+    # a job removed after it failed for good keeps that outcome; one removed unfinished is
+    # removed, neither lost nor completed
+    failed = {e["id"] for e in completes if e.get("target") == "failed"}
+    assert result.report["outcomes"]["removed"] == len(set(removed) - failed - set(reprocessed))
 
 
 @pytest.mark.integration

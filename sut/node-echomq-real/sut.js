@@ -47,8 +47,9 @@
 // pending); its line names the parent (`id=`) and the children (`flow=`). A flow's jobs never
 // fail on purpose (--fail-attempts): this example's retry does not pass a child's death to its
 // parent, as EchoMQ's does. A user's own calls, at set times after the producer is ready:
-// --remove N --remove-at-ms T removes N of the producer's own flat jobs, newest first
-// (lua/remove_job.lua: refused, EMQLOCK, while a worker's lock marker is on it), logging
+// --remove N --remove-at-ms T removes up to N jobs failed for good (in dead) and N of the
+// producer's own flat jobs, newest first (lua/remove_job.lua: refused, EMQLOCK, while a
+// worker's lock marker is on it), logging
 // `removed id=...` or `remove_refused id=... reason=...`; --reprocess-at-ms T puts every job
 // in dead back to pending (lua/reprocess.lua), logging `reprocessed id=...`. A worker with
 // --locks 1 keeps EchoMQ.Locks' presence marker on each job it holds: `SET <row>:lock <token>
@@ -488,8 +489,9 @@ async function producer(config, options) {
     timers.push(setTimeout(() => removeSome(options['--remove']).catch((error) => log(
       'remove_failed', { error: JSON.stringify(error.message) })), options['--remove-at-ms']));
   }
-  async function removeSome(n) {
-    for (const id of flat.slice(-n).reverse()) {
+  async function removeSome(n) { // up to N failed for good (in dead), and the N newest flat
+    const dead = await connection.call('ZRANGE', k.dead, '0', String(n - 1));
+    for (const id of [...dead, ...flat.slice(-n).reverse().filter((job) => !dead.includes(job))]) {
       try {
         const reply = await scripts.run(connection, 'remove_job', [k.jobPrefix + id, k.pending,
           k.active, k.schedule, k.dead], [id]);
