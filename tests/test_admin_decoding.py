@@ -231,3 +231,72 @@ def test_a_lane_reassignment_decodes_as_its_own_event_and_moves_the_jobs_group()
     assert [(e.type, e.extra.get("group")) for e in events] == [
         ("enqueue", "g1"), ("reassign", "g2"), ("claim", "g2")]
     assert replay(events).job_groups == {job: "g2"}
+
+
+def test_removal_reprocessing_and_lock_markers_on_a_real_server(valkey_server, tmp_path):
+    """The example SUT's scripts (remove_job, reprocess) and EchoMQ.Locks' plain commands run on
+    a real valkey-server, recorded live: a removal of a job its holder's lease is live on (no
+    marker) goes through and is listed with that holder, the holder's complete then finds no
+    row and writes nothing; a removal of a marked job is refused (EMQLOCK) and shows nothing; a
+    job failed for good is reprocessed (a second reprocess refused, EMQSTATE) and completed."""
+    import pytest
+    import redis
+    from test_schedule_decoding import Capture, Contract
+
+    from chaos.check.checker import CheckConfig, check
+    from chaos.history.schema import Phase, Run
+    from chaos.protocol.client import QueueClient
+
+    worker, admin = Contract(valkey_server, "ops", "worker-1"), Contract(valkey_server, "ops",
+                                                                          "admin")
+    keys = worker.keys
+    capture = Capture(valkey_server, keys, tmp_path)
+    runner = QueueClient(worker.client, keys)
+    runner.record(**Run(scenario="ops", lease_ms=1000, reap_interval_ms=100,
+                        workers=("worker-1",), dialect="echomq").fields())
+
+    def remove(job_id: str) -> int:
+        return int(admin.run("remove_job", [keys.job(job_id), keys.pending, keys.active,
+                                            keys.schedule, keys.dead], [job_id]))
+
+    def reprocess(job_id: str) -> int:
+        return int(admin.run("reprocess", [keys.job(job_id), keys.dead, keys.pending], [job_id]))
+
+    yanked, marked, failed = "JOB00000000A1", "JOB00000000B2", "JOB00000000C3"
+    for job_id in (yanked, marked, failed):
+        assert worker.enqueue(job_id) == 1
+    assert worker.claim() == (yanked, 1)
+    assert remove(yanked) == 1  # its lease live, no marker on it: removed from under its holder
+    assert worker.complete(yanked, 1) == 0  # the row is gone: nothing written
+    assert worker.claim() == (marked, 1)
+    worker.client.set(keys.job(marked) + ":lock", "1", px=2000)  # EchoMQ.Locks' track_job
+    worker.client.hset(keys.job(marked), "lock", "1")
+    with pytest.raises(redis.ResponseError, match="EMQLOCK"):
+        remove(marked)
+    assert worker.complete(marked, 1) == 1
+    worker.client.delete(keys.job(marked) + ":lock")  # untrack_job
+    assert worker.claim() == (failed, 1)
+    assert worker.retry(failed, 1, 100, max_attempts=1) == "dead"
+    assert reprocess(failed) == 1
+    with pytest.raises(redis.ResponseError, match="EMQSTATE"):
+        reprocess(failed)
+    assert worker.claim() == (failed, 2) and worker.complete(failed, 2) == 1
+    runner.record(**Phase("end", drained=True).fields())
+    history, health, _ = capture.stop()
+    for client in (worker.client, admin.client):
+        client.close()
+
+    assert (health.undecoded_calls, health.unscripted_writes) == (0, 0)
+    assert [(e.type, e.job_id, e.worker) for e in history if e.type in (
+        "remove", "reprocess", "lock_marker", "complete")] == [
+        ("remove", yanked, "admin"), ("lock_marker", marked, "worker-1"),
+        ("complete", marked, "worker-1"), ("lock_marker", marked, "worker-1"),
+        ("complete", failed, "worker-1"), ("reprocess", failed, "admin"),
+        ("complete", failed, "worker-1")]
+    verdict = check(history, CheckConfig(1000, 100), final=True)
+    assert not verdict.failed_invariants(), verdict.failed_invariants()
+    no_loss = verdict.invariants["no_loss"].figures
+    (leased,) = no_loss["removed_leased_examples"]
+    assert (leased["job"], leased["holder"], leased["remover"]) == (yanked, "worker-1", "admin")
+    assert no_loss["reprocessed"] == 1 and no_loss["lock_markers"] == {"set": 1, "released": 1}
+    assert (verdict.outcomes.removed, verdict.outcomes.completed) == (1, 2)
