@@ -33,6 +33,11 @@ After a gap in the feed (the recorder lost its connection, e.g. to a store resta
 ``gap_differences`` compares the shadow with the store as it was the instant MONITOR resumed:
 any job hash (but its payload) or lease that differs is a write the recorder missed.
 
+The by-effect reading (``_by_effect``: a stranger's scripts, EchoMQ's own) gathers what a call
+did to each job (``echomq_effect.Effect``); its reading of EchoMQ's group lanes is
+``echomq_lanes``, of its flows, a user's removals and reprocessing and EchoMQ.Locks' markers
+``echomq_admin``.
+
 A completed job's hash may expire (``completed_retention_ms``: complete.lua's PEXPIRE): the
 shadow drops it at the same server time, so a late call decodes against what the store held
 (no attempts) and the shadow stays as small as the store.
@@ -53,11 +58,12 @@ from chaos.history.dialects.echomq_admin import (
     DEPENDENCIES_SUFFIX,
     LOCK_SUFFIX,
     LOGS_SUFFIX,
-    Effect,
     admin_event,
     lock_marker,
     lock_mirror,
 )
+from chaos.history.dialects.echomq_effect import Effect
+from chaos.history.dialects.echomq_lanes import Lanes
 from chaos.history.schema import TRANSITIONS, Sweep
 from chaos.protocol.client import QueueKeys
 
@@ -114,9 +120,7 @@ class EchoMQ:
         self.dead, self.schedule = keys.dead, keys.schedule
         self.job_prefix = keys.job_prefix
         self.base = keys.base
-        self.lanes = keys.base + "g:"  # a group's lane: <base>g:<group>:pending
-        self.glimit = keys.base + "glimit"  # each group's limit of live leases
-        self.paused = keys.base + "paused"  # the paused groups (EchoMQ.Lanes.pause)
+        self.lanes = Lanes(keys.base)  # EchoMQ.Lanes' keys (``echomq_lanes``)
         self.completed_count = keys.base + "metrics:completed"  # EchoMQ's count of completes
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
         self.jobs: dict[str, dict[str, str]] = {}
@@ -466,8 +470,8 @@ class EchoMQ:
                     if key == self.completed_count:
                         completion_counted = True
                     else:  # (past the hot keys: a flat queue pays nothing for lanes)
-                        popped |= self._lane_write(name, key, args, effects, runner, ts,
-                                                   call.conn)
+                        popped |= self.lanes.write(name, key, args, effects, self._effect,
+                                                   runner, ts, call.conn)
                 else:
                     self._subkey_write(name, row, args, effects, runner, ts, call.conn)
                 continue  # none of the queue's (or a job's sub-key): no shadow
@@ -601,37 +605,6 @@ class EchoMQ:
                     "ts": self._exact(ts, job.pending_score), **self._group(job_id),
                     **self._parent(job_id)}
         return {} if not job.changed else None
-
-    def _lane_write(self, name: str, key: str, args: list[str], effects: dict[str, Effect],
-                    events: list[dict[str, str]], ts: str, conn: str | None) -> bool:
-        """A write to group lanes' keys (EchoMQ.Lanes): a group's lane is a pending set of its
-        own (a job into it, as into pending; out of it; its head popped: a claim, True), a
-        limit set in ``glimit`` is a ``group_limit`` event for the checker, and a group into
-        or out of ``paused`` a ``group_pause`` or ``group_resume``. Anything else (the ring,
-        the wake list, the live counts) moves no job."""
-        if key.startswith(self.lanes) and key.endswith(LANE_SUFFIX):
-            if name == "ZPOPMIN":
-                return True
-            if name == "ZADD":
-                first = 2
-                while first < len(args) and args[first].upper() in _ZADD_OPTIONS:
-                    first += 1
-                for member, score in zip(args[first + 1::2], args[first::2]):  # noqa: B905
-                    job = effects.get(member) or self._effect(effects, member)
-                    job.pending, job.pending_score = True, score
-            elif name == "ZREM":
-                for member in args[2:]:
-                    (effects.get(member) or self._effect(effects, member)).left_lane = True
-        elif key == self.glimit and name == "HSET":
-            events += [{"type": "group_limit", "group": args[index], "limit": args[index + 1],
-                        "ts": ts} for index in range(2, len(args) - 1, 2)]
-        elif key == self.paused and name in ("SADD", "SREM"):
-            # (a SADD of a group already paused, or a SREM of one that is not, writes nothing;
-            # the checker takes the event as the state it leaves, so it is harmless)
-            kind = "group_pause" if name == "SADD" else "group_resume"
-            events += [{"type": kind, "group": group, "worker": conn or "", "ts": ts}
-                       for group in args[2:]]
-        return False
 
     def _parent(self, job_id: str) -> dict[str, str]:
         """A flow child's ``parent`` (its row's, as EchoMQ.Flows writes it), else none."""
@@ -857,9 +830,6 @@ class EchoMQ:
 
 
 _SETTLING = frozenset(("complete", "dead", "retry"))  # the events that end a job's holding
-
-
-LANE_SUFFIX = ":pending"  # <base>g:<group>:pending: a group's lane
 
 
 def _whole(score: str) -> str:
