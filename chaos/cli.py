@@ -37,8 +37,9 @@ def usage_errors() -> tuple[type[Exception], ...]:
     from chaos.run.rundir import RunDirError
     from chaos.scenario.loading import ScenarioError
     from chaos.store.record import LabelError
+    from chaos.store.trend import TrendError
 
-    return ScenarioError, RunDirError, SavedRunError, LabelError
+    return ScenarioError, RunDirError, SavedRunError, LabelError, TrendError
 
 
 def _recording(args: argparse.Namespace) -> RunRecorder | None:
@@ -213,6 +214,40 @@ def cmd_store_import(args: argparse.Namespace) -> int:
     finally:
         store.close()
     return EXIT_PASS
+
+
+def cmd_trend(args: argparse.Namespace) -> int:
+    from chaos.files import write_text_atomic
+    from chaos.run.storing import store_url
+    from chaos.store.database import STORE_ENV, StoreError, open_store
+    from chaos.store.trend import TrendSettings
+    from chaos.tools import trend
+
+    url = store_url(args.store)
+    if url is None:
+        print(f"error: no store: give --store URL or set {STORE_ENV}", file=sys.stderr)
+        return EXIT_USAGE
+    given = {name: getattr(args, name) for name in ("baseline", "candidates", "alpha",
+                                                     "min_shift_ms", "min_shift_of_bound")}
+    settings = TrendSettings(**{name: value for name, value in given.items()
+                                if value is not None})  # the defaults are TrendSettings'
+    settings.validate()  # exit 2 before the store is opened
+    if "://" not in url and not Path(url).expanduser().exists():  # never make one to read it
+        raise StoreError(f"store {url}: no such SQLite file")
+    store = open_store(url)
+    try:
+        result = trend.trend(store, settings, by=args.by, scenario=args.scenario)
+    finally:
+        store.close()
+    if args.json:
+        print(json.dumps(result.as_dict(), indent=2))
+    else:
+        print(trend.table(result))
+    if args.html:
+        write_text_atomic(Path(args.html), trend.render_html(result))
+    if args.junit:
+        write_text_atomic(Path(args.junit), trend.junit_document(result))
+    return result.exit_code
 
 
 def cmd_selftest(args: argparse.Namespace) -> int:
@@ -548,6 +583,39 @@ def build_parser() -> argparse.ArgumentParser:
     store_import.add_argument("run_dir", nargs="+", metavar="RUN_DIR")
     _store_options(store_import)
     store_import.set_defaults(handler=cmd_store_import)
+
+    trend_cmd = commands.add_parser(
+        "trend", help="each scenario's figures over the stored runs; flag a regression",
+        description="Per scenario (whatever its settings: a --set is compared with the runs "
+                    "before it), and per value of a label with --by: its verdict history and "
+                    "rate of unknown, each figure over time, and its latest --candidates "
+                    "judged runs against the --baseline passing runs before them, on the "
+                    "samples behind the recovery figures (a one-sided Mann-Whitney U test, and "
+                    "a median shift of at least the threshold). Exit 0 no regression, 1 a "
+                    "regression (each named), 2 bad arguments, 3 the store unreachable "
+                    "(docs/store.md).")
+    trend_cmd.add_argument("--store", metavar="URL",
+                           help="the store: a path (an SQLite file) or a postgresql:// URL "
+                                "(default: $ECHOMQ_CHAOS_STORE)")
+    trend_cmd.add_argument("--by", metavar="KEY",
+                           help="one group per value of this label, e.g. sut_version")
+    trend_cmd.add_argument("--scenario", metavar="NAME", help="only this scenario")
+    trend_cmd.add_argument("--baseline", type=int, metavar="N",
+                           help="passing runs in the baseline window (default 5)")
+    trend_cmd.add_argument("--candidates", type=int, metavar="M",
+                           help="the latest judged runs compared with it (default 3)")
+    trend_cmd.add_argument("--alpha", type=float,
+                           help="the test's significance level (default 0.01)")
+    trend_cmd.add_argument("--min-shift-ms", type=float, metavar="MS",
+                           help="the median shift an alarm needs at least (default 50)")
+    trend_cmd.add_argument("--min-shift-of-bound", type=float, metavar="SHARE",
+                           help="... and at least this share of the baseline's recovery bound "
+                                "(default 0.05)")
+    trend_cmd.add_argument("--json", action="store_true", help="print the trend as JSON")
+    trend_cmd.add_argument("--html", metavar="PATH", help="write a page of plots to PATH")
+    trend_cmd.add_argument("--junit", metavar="PATH",
+                           help="write JUnit XML to PATH: one case per scenario x figure")
+    trend_cmd.set_defaults(handler=cmd_trend)
 
     families_cmd = commands.add_parser(
         "families", help="list the queue families installed (docs/families.md)",
