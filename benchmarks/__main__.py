@@ -12,6 +12,7 @@ Sections (docs/benchmarks.md says what each row means):
            its live ceiling and what it costs the server (benchmarks/recorder.py)
   locust   Locust's ceiling (benchmarks/locust_ceiling.py)
   store    what storing a run costs (--store) against judging it (benchmarks/store_cost.py)
+  trend    `trend` over 10,000 stored runs vs reading them alone (benchmarks/trend_speed.py)
   scale    64 workers x 8 slots, 200k jobs, a quarter killed (only with --scale or
            --only scale: minutes)
 
@@ -42,6 +43,7 @@ from benchmarks import (
     scale,
     startup,
     store_cost,
+    trend_speed,
 )
 from benchmarks.common import Row, redis_benchmark_path
 from chaos.files import write_json_atomic
@@ -49,7 +51,7 @@ from chaos.scenario.loading import ScenarioError, load_scenario
 
 SCHEMA = 1
 SECTIONS = ("queue", "fields", "checker", "startup", "proxy", "recorder", "locust", "store",
-            "scale")
+            "trend", "scale")
 EXIT_MET, EXIT_MISSED, EXIT_USAGE, EXIT_INFRA, EXIT_ABORTED = 0, 1, 2, 3, 130
 
 
@@ -63,6 +65,7 @@ class Preset:
     recorder: tuple[int, int, int, int]  # live: claims, rounds; offline decode: jobs, rounds
     fields: tuple[int, int]  # claims per run, rounds
     store_rounds: int = 5
+    trend: tuple[int, int] = (10_000, 3)  # stored runs, rounds
 
 
 PRESETS = {
@@ -74,7 +77,7 @@ PRESETS = {
                     (10_000, 3)),
     # the test suite's size: proves the harness end to end; its figures mean nothing
     "smoke": Preset(queue_path.Sizes(claims=200, jobs=100, rounds=1), 2_000, 1, 1, (50, 1, 2),
-                    (200, 1, 50, 1), (200, 1), 1),
+                    (200, 1, 50, 1), (200, 1), 1, (300, 1)),
 }
 
 
@@ -202,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         "recorder": lambda: recorder.measure(*preset.recorder),
         "locust": lambda: locust_section(mode),
         "store": lambda: store_cost.measure(preset.store_rounds),
+        "trend": lambda: trend_speed.measure(*preset.trend),
         "scale": lambda: scale.measure(args.scale_counts, args.scale_set),
     }
     started = time.monotonic()

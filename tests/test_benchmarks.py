@@ -41,14 +41,15 @@ def test_the_benchmark_runs_at_smoke_size_and_writes_bench_json(smoke: tuple[dic
     bench, stdout = smoke
     assert bench["schema"] == 1 and bench["mode"] == "smoke"
     assert set(bench["sections"]) == {"queue", "fields", "checker", "startup", "proxy", "recorder",
-                                      "locust", "store"}
+                                      "locust", "store", "trend"}
     rows = [row for section in bench["sections"].values() for row in section.get("rows", [])]
     figures = {row["figure"] for row in rows}
     for expected in ("Python claims/s vs the server's ceiling",
                      "full jobs/s, events on + exporter vs events off",
                      "peak RSS vs 1 GiB",
                      "run -> first claim, 8 workers, local runtime",
-                     "storing one run (new SQLite store: schema, record, samples)"):
+                     "storing one run (new SQLite store: schema, record, samples)",
+                     "echomq-chaos trend over 300 stored runs"):
         assert expected in figures
     for row in rows:
         assert set(row) == ROW_KEYS, row
