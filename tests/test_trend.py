@@ -27,6 +27,7 @@ from chaos.store.trend import (
     mann_whitney_greater,
     midranks,
 )
+from tests.postgres import postgres_url  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -176,15 +177,18 @@ def test_groups_by_scenario_whatever_the_settings_and_by_label() -> None:
 # --- the command on a store of synthetic records ----------------------------------------------
 
 
-def synthetic_store(path: Path, slow_candidates: bool) -> None:
-    rng = random.Random(4)
-    store = open_store(str(path))
+def synthetic_store(url: str | Path, slow_candidates: bool, runs: range = range(8)) -> None:
+    """kill-worker runs ``runs`` (5 of settings a, then settings b: 200 ms slower with
+    ``slow_candidates``), and one unknown run of another scenario."""
+    rng = random.Random(4 + runs.start)
+    store = open_store(str(url))
     try:
-        for k in range(8):
+        for k in runs:
             centre = 1180 if slow_candidates and k >= 5 else 980
             store.add(record(started_ms=1_000_000 + k * 1000, settings_hash="a" if k < 5 else "b",
                              samples=run_samples(rng, centre)))
-        store.add(record(scenario="other", started_ms=2_000_000, verdict="unknown"))
+        if runs.start == 0:
+            store.add(record(scenario="other", started_ms=2_000_000, verdict="unknown"))
     finally:
         store.close()
 
@@ -200,7 +204,7 @@ def test_trend_exits_1_naming_the_regression_with_json_html_and_junit(tmp_path: 
     assert "settings changed at run 6: a -> b" in done.stdout
     assert "other: 1 run(s)" in done.stdout and "unknown 100%" in done.stdout
     text = page.read_text()
-    assert text.count("<svg") >= 2 and "regression: median" in text and "recovery bound" in text
+    assert text.count("<svg") >= 2 and "regression: shift" in text and "recovery bound" in text
     suites = ET.fromstring(junit.read_text())
     failed = [case.get("name") for case in suites.iter("testcase")
               if case.find("failure") is not None]
@@ -217,6 +221,19 @@ def test_trend_exits_0_without_a_regression(tmp_path: Path) -> None:
     done = cli("trend", "--store", str(store))
     assert done.returncode == 0, done.stdout + done.stderr
     assert done.stdout.rstrip().endswith("no regression")
+
+
+def test_trend_over_a_real_postgresql_store(request: pytest.FixtureRequest) -> None:
+    """The nightly flow on a shared store: sound nights exit 0; three slower ones exit 1."""
+    url = request.getfixturevalue("postgres_url")  # a real server (tests/postgres.py)
+    synthetic_store(url, slow_candidates=True, runs=range(5))
+    steady = cli("trend", "--store", url, "--candidates", "2")
+    assert steady.returncode == 0, steady.stdout + steady.stderr
+    synthetic_store(url, slow_candidates=True, runs=range(5, 8))
+    slower = cli("trend", "--store", url, "--json")
+    assert slower.returncode == 1, slower.stdout + slower.stderr
+    assert [(r["scenario"], r["figure"]) for r in json.loads(slower.stdout)["regressions"]] == [
+        ("kill-worker", "recovery")]
 
 
 def test_trend_bad_arguments_exit_2_and_an_unreachable_store_3(tmp_path: Path) -> None:

@@ -19,7 +19,6 @@ from chaos.report.junit import SUITE_PREFIX
 from chaos.store.database import RunStore, redacted
 from chaos.store.trend import (
     BOUND_FIGURE,
-    SAMPLE_PLOTS,
     Group,
     TrendSettings,
     choose_windows,
@@ -167,16 +166,14 @@ def _figure_svg(group: Group, name: str, salt: str) -> str:
                else "#ff7f0e" for p in points]
     axes.plot(xs, [p.figures[name] for p in points], color="#9ca3af", linewidth=0.8)
     axes.scatter(xs, [p.figures[name] for p in points], c=colours, s=14, zorder=3)
-    if name in SAMPLE_PLOTS.values() or name.startswith("recovery"):
+    if name.startswith("recovery"):  # the bound is on fault to reap
         bounds = [p.figures.get(BOUND_FIGURE) for p in points]
         if any(b is not None for b in bounds):
             axes.step(xs, [float("nan") if b is None else b for b in bounds], where="mid",
                       color="#6b7280", linestyle="--", linewidth=1, label="recovery bound")
             axes.legend(fontsize=8, loc="upper left", frameon=False)
-    figure_of = {kind_plot: kind for kind, kind_plot in SAMPLE_PLOTS.items()}
-    kind = figure_of.get(name)
-    for comparison in group.comparisons:
-        if comparison.kind != kind or not comparison.candidate_runs:
+    for comparison in group.comparisons:  # recovery_p50_ms, _p99_ms, _max_ms: recovery's
+        if not name.startswith(f"{comparison.figure}_") or not comparison.candidate_runs:
             continue
         index = {p.run_id: i for i, p in enumerate(points)}
         marked = [index[i] for i in comparison.candidate_runs if i in index]
@@ -185,9 +182,9 @@ def _figure_svg(group: Group, name: str, salt: str) -> str:
                          color="#fca5a5" if comparison.regression else "#e5e7eb", alpha=0.6,
                          zorder=0)
             if comparison.regression:
-                axes.annotate(f"regression: median {comparison.shift_ms:+.0f} ms, "
-                              f"p={comparison.p_value:.2g}", (max(marked), axes.get_ylim()[1]),
-                              fontsize=8, color="#b91c1c", ha="right", va="top")
+                axes.text(0.99, 0.03, f"regression: shift {comparison.shift_ms:+.0f} ms, "
+                          f"p={comparison.p_value:.2g}", transform=axes.transAxes, fontsize=8,
+                          color="#b91c1c", ha="right", va="bottom")
     for run_id, _old, _new in group.settings_changes:
         at = next((i for i, p in enumerate(points) if p.run_id == run_id), None)
         if at is not None:
