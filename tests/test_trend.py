@@ -174,6 +174,17 @@ def test_groups_by_scenario_whatever_the_settings_and_by_label() -> None:
     assert [g.name for g in by_version] == ["a [1]", "a [2]", "b [1]"]
 
 
+def test_capacity_searches_are_a_group_of_their_own() -> None:
+    runs = [StoredRun(i, record(started_ms=i, samples={"reap": [1000]})) for i in range(6)]
+    search = record(started_ms=9)
+    search.command = "capacity"
+    groups = group_runs([*runs, StoredRun(9, search)])
+    assert [(g.scenario, len(g.points)) for g in groups] == [
+        ("kill-worker", 6), ("kill-worker (capacity)", 1)]
+    choose_windows(groups[0], TrendSettings())
+    assert groups[0].candidate_ids == [3, 4, 5]  # the search took no place of a run
+
+
 # --- the command on a store of synthetic records ----------------------------------------------
 
 

@@ -46,6 +46,7 @@ NOISE_FACTOR = 2.0
 BASELINE_VERDICTS = ("pass",)  # the standard a change is compared against
 CANDIDATE_VERDICTS = ("pass", "fail")  # judged runs; unknown, error and aborted are not
 BOUND_FIGURE = "bound_ms"
+CAPACITY_SUFFIX = " (capacity)"  # the group of a scenario's capacity searches
 # figure name of each sample kind in the table, and the report figure plotted with it
 SAMPLE_PLOTS = {kind: f"{figure}_p99_ms" for kind, figure in SAMPLE_FIGURES.items()}
 
@@ -335,13 +336,16 @@ class Group:
 def group_runs(stored: Sequence[StoredRun], by: str | None = None,
                scenario: str | None = None) -> list[Group]:
     """The store's runs per scenario name (whatever its settings hash: a ``--set`` is compared
-    with the runs before it), and per value of the label ``by``; each oldest first."""
+    with the runs before it), and per value of the label ``by``; each oldest first. A capacity
+    search of a scenario is a group of its own (``<name> (capacity)``): it has figures of
+    another kind and no samples, and would hide the scenario's runs from its windows."""
     groups: dict[tuple[str, str | None], list[Point]] = {}
     for run in sorted(stored, key=lambda run: (run.record.started_ms, run.id)):
         record = run.record
         if scenario is not None and record.scenario != scenario:
             continue
-        key = (record.scenario, None if by is None else record.labels.get(by, ""))
+        name = record.scenario + (CAPACITY_SUFFIX if record.command == "capacity" else "")
+        key = (name, None if by is None else record.labels.get(by, ""))
         groups.setdefault(key, []).append(Point(
             run.id, record.started_ms, record.verdict, record.settings_hash,
             dict(record.figures), list(record.unknown_reasons)))
