@@ -9,6 +9,7 @@ user the package creates. Absent, the tests that need it skip with the reason; u
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -22,6 +23,35 @@ import pytest
 from chaos.runtime.valkey import free_port
 
 START_TIMEOUT_S = 30
+
+
+def postgres_installed() -> bool:
+    """Whether Debian's PostgreSQL is here; absent under CI=true, a failure (.ci/run installs
+    it). For a test that does more than the store: it runs its PostgreSQL part only then."""
+    if glob.glob("/usr/lib/postgresql/*/bin/initdb"):
+        return True
+    if os.environ.get("CI") == "true":
+        pytest.fail("CI=true but PostgreSQL is not installed (apt-get install postgresql)")
+    return False
+
+
+@contextlib.contextmanager
+def fresh_database(server_url: str) -> Iterator[str]:
+    """A database of its own on the server of ``server_url``, dropped afterwards: its URL."""
+    import sqlalchemy as sa
+
+    from chaos.store.database import engine_url
+
+    name = f"store_{os.getpid()}_{free_port()}"
+    admin = sa.create_engine(engine_url(server_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as connection:
+        connection.execute(sa.text(f'CREATE DATABASE "{name}"'))
+    try:
+        yield server_url.rsplit("/", 1)[0] + f"/{name}"
+    finally:
+        with admin.connect() as connection:
+            connection.execute(sa.text(f'DROP DATABASE "{name}" WITH (FORCE)'))
+        admin.dispose()
 
 
 def postgres_bin() -> Path:

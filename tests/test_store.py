@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from chaos.runtime.valkey import free_port
 from chaos.store.database import SCHEMA_VERSION, StoreError, engine_url, open_store, redacted
 from chaos.store.record import FIGURES, RunRecord, parse_labels, report_figures
-from tests.postgres import postgres_url  # noqa: F401 (a fixture)
+from tests.postgres import fresh_database, postgres_url  # noqa: F401 (a fixture)
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_WORKER = str(ROOT / "scenarios" / "kill-worker.toml")
@@ -48,17 +48,8 @@ def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield str(tmp_path / "runs.sqlite")
         return
-    server = request.getfixturevalue("postgres_url")
-    database = f"store_{os.getpid()}_{free_port()}"
-    admin = sa.create_engine(engine_url(server), isolation_level="AUTOCOMMIT")
-    with admin.connect() as connection:
-        connection.execute(sa.text(f'CREATE DATABASE "{database}"'))
-    try:
-        yield server.rsplit("/", 1)[0] + f"/{database}"
-    finally:
-        with admin.connect() as connection:
-            connection.execute(sa.text(f'DROP DATABASE "{database}" WITH (FORCE)'))
-        admin.dispose()
+    with fresh_database(request.getfixturevalue("postgres_url")) as url:
+        yield url
 
 
 # --- the database, both kinds ------------------------------------------------------------------

@@ -27,7 +27,11 @@ from chaos.store.trend import (
     mann_whitney_greater,
     midranks,
 )
-from tests.postgres import postgres_url  # noqa: F401 (a fixture)
+from tests.postgres import (  # noqa: F401 (postgres_url: a fixture)
+    fresh_database,
+    postgres_installed,
+    postgres_url,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -299,9 +303,11 @@ def run_in_pairs(tmp_path: Path, planned: list[tuple[list[str], tuple[Path, ...]
 
 
 @pytest.mark.integration
-def test_a_slower_reaper_is_flagged_and_sound_runs_are_not(tmp_path: Path) -> None:
+def test_a_slower_reaper_is_flagged_and_sound_runs_are_not(tmp_path: Path,
+                                                          request: pytest.FixtureRequest) -> None:
     """4 sound runs then 3 with reap_interval_ms 600 (still passing): exit 1 naming
-    kill-worker's recovery; the 4 and 3 more sound runs: exit 0."""
+    kill-worker's recovery; the 4 and 3 more sound runs: exit 0. The same runs imported into a
+    real PostgreSQL store (where installed; required under CI=true): the same answers."""
     flagged, sound = tmp_path / "flagged.sqlite", tmp_path / "sound.sqlite"
     run_in_pairs(tmp_path, [*[([], (flagged, sound))] * 4, *[([], (sound,))] * 3,
                             *[(SLOW_REAPER, (flagged,))] * 3])
@@ -313,3 +319,15 @@ def test_a_slower_reaper_is_flagged_and_sound_runs_are_not(tmp_path: Path) -> No
     steady = cli("trend", "--store", str(sound))
     assert steady.returncode == 0, steady.stdout
     assert "7 pass" in steady.stdout
+    if not postgres_installed():
+        return
+    server = request.getfixturevalue("postgres_url")
+    for runs, code in (([0, 1, 2, 3, 7, 8, 9], 1), (range(7), 0)):
+        with fresh_database(server) as url:
+            done = cli("store", "import", "--store", url,
+                       *[str(tmp_path / f"run-{k}") for k in runs])
+            assert done.returncode == 0, done.stderr
+            shared = cli("trend", "--store", url)
+            assert shared.returncode == code, shared.stdout + shared.stderr
+            if code == 1:
+                assert "kill-worker: recovery: p50" in shared.stdout.split("regression(s):")[1]
