@@ -300,3 +300,17 @@ def test_removal_reprocessing_and_lock_markers_on_a_real_server(valkey_server, t
     assert (leased["job"], leased["holder"], leased["remover"]) == (yanked, "worker-1", "admin")
     assert no_loss["reprocessed"] == 1 and no_loss["lock_markers"] == {"set": 1, "released": 1}
     assert (verdict.outcomes.removed, verdict.outcomes.completed) == (1, 2)
+
+
+def test_a_job_taken_out_of_its_lane_and_put_nowhere_is_not_read():
+    """A waiting job ZREMed from its group's lane with nothing else (no claim, no other lane,
+    its row kept): it left the only place it waited, so the call is undecoded, never quietly
+    passed over."""
+    job = "JOBgrouped001"
+    genqueue = (T0, [*SHA, "2", row(job), Q + "g:g1:pending", job, "x", "g1"],
+                [["HSET", row(job), "state", "pending", "attempts", "0", "payload", "x",
+                  "group", "g1"], ["ZADD", Q + "g:g1:pending", "0", job]])
+    dropped = (T0 + 10, [*SHA, "1", Q + "g:g1:pending", job],
+               [["ZREM", Q + "g:g1:pending", job]])
+    events, health = decoded([genqueue, dropped])
+    assert health.undecoded_calls == 1 and [e.type for e in events] == ["enqueue", "blind"]

@@ -34,4 +34,4 @@ class Effect:
         return (self.attempts_raised or self.completed or self.deleted or self.left_active
                 or self.pending or self.other_state or self.deadline is not None
                 or self.dead is not None or self.due is not None or self.left_schedule
-                or self.left_dead or self.awaiting)
+                or self.left_dead or self.awaiting or self.left_lane)
