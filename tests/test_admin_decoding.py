@@ -135,33 +135,57 @@ def test_flows_removals_reprocessing_and_lock_markers_decode_each_as_its_own_eve
     assert removed_leased.job_id == "JOBleased0001" and removed_leased.attempt == 1
 
 
-def test_a_complete_still_reads_as_one_and_a_held_parents_failure_is_not_read():
+def test_a_complete_still_reads_as_one_and_a_dead_child_lets_its_parent_go():
     """The stale complete (its lease reaped, no one re-claimed it: ``ZREM pending``, ``DEL``)
-    counts a completion: a complete, never a removal. A held parent failed by its dead child
-    (EchoMQ's ``sq:fp`` arm: the parent into dead) is not read: undecoded."""
-    parent, child = "JOBparent0001", "JOBchild00001"
-    stale = (T0 + 40, [*SHA, "2", Q + "active", row("JOBflat000001"), "JOBflat000001", "1", Q],
-             [["HGET", row("JOBflat000001"), "attempts"], ["ZREM", Q + "active", "JOBflat000001"],
-              ["ZREM", Q + "pending", "JOBflat000001"], ["DEL", row("JOBflat000001")],
+    counts a completion: a complete, never a removal. A child dead at its max attempts lets
+    its held parent go by the child's policy (EchoMQ's ``@retry`` arms): ``sq:fp`` fails the
+    parent with it (a ``release`` to dead: finished, not lost), ``sq:id`` counts the child as
+    settled and releases the parent to pending at the last; each run passes."""
+    from chaos.check.checker import CheckConfig, check
+
+    flat = "JOBflat000001"
+    stale = (T0 + 40, [*SHA, "2", Q + "active", row(flat), flat, "1", Q],
+             [["HGET", row(flat), "attempts"], ["ZREM", Q + "active", flat],
+              ["ZREM", Q + "pending", flat], ["DEL", row(flat)],
               ["HINCRBY", Q + "metrics:completed", "count", "1"]])
-    events, health = decoded([enqueue(T0, "JOBflat000001"), stale])
+    events, health = decoded([enqueue(T0, flat), stale])
     assert [e.type for e in events] == ["enqueue", "complete"] and not health.undecoded_calls
+    parent, child = "JOBparent0001", "JOBchild00001"
     enqueue_flow = (T0, [*SHA, "4", row(parent), row(parent) + ":dependencies", Q + "pending",
                          row(child), parent, "p", "1", child, "a"],
                     [["HSET", row(child), "state", "pending", "attempts", "0", "payload", "a",
                       "parent", parent], ["ZADD", Q + "pending", "0", child],
                      ["HSET", row(parent), "state", "awaiting_children", "attempts", "0",
                       "payload", "p"], ["SET", row(parent) + ":dependencies", "1"]])
-    fail_parent = (T0 + 30, [*SHA, "8", Q + "active", Q + "schedule", Q + "dead", row(child),
-                             child, "1", "0", "1", "boom", Q, "sq:fp", parent],
-                   [["HGET", row(child), "attempts"], ["ZREM", Q + "active", child],
-                    ["HSET", row(child), "state", "dead"], ["ZADD", Q + "dead", "0", child],
-                    ["HSET", row(parent) + ":failed", child, "boom"],
-                    ["HSET", row(parent), "state", "dead"], ["ZADD", Q + "dead", "0", parent],
-                    ["ZREM", Q + "pending", parent]])
+
+    def child_dies(arm: list[list[str]]) -> tuple[int, list[str], list[list[str]]]:
+        return (T0 + 30, [*SHA, "8", Q + "active", Q + "schedule", Q + "dead", row(child),
+                          child, "1", "0", "1", "boom", Q, "sq", parent],
+                [["HGET", row(child), "attempts"], ["ZREM", Q + "active", child],
+                 ["HSET", row(child), "last_error", "boom"], ["HSET", row(child), "state", "dead"],
+                 ["ZADD", Q + "dead", "0", child],
+                 ["HINCRBY", Q + "metrics:failed", "count", "1"], *arm])
+
+    fail_parent = child_dies([["HSET", row(parent) + ":failed", child, "boom"],
+                              ["HSET", row(parent), "state", "dead"],
+                              ["ZADD", Q + "dead", "0", parent], ["ZREM", Q + "pending", parent]])
     events, health = decoded([enqueue_flow, claim(T0 + 10, child), fail_parent])
-    assert health.undecoded_calls == 1
-    assert [e.type for e in events][-2:] == ["blind", "complete"]  # the child failed for good
+    assert not health.undecoded_calls
+    assert [(e.type, e.job_id, e.extra.get("target") or e.extra.get("to")) for e in events][-2:] \
+        == [("complete", child, "failed"), ("release", parent, "dead")]
+    verdict = check(events, CheckConfig(1000, 250), final=True)
+    assert not verdict.failed_invariants() and verdict.outcomes.completed == 2
+    assert verdict.invariants["flow_order"].figures["parents_failed"] == 1
+    ignore_failure = child_dies([["HSET", row(parent) + ":unsuccessful", child, "boom"],
+                                 ["DECR", row(parent) + ":dependencies"],
+                                 ["ZADD", Q + "pending", "0", parent],
+                                 ["HSET", row(parent), "state", "pending"]])
+    events, health = decoded([enqueue_flow, claim(T0 + 10, child), ignore_failure,
+                              claim(T0 + 40, parent), complete(T0 + 50, parent)])
+    assert not health.undecoded_calls
+    assert [e.type for e in events][-4:] == ["complete", "release", "claim", "complete"]
+    verdict = check(events, CheckConfig(1000, 250), final=True)
+    assert not verdict.failed_invariants(), verdict.failed_invariants()
 
 
 def test_the_checker_reads_a_removal_as_no_loss_and_a_reprocess_as_a_finish_undone():

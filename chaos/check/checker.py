@@ -49,7 +49,7 @@ bandwidth, clock skew). ``judgements.py`` then rules on each invariant, one func
                         ``group_resume``); its jobs still there at the end are ``held``, not
                         lost, only where the store listed them (the end event's ``held``)
   flow_order            a flow's parent is released (``release``) and claimed only once each of
-                        its children (``enqueue`` with its ``parent``) has completed
+                        its children (``enqueue`` with its ``parent``) has settled
 
 Figures for store faults (``valkey_restart``, ``failover``: fault events carrying ``killed_ts``):
 per fault, how long after the kill each worker's next transition (and the producer's next

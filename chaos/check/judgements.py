@@ -573,6 +573,7 @@ def judge_flow_order(facts: ReplayFacts) -> InvariantResult:
     return InvariantResult.judged(
         facts.early_parents, flows=len(facts.flow_children), released=facts.released,
         children=len(facts.child_parent),
+        **({"parents_failed": facts.parents_failed} if facts.parents_failed else {}),
         **({} if judged else {"judged": False, "not_judged": FLOW_ORDER_NOT_JUDGED}))
 
 

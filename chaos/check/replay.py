@@ -171,7 +171,9 @@ class ReplayFacts:
     flow_children: dict[str, int] = field(default_factory=dict)
     child_parent: dict[str, str] = field(default_factory=dict)
     children_done: Counter[str] = field(default_factory=Counter)
+    children_seen: Counter[str] = field(default_factory=Counter)  # parent -> children enqueued
     released: int = 0
+    parents_failed: int = 0  # held parents failed for good with a dead child (release to dead)
     early_parents: Offences = field(init=False)
     # A user's removals (EchoMQ's remove_job): job -> when; the removals of a job under a live
     # lease (its holder, attempt, the remover); reprocessed jobs (a finish undone) and how often;
@@ -296,6 +298,7 @@ class _Replay:
                 self.facts.job_groups[job_id] = group
             if enqueue.parent:
                 self.facts.child_parent[job_id] = enqueue.parent
+                self.facts.children_seen[enqueue.parent] += 1
             if enqueue.children is not None:
                 self.facts.flow_children[job_id] = enqueue.children
         facts = self.facts
@@ -349,17 +352,29 @@ class _Replay:
 
     def parent_served(self, event: Event, job_id: str) -> None:
         """A flow parent claimed or released: an offence unless each of its children has
-        completed (``flow_order``)."""
+        settled (``flow_order``); judged only where the history shows each of its children
+        enqueued (a cross-queue flow's are in another queue's)."""
         facts = self.facts
         done, children = facts.children_done.get(job_id, 0), facts.flow_children[job_id]
-        if done < children:
+        if done < children and facts.children_seen.get(job_id, 0) >= children:
             facts.early_parents.add({"job": job_id, "op": event.type, "seq": event.seq,
                                      "worker": event.worker, "children": children,
                                      "children_completed": done}, event.ts)
 
     def release(self, event: Event) -> None:
-        self.facts.released += 1
-        if (job_id := event.job_id or "") in self.facts.flow_children:
+        """A held parent let go: claimable, or failed for good with a dead child (a finish,
+        as a holder's complete with ``target`` failed, but no holder's)."""
+        job_id, facts = event.job_id or "", self.facts
+        if Release.decode(event).failed:
+            facts.parents_failed += 1
+            count = self.completes.get(job_id, 0) + 1
+            self.completes[job_id] = count
+            facts.last_complete_ts = event.ts
+            if count == 2:
+                facts.second_complete_ts[job_id] = event.ts
+            return
+        facts.released += 1
+        if job_id in facts.flow_children:
             self.parent_served(event, job_id)
 
     def remove(self, event: Event) -> None:
@@ -505,9 +520,8 @@ class _Replay:
         count = completes.get(job_id, 0) + 1
         completes[job_id] = count
         child_parent = facts.child_parent
-        if child_parent and count == 1 and job_id in child_parent \
-                and not event.extra.get("target"):  # (a child failed for good releases none)
-            facts.children_done[child_parent[job_id]] += 1
+        if child_parent and count == 1 and job_id in child_parent:  # (failed for good too:
+            facts.children_done[child_parent[job_id]] += 1  # a parent may ignore it)
         facts.last_complete_ts = ts
         if count == 2:
             facts.second_complete_ts[job_id] = ts

@@ -57,7 +57,8 @@ WHAT_IT_CHECKS = {
                     "(neither lost nor undrained) only where the store lists it there; not "
                     "judged without a pause",
     "flow_order": "a flow's parent (EchoMQ.Flows) is released and claimed only once each of "
-                  "its children has completed; not judged without flows",
+                  "its children has settled (completed, or failed for good); not judged "
+                  "without flows",
 }
 assert tuple(WHAT_IT_CHECKS) == INVARIANTS, "chaos.names lists the invariants judged here"
 # Handler-duration buckets for needless_by_duration, as multiples of lease_ms: [low, high).

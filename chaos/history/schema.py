@@ -287,23 +287,32 @@ class Dead(Reap):
 
 @dataclass(frozen=True, slots=True)
 class Release:
-    """A flow parent made claimable (EchoMQ's fan-in in ``@complete``: the last child's
-    complete puts the parent, held since its enqueue, into pending), by ``worker``'s
-    connection. ``flow_order`` holds it, and every claim of the parent, to its children all
-    completed."""
+    """A flow parent, held since its enqueue, let go by ``worker``'s connection: made claimable
+    (``to`` pending: EchoMQ's fan-in in ``@complete``, the last child's complete, or
+    ``@retry``'s for a dead child whose parent ignores its failure), or failed for good with it
+    (``to`` dead: ``@retry``'s fail-parent arm, a child dead at its max attempts), finished,
+    neither lost nor to run. ``flow_order`` holds a release to pending, and every claim of the
+    parent, to its children all settled."""
 
     TYPE: ClassVar[str] = "release"
     job_id: str
     worker: str = ""
+    to: str = "pending"
     ts: int = 0
     seq: str = ""
 
+    @property
+    def failed(self) -> bool:
+        return self.to == "dead"
+
     def fields(self) -> dict[str, Any]:
-        return _fields(self.TYPE, (("id", self.job_id), ("worker", self.worker or None)))
+        return _fields(self.TYPE, (("id", self.job_id), ("worker", self.worker or None),
+                                   ("to", None if self.to == "pending" else self.to)))
 
     @classmethod
     def decode(cls, event: Event) -> Release:
-        return cls(event.job_id or "", event.worker or "", event.ts, event.seq)
+        return cls(event.job_id or "", event.worker or "", event.extra.get("to", "pending"),
+                   event.ts, event.seq)
 
 
 @dataclass(frozen=True, slots=True)

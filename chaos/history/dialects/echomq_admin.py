@@ -9,7 +9,10 @@ these transitions they make, so that loop stays one pass over a lease's common c
     enqueue of a child  a new row with a payload and a ``parent`` field, into pending:
                         ``enqueue`` with its ``parent`` (read by the dialect's enqueue)
     release             a parent held since its enqueue (its row's state awaiting_children)
-                        into pending, state pending (the last child's complete): ``release``
+                        into pending, state pending (the last child's complete, or a dead
+                        child's whose parent ignores its failure): ``release``; into dead,
+                        state dead (a dead child's that fails its parent): ``release`` with
+                        ``to`` dead, failed for good with it
     remove              its row deleted with its ``<row>:logs`` (or out of dead), no
                         completion counted (``metrics:completed``), into no set: ``remove``
     reprocess           out of dead (a member the dead set held) into pending, its row kept,
@@ -22,8 +25,9 @@ these transitions they make, so that loop stays one pass over a lease's common c
                         (``PEXPIRE <row>:lock``) and the row's mirror of it (``HSET <row> lock
                         <token>``, ``HPEXPIRE <row> ... lock``, ``HDEL <row> lock``) make none
 
-Anything else a call does to a parent still held (its failure by a dead child, EchoMQ's
-``sq:fp``) is not read: undecoded, its jobs without evidence.
+Anything else a call does to a parent still held is not read: undecoded, its jobs without
+evidence. A cross-queue flow's outbox entry (``RPUSH <base>flow:outbox``) moves no job of this
+queue: its delivery in the parent's queue is that queue's release.
 """
 
 from __future__ import annotations
@@ -45,6 +49,10 @@ def admin_event(job_id: str, job: Effect, ts: str, holder: str,
             and job.due is None and job.dead is None:
         return {"type": "remove", "id": job_id, "worker": holder,
                 "attempt": job.attempt_before, "ts": ts}
+    if job.state_before == AWAITING and job.dead is not None and not job.pending \
+            and not job.attempts_raised and job.deadline is None and not job.deleted:
+        # a held parent failed with its dead child (@retry's fail-parent arm)
+        return {"type": "release", "id": job_id, "worker": holder, "to": "dead", "ts": ts}
     if job.attempts_raised or job.deadline is not None or job.deleted or job.completed \
             or job.due is not None or job.dead is not None or job.left_active:
         return None

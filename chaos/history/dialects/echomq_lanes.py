@@ -3,9 +3,10 @@ writes of a call to the lanes' keys, gathered by the dialect's loop
 (``chaos.history.dialects.echomq``) into what the call did to each job and the lane events it
 makes. A group's lane (``<base>g:<group>:pending``) is a pending set of its own: a job into it
 is as into pending, out of it (``ZREM``) a job leaving its lane (a reassign, or a stale
-complete; a job leaving it for nowhere is undecoded), its head popped (``ZPOPMIN``) a claim's. ``HSET glimit <g> <n>`` is a
-``group_limit`` event, ``SADD``/``SREM paused <g>`` a ``group_pause``/``group_resume``.
-Anything else (the ring, the wake list, the live counts, the weights) moves no job."""
+complete; a job leaving it for nowhere is undecoded), its head popped (``ZPOPMIN``) a
+claim's. ``HSET glimit <g> <n>`` is a ``group_limit`` event, ``SADD``/``SREM paused <g>`` a
+``group_pause``/``group_resume``. Anything else (the ring, the wake list, the live counts, the
+weights) moves no job."""
 
 from __future__ import annotations
 
