@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -85,6 +86,36 @@ def test_a_store_of_a_newer_schema_is_refused_not_guessed_at(store_url: str):
     with pytest.raises(StoreError, match=f"schema version {SCHEMA_VERSION + 1} is newer than "
                                          f"this echomq-chaos knows \\({SCHEMA_VERSION}\\)"):
         open_store(store_url)
+
+
+OPEN_AT = """
+import sys, time
+from chaos.store.database import open_store
+from chaos.store.record import RunRecord
+time.sleep(max(0.0, float(sys.argv[2]) - time.time()))  # every opener at the same instant
+store = open_store(sys.argv[1])
+store.add(RunRecord("kill-worker", "", "reference", 1, 1, "pass", 0, "run", "/runs/x"))
+store.close()
+"""
+
+
+def test_a_new_store_opened_by_several_processes_at_once_is_migrated_once(store_url: str):
+    """Runs side by side (a suite split over machines, a team's runners on one server) may
+    all open a store no run has made yet: each waits for the store's migration lock, one
+    builds the schema, and every run is stored."""
+    openers = 6
+    at = time.time() + 1.5  # past the interpreters' start-up
+    processes = [subprocess.Popen([sys.executable, "-c", OPEN_AT, store_url, str(at)],
+                                  cwd=ROOT, stderr=subprocess.PIPE, text=True)
+                 for _ in range(openers)]
+    failures = [process.communicate(timeout=60)[1] for process in processes
+                if process.wait(timeout=60) != 0]
+    assert not failures, failures[0][-2000:]
+    store = open_store(store_url)
+    try:
+        assert len(store.runs()) == openers
+    finally:
+        store.close()
 
 
 def test_bad_urls_and_unreachable_or_corrupt_stores_are_store_errors(tmp_path: Path):

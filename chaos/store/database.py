@@ -81,6 +81,7 @@ def _create_v1(connection: Connection) -> None:
 # Version N is reached by MIGRATIONS[N - 1]; a change of schema is one more function here.
 MIGRATIONS: tuple[Callable[[Connection], None], ...] = (_create_v1,)
 SCHEMA_VERSION = len(MIGRATIONS)
+MIGRATION_LOCK = 0x6563686F6D71  # PostgreSQL's advisory lock key for migrating ("echomq")
 
 
 def redacted(url: str) -> str:
@@ -130,9 +131,12 @@ class RunStore:
             raise StoreError(f"store {redacted(self.url)}: cannot {doing}: {cause}") from None
 
     def migrate(self) -> int:
-        """Apply the migrations the store lacks; the schema version it then has."""
+        """Apply the migrations the store lacks; the schema version it then has. Several
+        processes may open a new store at once (runs side by side, a team's runners on one
+        server): each migrates holding the store's lock (``_migrating``), so one builds the
+        schema and the others find it built."""
         with self._failing_as_store_error("read its schema version"), \
-                self.engine.begin() as connection:
+                self._migrating() as connection:
             if not sa.inspect(connection).has_table("schema_version"):
                 schema_version.create(connection)
             found = connection.execute(sa.select(sa.func.max(schema_version.c.version))
@@ -146,6 +150,23 @@ class RunStore:
                 connection.execute(sa.delete(schema_version))
                 connection.execute(sa.insert(schema_version).values(version=version))
         return SCHEMA_VERSION
+
+    @contextmanager
+    def _migrating(self) -> Iterator[Connection]:
+        """One transaction holding the store's migration lock from its first statement:
+        PostgreSQL's advisory lock ``MIGRATION_LOCK``, SQLite's write lock (``BEGIN
+        IMMEDIATE``; a second opener waits for it, up to the driver's busy timeout)."""
+        with self.engine.connect() as connection:
+            if self.engine.dialect.name == "sqlite":
+                connection.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                connection.execute(sa.select(sa.func.pg_advisory_xact_lock(MIGRATION_LOCK)))
+            try:
+                yield connection
+            except BaseException:
+                connection.rollback()
+                raise
+            connection.commit()
 
     def add(self, record: RunRecord) -> int:
         """Store one run in one transaction; its id."""
