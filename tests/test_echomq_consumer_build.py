@@ -1,0 +1,54 @@
+"""EchoMQ's shipped EchoMQ.Consumer under chaos (docs/echomq.md, "The shipped consumer"): the
+elixir-groups scenarios run over sut/echomq-elixir on an EchoMQ build, each verdict held to the
+consumers' own logs: the jobs the verdict counts completed and double-completed are the ids the
+logs show with one and with two `complete ... result=ok` lines, and every call is decoded.
+Needs ``ECHOMQ_BUILD`` (default /opt/echomq-build/echo/_build/prod/lib) and ``elixir`` on
+PATH; without them these tests skip, saying which is missing."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = Path(os.environ.get("ECHOMQ_BUILD", "/opt/echomq-build/echo/_build/prod/lib"))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def echomq_build() -> None:
+    if shutil.which("elixir") is None:
+        pytest.skip("elixir is not on PATH (the real EchoMQ runs on it)")
+    missing = [app for app in ("echo_data", "echo_wire", "echo_mq")
+               if not (BUILD / app / "ebin").is_dir()]
+    if missing:
+        pytest.skip(f"no EchoMQ build at {BUILD} (ECHOMQ_BUILD): {', '.join(missing)} missing")
+
+
+@pytest.mark.parametrize("scenario", ["elixir-groups-kill-worker", "elixir-groups-pause-all"])
+def test_the_shipped_consumers_verdict_is_its_logs(scenario: str, tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    done = subprocess.run(
+        [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / "echomq"
+                                                      / f"{scenario}.toml"), "--out", str(out)],
+        capture_output=True, text=True, timeout=240, check=False, cwd=ROOT)
+    assert done.returncode in (0, 1), done.stdout[-2000:] + done.stderr[-2000:]
+    report = json.loads((out / "report.json").read_text())
+    health = json.loads((out / "monitor.json").read_text())
+    assert health["undecoded_calls"] == 0 and health["unattributed_calls"] == 0
+    accepted: Counter[str] = Counter()
+    for log in sorted((out / "logs").glob("worker-*.log")):
+        for line in log.read_text().splitlines():
+            fields = line.split()
+            if len(fields) > 2 and fields[1] == "complete" and "result=ok" in fields:
+                accepted[fields[2].removeprefix("id=")] += 1
+    jobs = report["jobs"]
+    assert jobs["enqueued"] > 0 and jobs["lost"] == 0
+    assert jobs["completed"] == len(accepted)
+    assert jobs["double_completed"] == sum(1 for count in accepted.values() if count > 1)
