@@ -8,27 +8,20 @@ PATH; without them these tests skip, saying which is missing."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from echomq_build import require_echomq_build
 
 ROOT = Path(__file__).resolve().parent.parent
-BUILD = Path(os.environ.get("ECHOMQ_BUILD", "/opt/echomq-build/echo/_build/prod/lib"))
 
 
 @pytest.fixture(scope="module", autouse=True)
 def echomq_build() -> None:
-    if shutil.which("elixir") is None:
-        pytest.skip("elixir is not on PATH (the real EchoMQ runs on it)")
-    missing = [app for app in ("echo_data", "echo_wire", "echo_mq")
-               if not (BUILD / app / "ebin").is_dir()]
-    if missing:
-        pytest.skip(f"no EchoMQ build at {BUILD} (ECHOMQ_BUILD): {', '.join(missing)} missing")
+    require_echomq_build()
 
 
 @pytest.mark.parametrize("scenario", ["elixir-groups-kill-worker", "elixir-groups-pause-all"])

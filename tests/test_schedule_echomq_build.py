@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from echomq_build import BUILD, require_echomq_build
 from test_schedule_decoding import LEASE_MS, Capture, moves, offline
 
 from chaos.check.checker import CheckConfig, check
@@ -24,18 +24,12 @@ from chaos.history.schema import Phase, Run
 from chaos.protocol.client import QueueClient, QueueKeys, redis_client
 from chaos.runtime.valkey import ValkeyServer
 
-BUILD = Path(os.environ.get("ECHOMQ_BUILD", "/opt/echomq-build/echo/_build/prod/lib"))
 DRIVER = Path(__file__).resolve().parent / "echomq" / "schedule_driver.exs"
 
 
 @pytest.fixture(scope="module", autouse=True)
 def echomq_build() -> None:
-    if shutil.which("elixir") is None:
-        pytest.skip("elixir is not on PATH (the real EchoMQ runs on it)")
-    missing = [app for app in ("echo_data", "echo_wire", "echo_mq")
-               if not (BUILD / app / "ebin").is_dir()]
-    if missing:
-        pytest.skip(f"no EchoMQ build at {BUILD} (ECHOMQ_BUILD): {', '.join(missing)} missing")
+    require_echomq_build()
 
 
 def _drive(server: ValkeyServer, queue: str, steps: str, tmp_path: Path
