@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -60,19 +61,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "chaos_scenario(path, **overrides): the scenario chaos_cluster brings up")
-    url, labels = config.getoption("--chaos-store"), config.getoption("--chaos-label")
-    if url is None and not labels:  # nothing to import (the plugin loads in every session)
-        import os
-
-        url = os.environ.get("ECHOMQ_CHAOS_STORE") or None
-        if url is None:
-            config.stash[RECORDER] = None
-            return
+    given = config.getoption("--chaos-store")  # else the environment's, as the CLI's --store
+    url = given if given is not None else os.environ.get("ECHOMQ_CHAOS_STORE")
+    config.stash[RECORDER] = None
+    if not url:  # nothing stored: the store's modules stay unimported (every session loads us)
+        return
     from chaos.run.storing import recorder_for
     from chaos.store.record import LabelError, parse_labels
 
     try:
-        config.stash[RECORDER] = recorder_for(url, parse_labels(labels), "pytest")
+        config.stash[RECORDER] = recorder_for(url, parse_labels(
+            config.getoption("--chaos-label")), "pytest")
     except LabelError as error:
         raise pytest.UsageError(str(error)) from None
 

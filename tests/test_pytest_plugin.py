@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
+# In the outer session, before any in-process inner one: SQLAlchemy first imported inside an
+# inner session (by its --chaos-store) failed there ('InternalTraversal' object is not callable).
+from chaos.store.database import open_store
+
 ROOT = Path(__file__).resolve().parent.parent
+
 pytest_plugins = ["pytester"]  # runs a user's test file that uses the fixtures
 
 
@@ -64,8 +69,6 @@ def test_a_failing_chaos_run_prints_its_invariant_table(pytester: pytest.Pyteste
     output = result.stdout.str()
     assert "chaos run unfenced-complete: FAIL" in output
     # --chaos-store recorded the run as it was judged, tagged
-    from chaos.store.database import open_store
-
     opened = open_store(str(store))
     try:
         (stored,) = opened.runs()
