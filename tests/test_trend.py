@@ -275,11 +275,15 @@ def test_trend_bad_arguments_exit_2_and_an_unreachable_store_3(tmp_path: Path) -
 # --- the done-when, on real runs --------------------------------------------------------------
 
 # kill-worker as it is (Locust, kills at 500 and 2000 ms of chaos), as the calibration runs it
-# (docs/store.md): shortened to tests/test_evaluation.py's phases, the kills meet the reaper's
-# ticks elsewhere and a 600 ms reaper recovers only ~125 ms later, which 3 runs show at p 0.01-0.05
-# only. One run at a time, as the calibration ran them: two side by side on this machine's two
-# cores moved the reaper's ticks against the kills enough to hide the slower reaper's recovery
-# in 2 runs of the test in 6 (its prompt and recomplete still flagged).
+# (docs/store.md), one run at a time. What is asserted is the regression of `prompt` (each lapsed
+# lease's deadline to reap), the figure the reap interval sets directly: the two kills fall
+# 1,500 ms apart, half a 600 ms tick, so between them their leases' deadlines meet every phase of
+# the slower grid. Fault-to-reap `recovery` is not asserted: it carries the reaper's phase against
+# each kill, which the schedule fixes and the machine's load moves. In a CI run under load one
+# kill's leases were reaped 976 ms after it by both reapers and the other's 1,275 vs 963 ms, so
+# recovery's shift (the median of every difference) fell between the two clusters at +67 ms,
+# under its 75 ms alarm, while prompt moved +191 ms. The shortened phases of
+# tests/test_evaluation.py hide even more (docs/store.md, "Calibration").
 SLOW_REAPER = ["--set", "topology.reap_interval_ms=600"]
 
 
@@ -300,15 +304,18 @@ def run_in_order(tmp_path: Path, planned: list[tuple[list[str], tuple[Path, ...]
 def test_a_slower_reaper_is_flagged_and_sound_runs_are_not(tmp_path: Path,
                                                           request: pytest.FixtureRequest) -> None:
     """4 sound runs then 3 with reap_interval_ms 600 (still passing): exit 1 naming
-    kill-worker's recovery; the 4 and 3 more sound runs: exit 0. The same runs imported into a
-    real PostgreSQL store (where installed; required under CI=true): the same answers."""
+    kill-worker's deadline-to-reap (`prompt`); the 4 and 3 more sound runs: exit 0. The same
+    runs imported into a real PostgreSQL store (where installed; required under CI=true): the
+    same answers."""
     flagged, sound = tmp_path / "flagged.sqlite", tmp_path / "sound.sqlite"
     run_in_order(tmp_path, [*[([], (flagged, sound))] * 4, *[([], (sound,))] * 3,
                             *[(SLOW_REAPER, (flagged,))] * 3])
     slower = cli("trend", "--store", str(flagged))
     assert slower.returncode == 1, slower.stdout
     regressions = slower.stdout.split("regression(s):", 1)[1]
-    assert "kill-worker: recovery: p50" in regressions, slower.stdout
+    assert "kill-worker: prompt: p50" in regressions, slower.stdout
+    assert all(line.strip().startswith("kill-worker: ") for line in regressions.splitlines()
+               if line.strip()), slower.stdout
     assert "settings changed at run 5" in slower.stdout
     steady = cli("trend", "--store", str(sound))
     assert steady.returncode == 0, steady.stdout
@@ -324,4 +331,4 @@ def test_a_slower_reaper_is_flagged_and_sound_runs_are_not(tmp_path: Path,
             shared = cli("trend", "--store", url)
             assert shared.returncode == code, shared.stdout + shared.stderr
             if code == 1:
-                assert "kill-worker: recovery: p50" in shared.stdout.split("regression(s):")[1]
+                assert "kill-worker: prompt: p50" in shared.stdout.split("regression(s):")[1]
