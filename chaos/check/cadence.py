@@ -22,7 +22,8 @@ from __future__ import annotations
 import bisect
 import itertools
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
@@ -110,3 +111,155 @@ class SweepCadence:
     def named(self) -> list[str]:
         """The sweepers the history names, in order."""
         return sorted(sweeper for sweeper in self.times if sweeper != UNKNOWN_WORKER)
+
+
+@dataclass(frozen=True)
+class LoopStep:
+    """One turn of one consumer loop: its sweep, the park that ended its drain (None: it was
+    still draining when the history ends or it swept again without parking), and the loop's
+    next sweep (None: none followed)."""
+
+    worker: str
+    client: str
+    sweep_ts: int
+    park_ts: int | None
+    next_sweep_ts: int | None
+
+    @property
+    def drain_ms(self) -> int | None:
+        """Sweep to park: what the loop claimed and handled before it parked."""
+        return None if self.park_ts is None else self.park_ts - self.sweep_ts
+
+
+@dataclass(frozen=True)
+class LoopRecovery:
+    """One recovery judged on the loops' sweeps: ``bound_ms`` from the holder's renewal to
+    the first sweep after the lease's deadline (the tolerance left out)."""
+
+    bound_ms: int
+    judged: bool  # False: no sweep after the deadline, judged on the base bound
+    late_checks: list[dict[str, object]] = field(default_factory=list)
+
+
+class ConsumerLoops:
+    """Sweepers that reap once a loop (``[sut] reap_rhythm = "loop"``; EchoMQ.Consumer's
+    rhythm: reap, promote, drain the ring, park on the wake list at most ``beat_ms``). Their
+    sweeps are not on a grid: a loop sweeps again only once its drain is done and its park
+    is over, so the gap between two sweeps is a drain (as long as the work it found) plus a
+    park. What such a loop promises, and what is judged, is the park: from each park to the
+    loop's next sweep at most ``limit_ms`` (the reap interval and the allowance), unless a
+    fault held the process or the store was down (``SweepCadence.held``). The drain is
+    measured, not judged; it is what the recovery bound adds to lease + interval.
+
+    Each connection of a process is a loop of its own (its sweeps and parks carry the
+    connection's address); a history without addresses reads each process as one loop."""
+
+    def __init__(self, sweeps: Sequence[tuple[int, str, str]],
+                 parks: Sequence[tuple[int, str, str]], cadence: SweepCadence,
+                 limit_ms: int, lease_ms: int, interval_ms: int) -> None:
+        self.cadence = cadence
+        self.limit_ms, self.lease_ms, self.interval_ms = limit_ms, lease_ms, interval_ms
+        lines: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (process, conn) -> steps
+        for ts, worker, client in sweeps:
+            lines.setdefault((worker, client), []).append((ts, 1))
+        for ts, worker, client in parks:
+            lines.setdefault((worker, client), []).append((ts, 0))
+        self.steps: list[LoopStep] = []
+        self.parks_after_last: list[tuple[str, str, int]] = []  # (process, conn, park ts)
+        for (worker, client), line in sorted(lines.items()):
+            line.sort()  # a park and a sweep in one ms: the park first (it ends a turn)
+            sweep_at = [ts for ts, kind in line if kind == 1]
+            park_at = [ts for ts, kind in line if kind == 0]
+            for index, sweep_ts in enumerate(sweep_at):
+                next_sweep = sweep_at[index + 1] if index + 1 < len(sweep_at) else None
+                first_park = bisect.bisect_left(park_at, sweep_ts)
+                park_ts = park_at[first_park] if first_park < len(park_at) else None
+                if park_ts is not None and next_sweep is not None and park_ts > next_sweep:
+                    park_ts = None  # swept again without parking in between
+                self.steps.append(LoopStep(worker, client, sweep_ts, park_ts, next_sweep))
+            if park_at and (not sweep_at or park_at[-1] > sweep_at[-1]):
+                self.parks_after_last.append((worker, client, park_at[-1]))
+        self.sweep_times = sorted(ts for ts, _, _ in sweeps)
+
+    def __bool__(self) -> bool:
+        return bool(self.sweep_times)
+
+    @property
+    def parked(self) -> bool:
+        """Does the history show the loops park at all (a dialect that reads their parks)?"""
+        return any(step.park_ts is not None for step in self.steps) or bool(
+            self.parks_after_last)
+
+    def late_parks(self, sweeper: str, end_ts: int | None) -> Iterator[tuple[int, int, str]]:
+        """(park, next sweep or ``end_ts``, reason) of each park of ``sweeper``'s loops that
+        lasted past the limit with nothing holding the process."""
+        spans = [(step.park_ts, step.next_sweep_ts, "parked past the interval")
+                 for step in self.steps if step.worker == sweeper
+                 and step.park_ts is not None and step.next_sweep_ts is not None]
+        if end_ts is not None:
+            spans += [(park_ts, end_ts, "parked, and no sweep since while the run went on")
+                      for worker, _, park_ts in self.parks_after_last
+                      if worker == sweeper and park_ts < end_ts]
+        for park_ts, next_ts, reason in sorted(spans):
+            if next_ts - park_ts > self.limit_ms and \
+                    not self.cadence.held(sweeper, park_ts, next_ts):
+                yield park_ts, next_ts, reason
+
+    def parks_ms(self, sweeper: str | None = None) -> list[int]:
+        """Each park to its loop's next sweep, of one sweeper or of all, where nothing held
+        the process between (figures)."""
+        return [step.next_sweep_ts - step.park_ts for step in self.steps
+                if step.park_ts is not None and step.next_sweep_ts is not None
+                and (sweeper is None or step.worker == sweeper)
+                and not self.cadence.held(step.worker, step.park_ts, step.next_sweep_ts)]
+
+    def drains_ms(self, sweeper: str | None = None) -> list[int]:
+        """Each finished drain (sweep to park), of one sweeper or of all."""
+        return [step.drain_ms for step in self.steps if step.drain_ms is not None
+                and (sweeper is None or step.worker == sweeper)]
+
+    def first_sweep_after(self, ts: int) -> int | None:
+        """The first sweep of any loop strictly after ``ts`` (a lease lapses past its
+        deadline: a sweep in the same ms may not take it)."""
+        index = bisect.bisect_right(self.sweep_times, ts)
+        return self.sweep_times[index] if index < len(self.sweep_times) else None
+
+    # --- the recovery bound, judged per recovery (``judge_recovery_bound``) ---------------
+    late_reason = "a sweep after its deadline passed it by"
+
+    @property
+    def base_bound_ms(self) -> int:
+        """Renewal to recovery at worst, as this run's loops went: lease + the longest drain
+        measured + the interval (a loop's park)."""
+        return self.lease_ms + max(self.drains_ms(), default=0) + self.interval_ms
+
+    def recovery(self, renewed_ts: int, reap_ts: int) -> LoopRecovery:
+        first = self.first_sweep_after(renewed_ts + self.lease_ms)
+        if first is None:
+            return LoopRecovery(self.base_bound_ms, judged=False)
+        return LoopRecovery(first - renewed_ts, judged=True)
+
+    def figures(self, renewal_to_reap_ms: Iterable[int]) -> dict[str, object]:
+        drains = self.drains_ms()
+        samples = list(renewal_to_reap_ms)
+        return {"recoveries": len(samples),
+                "worst_renewal_to_reap_ms": max(samples) if samples else None,
+                "drains": len(drains), "longest_drain_ms": max(drains, default=None),
+                "lease_plus_interval_ms": self.lease_ms + self.interval_ms,
+                "lease_drain_interval_ms": self.base_bound_ms}
+
+    def lines(self, figures: Mapping[str, object]) -> list[str]:
+        longest = figures.get("longest_drain_ms")
+        if longest is None:
+            return []
+        return [f"  loops     longest drain {longest} ms over {figures['drains']} drains: "
+                f"lease {self.lease_ms} + drain {longest} + park {self.interval_ms} = "
+                f"{figures['lease_drain_interval_ms']} ms at worst (lease + interval alone: "
+                f"{figures['lease_plus_interval_ms']})"]
+
+    def words(self) -> dict[str, str]:
+        longest = max(self.drains_ms(), default=0)
+        return {"formula": "lease_ms + drain + reap_interval_ms",
+                "terms": f"lease {self.lease_ms} + longest drain {longest} + park "
+                         f"{self.interval_ms}",
+                "beyond": "; each recovery judged on the first sweep after its deadline"}

@@ -17,7 +17,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chaos.check.cadence import SWEEP_LOCK_ROUNDING_MS, SweepCadence, outages_until_seen
+from chaos.check.cadence import (
+    SWEEP_LOCK_ROUNDING_MS,
+    ConsumerLoops,
+    SweepCadence,
+    outages_until_seen,
+)
 from chaos.check.replay import LapsedLease, ReplayFacts
 from chaos.check.verdict import (
     EXAMPLES,
@@ -158,6 +163,14 @@ def reap_latencies(facts: ReplayFacts) -> list[int]:
     return [item.reap_ts - item.fault_ts for item in facts.stranded if item.reap_ts is not None]
 
 
+def consumer_loops(facts: ReplayFacts, config: CheckConfig) -> ConsumerLoops:
+    """The sweepers' loops, for a queue that reaps once a loop (``reap_rhythm = "loop"``)."""
+    cadence = SweepCadence(facts.sweeps, facts.windows, config.sweep_limit_ms,
+                           store_down(facts))
+    return ConsumerLoops(facts.loop_sweeps, facts.parks, cadence, config.sweep_limit_ms,
+                         config.lease_ms, config.reap_interval_ms)
+
+
 def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
                          final: bool) -> InvariantResult:
     """Measured from the holder's last renewal (its lease's start), not from the fault: the time
@@ -167,8 +180,9 @@ def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
     family's terms, go into the result (``model``) for the reports to render."""
     offences = facts.offences("recovery_bound")
     model = config.model
-    judge = (model.per_recovery(facts, config, store_down(facts))
-             if model.per_recovery is not None else None)
+    judge: Any = (consumer_loops(facts, config) if config.reap_rhythm == "loop"
+                  else model.per_recovery(facts, config, store_down(facts))
+                  if model.per_recovery is not None else None)
     per_recovery = judge is not None and bool(judge)
     for item in facts.stranded:
         bound_ts = item.renewed_ts + config.bound_ms
@@ -307,15 +321,22 @@ def judge_reap_prompt(facts: ReplayFacts, config: CheckConfig) -> InvariantResul
     (``watched_until``), unless a fault had cut every reaper off. A store outage exempts the
     leases that lapsed in it (nothing could sweep them)."""
     offences = facts.offences("reap_prompt")
-    limit = config.reap_limit_ms
+    base_limit = limit = config.reap_limit_ms
     outages = store_outages(facts, config)
     exempt = 0
+    # Loops that reap once a loop take a lapsed lease at their first sweep after its deadline,
+    # whenever their drains let that come: that sweep, plus the allowance, is each one's limit.
+    loops = consumer_loops(facts, config) if config.reap_rhythm == "loop" else None
     for never, items in ((False, facts.lapsed), (True, unreaped_lapsed(facts))):
         for item in items:
             if _in_outage(item, outages):
                 exempt += 1
                 continue
             lag = item.seen_ts - item.deadline
+            if loops is not None:
+                first = loops.first_sweep_after(item.deadline)
+                limit = base_limit if first is None else max(
+                    base_limit, first - item.deadline + config.reap_allowance_ms)
             if lag <= limit or never and _reapers_cut_off(facts, item.deadline, item.seen_ts):
                 continue
             offences.add({"job": item.job_id, "attempt": item.attempt, "worker": item.worker,
@@ -328,13 +349,18 @@ def judge_reap_prompt(facts: ReplayFacts, config: CheckConfig) -> InvariantResul
                           "its holder still called on it, unreaped, past the bound"},
                          item.deadline + limit)
     return InvariantResult.judged(
-        offences, limit_ms=limit, reap_interval_ms=config.reap_interval_ms,
+        offences, limit_ms=base_limit, reap_interval_ms=config.reap_interval_ms,
         reap_allowance_ms=config.reap_allowance_ms, exempt_store_outage=exempt,
+        **({"rhythm": "loop"} if loops is not None else {}),
         **asdict(LatencySummary.of(reap_lags(facts, outages))))
 
 
 CADENCE_NOT_JUDGED = ("not judged: the queue promises no sweep cadence (a reaper of the user's "
                       "own, or a history older than its sweep events); its gaps are reported")
+
+
+LOOPS_NOT_JUDGED = ("not judged: the loops reap once a loop, and the history shows none of their "
+                    "parks (its dialect reads none); their sweep gaps are reported")
 
 
 def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
@@ -360,6 +386,9 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
     # workers at all (another key layout, another dialect), so a sweeper it never saw sweep is
     # no evidence that none swept.
     unseen = bool(facts.enqueued) and all(attempt is None for attempt in facts.enqueued.values())
+    # Sweepers that reap once a loop are held to their parks (each park to the loop's next
+    # sweep), not to the gaps between sweeps, which their drains lengthen (ConsumerLoops).
+    loops = consumer_loops(facts, config) if config.reap_rhythm == "loop" else None
     for sweeper in config.sweepers:
         times = cadence.times.get(sweeper, [])
         spans: list[tuple[int, int, str]] = []
@@ -369,17 +398,21 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
         else:
             if start is not None and times[0] > start:
                 spans.append((start, times[0], "no sweep yet when the run began"))
-            spans += [(earlier, later, "swept late")
-                      for earlier, later in itertools.pairwise(times)]
-            if end is not None and times[-1] < end:
-                spans.append((times[-1], end, "no sweep since, while the run went on"))
+            if loops is not None:
+                spans += list(loops.late_parks(sweeper, end))
+            else:
+                spans += [(earlier, later, "swept late")
+                          for earlier, later in itertools.pairwise(times)]
+                if end is not None and times[-1] < end:
+                    spans.append((times[-1], end, "no sweep since, while the run went on"))
         for earlier, later, reason in spans:
             if later - earlier <= limit:
                 continue
             if cadence.held(sweeper, earlier, later):
                 exempt += 1
                 continue
-            example = {"reaper": sweeper, "sweep_ts": earlier, "next_sweep_ts": later,
+            opened = "park_ts" if reason.startswith("parked") else "sweep_ts"
+            example = {"reaper": sweeper, opened: earlier, "next_sweep_ts": later,
                        "gap_ms": later - earlier, "allowed_ms": limit, "reason": reason}
             index = bisect.bisect_right(unattributed, earlier)
             if (index < len(unattributed) and unattributed[index] < later) or (
@@ -392,10 +425,22 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
     if config.sweepers:
         exempt += _lock_outlived_interval(
             facts, config.reap_interval_ms + SWEEP_LOCK_ROUNDING_MS, offences)
-    per_sweeper = {sweeper: {"sweeps": len(cadence.times.get(sweeper, [])),
-                             "max_gap_ms": max(cadence.gaps(sweeper), default=None)}
-                   for sweeper in sorted({*config.sweepers, *cadence.named()})}
+    per_sweeper: dict[str, dict[str, Any]] = {
+        sweeper: {"sweeps": len(cadence.times.get(sweeper, [])),
+                  "max_gap_ms": max(cadence.gaps(sweeper), default=None)}
+        for sweeper in sorted({*config.sweepers, *cadence.named()})}
     judged = bool(config.sweepers)
+    loop_figures: dict[str, Any] = {}
+    unparked = False
+    if loops is not None:
+        for sweeper, figures in per_sweeper.items():
+            figures["longest_drain_ms"] = max(loops.drains_ms(sweeper), default=None)
+            figures["max_park_ms"] = max(loops.parks_ms(sweeper), default=None)
+        loop_figures = {"rhythm": "loop",
+                        "longest_drain_ms": max(loops.drains_ms(), default=None),
+                        "max_park_ms": max(loops.parks_ms(), default=None)}
+        unparked = judged and bool(facts.sweeps) and not loops.parked
+        judged = judged and not unparked  # what it promises is not in the history: reported
     # Not one sweep by any reaper the queue promises, and none the history cannot attribute:
     # the deployment has no reaper at all (e.g. only consumers that never reap), said as such.
     no_reaper = (judged and not facts.sweeps and offences.count > 0
@@ -407,8 +452,9 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
         allowance_ms=limit - config.reap_interval_ms, sweepers=list(config.sweepers),
         sweeps=len(facts.sweeps), max_gap_ms=max(gaps, default=None), exempt_gaps=exempt,
         unattributed_sweeps=len(unattributed), per_sweeper=per_sweeper,
-        **({"no_reaper": True} if no_reaper else {}),
-        **({} if judged else {"judged": False, "not_judged": CADENCE_NOT_JUDGED}))
+        **({"no_reaper": True} if no_reaper else {}), **loop_figures,
+        **({} if judged else {"judged": False, "not_judged": (
+            LOOPS_NOT_JUDGED if unparked else CADENCE_NOT_JUDGED)}))
     result.blind = result.blind or (result.ok and offences.blinded > 0)
     return result
 

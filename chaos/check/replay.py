@@ -32,6 +32,7 @@ from chaos.history.schema import (
     GroupResume,
     Heal,
     LockMarker,
+    Park,
     Phase,
     Promote,
     Reassign,
@@ -140,6 +141,10 @@ class ReplayFacts:
     # echomq dialect's scans of the active set, BullMQ's stalled checks), as (server time, the
     # reaper or worker that swept, whether it ran), in history order.
     sweeps: list[tuple[int, str, bool]] = field(default_factory=list)
+    # Under a loop rhythm (``[sut] reap_rhythm = "loop"``): each sweep that ran and each park,
+    # (server ms, process, connection): the loops' own timelines (``chaos.check.cadence``)
+    loop_sweeps: list[tuple[int, str, str]] = field(default_factory=list)
+    parks: list[tuple[int, str, str]] = field(default_factory=list)
     refused_under_fault: int = 0  # live holders' calls refused while a fault touched them
     # What the history lacks (its blind events): offences that may be its doing are blinded.
     blind: BlindSpots = field(default_factory=BlindSpots)
@@ -272,7 +277,7 @@ class _Replay:
             "complete": self.complete, "retry": self.retry, Promote.TYPE: self.promote,
             "reap": self.recovered, "dead": self.recovered, Fault.TYPE: self.fault,
             Heal.TYPE: self.heal,
-            Blind.TYPE: self.blind, Sweep.TYPE: self.sweep,
+            Blind.TYPE: self.blind, Sweep.TYPE: self.sweep, Park.TYPE: self.park,
             FaultSkipped.TYPE: self.fault_skipped, Run.TYPE: self.run, Phase.TYPE: self.phase,
             GroupLimit.TYPE: self.group_limit, GroupPause.TYPE: self.group_pause,
             GroupResume.TYPE: self.group_resume, Release.TYPE: self.release,
@@ -636,8 +641,15 @@ class _Replay:
         self.facts.blind.note(Blind.decode(event))
 
     def sweep(self, event: Event) -> None:
-        self.facts.sweeps.append((event.ts, event.worker or UNKNOWN_WORKER,
-                                  not event.extra or event.extra.get("ran") != "0"))
+        ran = not event.extra or event.extra.get("ran") != "0"
+        worker = event.worker or UNKNOWN_WORKER
+        self.facts.sweeps.append((event.ts, worker, ran))
+        if ran:
+            self.facts.loop_sweeps.append((event.ts, worker, event.extra.get("client", "")))
+
+    def park(self, event: Event) -> None:
+        self.facts.parks.append((event.ts, event.worker or UNKNOWN_WORKER,
+                                 event.extra.get("client", "")))
 
     def fault_skipped(self, event: Event) -> None:
         self.facts.faults_skipped.append(FaultSkipped.decode(event))

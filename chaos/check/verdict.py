@@ -87,6 +87,9 @@ class CheckConfig:
     # reap_cadence's allowance beyond one interval between two sweeps of a reaper: its wake-up
     # judged at every tick, so the worst on a loaded machine (chaos.names).
     sweep_allowance_ms: int = DEFAULT_SWEEP_ALLOWANCE_MS
+    # "" the sweepers sweep on a grid; "loop": once a consumer loop (``chaos.check.cadence``,
+    # ``ConsumerLoops``), the run event's ``reap_rhythm``
+    reap_rhythm: str = ""
 
     @property
     def model(self) -> BoundModel:
@@ -138,6 +141,7 @@ class CheckConfig:
             sweepers=run.sweepers,
             sweep_allowance_ms=(DEFAULT_SWEEP_ALLOWANCE_MS if run.sweep_allowance_ms is None
                                 else run.sweep_allowance_ms),
+            reap_rhythm=run.reap_rhythm,
         )
 
 

@@ -445,15 +445,48 @@ class Sweep:
     TYPE: ClassVar[str] = "sweep"
     worker: str
     ran: bool = True
+    # The calling connection's address (MONITOR's), where a process sweeps from several
+    # connections of its own, each a loop of its own (EchoMQ.Consumer's: a ``park`` each)
+    client: str = ""
     ts: int = 0
     seq: str = ""
 
     def fields(self) -> dict[str, Any]:
-        return _fields(self.TYPE, (("worker", self.worker), ("ran", None if self.ran else 0)))
+        return _fields(self.TYPE, (("worker", self.worker), ("ran", None if self.ran else 0),
+                                   ("client", self.client or None)))
 
     @classmethod
     def decode(cls, event: Event) -> Sweep:
-        return cls(event.worker or "", event.extra.get("ran", "1") != "0", event.ts, event.seq)
+        get = event.extra.get
+        return cls(event.worker or "", get("ran", "1") != "0", get("client", ""), event.ts,
+                   event.seq)
+
+
+@dataclass(frozen=True, slots=True)
+class Park:
+    """A consumer loop parks: after draining what it could claim it blocks on the queue's wake
+    list for at most ``timeout_ms`` (EchoMQ.Consumer's ``BLPOP wake beat``), then loops to its
+    next sweep. ``worker`` is the process, ``client`` the connection (one loop each). Read by
+    ``reap_cadence`` under ``[sut] reap_rhythm = "loop"`` (``chaos.check.cadence``): a loop's
+    park to its next sweep is what it promises to keep within the reap interval; its sweep to
+    its park is its drain, measured."""
+
+    TYPE: ClassVar[str] = "park"
+    worker: str
+    client: str = ""
+    timeout_ms: int | None = None
+    ts: int = 0
+    seq: str = ""
+
+    def fields(self) -> dict[str, Any]:
+        return _fields(self.TYPE, (("worker", self.worker), ("client", self.client or None),
+                                   ("timeout_ms", self.timeout_ms)))
+
+    @classmethod
+    def decode(cls, event: Event) -> Park:
+        get = event.extra.get
+        return cls(event.worker or "", get("client", ""), _int(get("timeout_ms")), event.ts,
+                   event.seq)
 
 
 @dataclass(frozen=True, slots=True)
@@ -551,6 +584,9 @@ class Run:
     # cadence is not judged (a queue of the user's, an older history).
     sweepers: tuple[str, ...] = ()
     sweep_allowance_ms: int | None = None  # the checker's reap_cadence allowance
+    # How the sweepers keep their promise: "" on a grid (a sweep at least every reap interval),
+    # "loop" once a loop (sweep, drain, park at most the interval: ``[sut] reap_rhythm``)
+    reap_rhythm: str = ""
     ts: int = 0
     seq: str = ""
 
@@ -565,7 +601,8 @@ class Run:
             ("max_stalls", self.max_stalls), ("heartbeat", self.heartbeat),
             ("reap_allowance_ms", self.reap_allowance_ms), ("max_needless", self.max_needless),
             ("dialect", self.dialect or None), ("sweepers", ",".join(self.sweepers) or None),
-            ("sweep_allowance_ms", self.sweep_allowance_ms)))
+            ("sweep_allowance_ms", self.sweep_allowance_ms),
+            ("reap_rhythm", self.reap_rhythm or None)))
 
     @classmethod
     def decode(cls, event: Event) -> Run:
@@ -577,7 +614,8 @@ class Run:
             get("protocol", ""), _int(get("reapers")), _names(get("report_only")),
             _int(get("wait_replicas")), _int(get("max_stalls")), get("heartbeat", ""),
             _int(get("reap_allowance_ms")), _int(get("max_needless")), get("dialect", ""),
-            _names(get("sweepers")), _int(get("sweep_allowance_ms")), event.ts, event.seq)
+            _names(get("sweepers")), _int(get("sweep_allowance_ms")), get("reap_rhythm", ""),
+            event.ts, event.seq)
 
 
 def _names(value: str | None) -> tuple[str, ...]:
@@ -751,15 +789,15 @@ TRANSITION_EVIDENCE, HOLDER_EVIDENCE = "transition", "holder"  # what a Blind ev
 
 
 TypedEvent = (Enqueue | Claim | Extend | ExtendRejected | Complete | CompleteRejected | Retry
-              | Promote | Reap | Dead | Release | Remove | Reprocess | Reassign | Sweep | GroupLimit
-              | GroupPause | GroupResume | LockMarker | HandlerHog | Run | Phase | Fault | Heal
-              | FaultSkipped | Blind)
+              | Promote | Reap | Dead | Release | Remove | Reprocess | Reassign | Sweep | Park
+              | GroupLimit | GroupPause | GroupResume | LockMarker | HandlerHog | Run | Phase
+              | Fault | Heal | FaultSkipped | Blind)
 TRANSITIONS: tuple[type[TypedEvent], ...] = (
     Enqueue, Claim, Extend, ExtendRejected, Complete, CompleteRejected, Retry, Promote, Reap,
     Dead, Release, Remove, Reprocess, Reassign)
 RUNNER_EVENTS: tuple[type[TypedEvent], ...] = (Run, Phase, Fault, Heal, FaultSkipped)
 EVENT_TYPES: dict[str, type[TypedEvent]] = {
-    kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, GroupLimit, GroupPause, GroupResume,
+    kind.TYPE: kind for kind in (*TRANSITIONS, Sweep, Park, GroupLimit, GroupPause, GroupResume,
                                  LockMarker, HandlerHog, *RUNNER_EVENTS, Blind)}
 # A worker's own calls on a lease it was handed (accepted or rejected): each one reached the store.
 CLIENT_CALLS = (Claim.TYPE, Extend.TYPE, Complete.TYPE, ExtendRejected.TYPE,

@@ -238,6 +238,18 @@ def cadence_lines(cadence: dict[str, Any] | None, formula: BoundFormula) -> list
                   f"({', '.join(sweepers[:4])}{', ...' if len(sweepers) > 4 else ''}) swept "
                   "once in the whole run: nothing brings a stranded lease back"]
                  if cadence.get("no_reaper") else [])
+    if cadence.get("rhythm") == "loop":  # judged by each park to its loop's next sweep
+        parks = [f"{name} {_ms(figures.get('max_park_ms'))}"
+                 for name, figures in list(per.items())[:4]]
+        return no_reaper + [
+            f"  cadence   park-to-sweep ms max {_ms(cadence.get('max_park_ms'))} "
+            f"({', '.join(parks)}; {cadence['sweeps']} sweeps, once a loop)  "
+            + (f"limit {cadence['limit_ms']} ({formula.interval_name} "
+               f"{cadence['reap_interval_ms']} + {formula.sweep_slack} "
+               f"{cadence['allowance_ms']})" if judged else "not judged (no park seen)"),
+            f"  drains    sweep-to-park ms max {_ms(cadence.get('longest_drain_ms'))}, measured "
+            f"(sweep gaps up to {_ms(cadence['max_gap_ms'])}): what a loop handles before it "
+            "parks again"]
     return no_reaper + [
         f"  cadence   sweep gap ms max {_ms(cadence['max_gap_ms'])} ({', '.join(shown)}; "
         f"{cadence['sweeps']} sweeps)  "

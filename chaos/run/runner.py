@@ -160,6 +160,7 @@ class Run:
             max_needless=scenario.check.max_needless,
             dialect=self.family.dialect_name, sweepers=self.family.sweepers,
             sweep_allowance_ms=scenario.check.sweep_allowance_ms,
+            reap_rhythm="" if scenario.sut.reap_rhythm == "grid" else scenario.sut.reap_rhythm,
         ).fields())
         self.exporter = HistoryExporter(self.runtime.client(), self.keys.events, self.history_path,
                                         trim=self.trim_history,

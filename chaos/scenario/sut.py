@@ -60,6 +60,13 @@ class Sut(Strict):
     # starts it; certify runs it as the reaper of a battery scenario that stops every worker at
     # once, where otherwise nothing could recover a lease (docs/certify.md).
     standalone_reaper: Argv | None = None
+    # How its reapers keep their promise: ``grid``, a sweep at least every reap interval
+    # (a timer); ``loop``, once a consumer loop: sweep, drain what it can claim, park on the
+    # queue's wake list at most reap_interval_ms, sweep again (EchoMQ.Consumer's rhythm,
+    # beat_ms = reap_interval_ms). Under ``loop`` each loop's park to its next sweep is held to
+    # the interval, its drain is measured, and each stranded lease to the first sweep after its
+    # deadline (docs/sut.md, "Reaping once a loop").
+    reap_rhythm: Literal["grid", "loop"] = "grid"
     # The user's own enqueue path: a long-running command fed a payload a line on stdin,
     # answering ``<ms> enqueue id=<id>`` for each (docs/sut.md, "Your own producer"), driven
     # at the scenario's rate by the built-in producer. Absent: the family's built-in one.
@@ -105,6 +112,10 @@ class Sut(Strict):
         if self.producer is not None and self.workers is None:
             raise ValueError(f"producer = {self.producer!r}: a producer of your own enqueues "
                              "for workers of your own; set workers = [argv...] too")
+        if self.reap_rhythm == "loop" and self.workers is None:
+            raise ValueError("reap_rhythm = 'loop': consumers of your own that reap once a "
+                             "loop; the reference reaper sweeps on a grid (set workers = "
+                             "[argv...])")
         if self.standalone_reaper is not None and self.reaper != "none":
             raise ValueError(f"standalone_reaper = {self.standalone_reaper!r}: for a queue "
                              "whose workers reap (reaper = 'none'); this one's reaper is "

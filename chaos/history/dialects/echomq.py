@@ -64,7 +64,7 @@ from chaos.history.dialects.echomq_admin import (
 )
 from chaos.history.dialects.echomq_effect import Effect
 from chaos.history.dialects.echomq_lanes import Lanes
-from chaos.history.schema import TRANSITIONS, Sweep
+from chaos.history.schema import TRANSITIONS, Park, Sweep
 from chaos.protocol.client import QueueKeys
 
 # What the queue's own scripts record (read from their effects, never from their XADD): no
@@ -120,6 +120,7 @@ class EchoMQ:
         self.dead, self.schedule = keys.dead, keys.schedule
         self.job_prefix = keys.job_prefix
         self.base = keys.base
+        self.wake_key = f"{keys.base}wake"
         self.lanes = Lanes(keys.base)  # EchoMQ.Lanes' keys (``echomq_lanes``)
         self.completed_count = keys.base + "metrics:completed"  # EchoMQ's count of completes
         # The shadow: what replies would have told (attempt, holder, stalls, lease deadline).
@@ -218,6 +219,8 @@ class EchoMQ:
             self._expire(self.now_ms)
         command = call.args[0].upper()
         if command not in ("EVALSHA", "EVAL", "EVALSHA_RO", "EVAL_RO"):
+            if command == "BLPOP" and self._parks(call.args):
+                return Decoded([_park(call, str(self.now_ms))])
             if len(call.args) > 1 and call.args[1].startswith(self.job_prefix):
                 locks = self._locks(call)
                 if locks is not None:
@@ -262,9 +265,18 @@ class EchoMQ:
 
     def names_caller(self, args: list[str]) -> bool:
         """Does this plain command need its connection named before it is decoded (the
-        recorder asks for every command outside a script): a lock marker's set or release."""
-        return len(args) > 1 and args[1].endswith(LOCK_SUFFIX) and args[0].upper() in (
-            "SET", "DEL", "UNLINK")
+        recorder asks for every command outside a script): a lock marker's set or release,
+        and a consumer loop's park."""
+        if len(args) < 2:
+            return False
+        command = args[0].upper()
+        return (args[1].endswith(LOCK_SUFFIX) and command in ("SET", "DEL", "UNLINK")) or (
+            command == "BLPOP" and self._parks(args))
+
+    def _parks(self, args: list[str]) -> bool:
+        """``BLPOP <queue>wake <timeout>``: a consumer loop parks on the queue's wake list
+        (EchoMQ.Consumer's park, EchoMQ.Metronome's block), one key and a timeout."""
+        return len(args) == 3 and args[1] == self.wake_key
 
     def lease_holders_oldest_first(self, now_ms: int, limit: int = 100) -> list[str]:
         """The holders of the ``limit`` earliest-deadline leases still live at ``now_ms`` (server
@@ -851,8 +863,19 @@ def _members_start(args: list[str]) -> int:
 
 
 def _sweep(call: Call, ts: str) -> dict[str, str]:
-    """A sweep by the calling connection (the reaper is whoever's connection made the call)."""
-    return {"type": Sweep.TYPE, "worker": call.conn or "", "ts": ts}
+    """A sweep by the calling connection (the reaper is whoever's connection made the call;
+    its address tells one loop of the process from another)."""
+    return {"type": Sweep.TYPE, "worker": call.conn or "", "client": call.client, "ts": ts}
+
+
+def _park(call: Call, ts: str) -> dict[str, str]:
+    """A consumer loop's park on the wake list, for at most its BLPOP timeout (seconds)."""
+    try:
+        timeout_ms = str(round(float(call.args[2]) * 1000))
+    except ValueError:
+        timeout_ms = ""
+    return {"type": Park.TYPE, "worker": call.conn or "", "client": call.client,
+            "timeout_ms": timeout_ms, "ts": ts}
 
 
 def _transition_xadd(args: list[str]) -> bool:

@@ -1,0 +1,159 @@
+"""Sweepers that reap once a loop (``[sut] reap_rhythm = "loop"``, EchoMQ.Consumer's rhythm:
+sweep, drain what it can claim, park on the wake list at most the beat, sweep again), judged on
+hand-written histories (``chaos.check.cadence.ConsumerLoops``):
+
+- reap_cadence holds each park to the loop's next sweep within the interval + allowance; the
+  drains between are measured, not judged (a loop busy with work sweeps when its work is done);
+- each stranded lease must come back with the first sweep after its deadline (recovery_bound,
+  at the tolerance; reap_prompt, at the allowance).
+
+The broken variants: a loop that parks three beats (caught by reap_cadence alone, nothing
+lapsing), and a sweep that passes a lapsed lease by (caught by recovery_bound and reap_prompt).
+The sound loops pass over many random drains, parks and kill times; the same sound history
+judged as if its sweepers kept a grid fails reap_cadence, which is why the rhythm is declared."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+from histories import History, resequence, to_events
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from chaos.check.checker import check
+from chaos.history.schema import Park, Run, Sweep
+
+L, R, TOLERANCE = 1000, 250, 250
+
+
+@dataclass
+class Loop:
+    """One consumer loop of a process: its connection and, per turn, (drain ms, park ms)."""
+
+    worker: str
+    client: str
+    turns: list[tuple[int, int]]
+    start: int = 0
+    sweeps: list[int] = field(default_factory=list)
+    parks: list[int] = field(default_factory=list)
+
+    def lay_out(self, until: int, killed_at: int | None = None) -> None:
+        ts, index = self.start, 0
+        while ts < until and (killed_at is None or ts < killed_at):
+            self.sweeps.append(ts)
+            drain, park = self.turns[index % len(self.turns)]
+            index += 1
+            if killed_at is not None and ts + drain >= killed_at:
+                return
+            self.parks.append(ts + drain)
+            ts += drain + park
+
+
+def loop_history(loops: list[Loop], end: int, rhythm: str = "loop",
+                 kill: tuple[str, int] | None = None, held_job_deadline: int | None = None,
+                 skip_first_reap: bool = False) -> History:
+    """A run to ``end`` over ``loops``; with ``kill`` (worker, at), that worker holds job "a"
+    (claimed at ``kill_at - 200``, no renewal: EchoMQ.Consumer renews nothing) and dies; the
+    job is reaped by the first sweep of another loop after its deadline, or with
+    ``skip_first_reap`` by the first one more than the tolerance after that (the sweeps
+    between passed it by)."""
+    h = History(L, R, TOLERANCE, run=False)
+    workers = tuple(sorted({loop.worker for loop in loops}))
+    h.write(Run(scenario="loops", lease_ms=L, reap_interval_ms=R, tolerance_ms=TOLERANCE,
+                workers=workers, dialect="echomq", sweepers=workers, reap_rhythm=rhythm), 0)
+    for loop in loops:
+        loop.lay_out(end - 500, kill[1] if kill and kill[0] == loop.worker else None)
+    timeline: list[tuple[int, int, object]] = [
+        (0, 0, lambda ts: h.phase("warmup", ts=ts)),
+        (end - 400, 0, lambda ts: h.phase("drain", ts=ts)),
+        (end, 9, lambda ts: h.phase("end", ts=ts, drained=1, aborted=0)),
+        (1, 1, lambda ts: h.enqueue("a", ts=ts))]
+    for loop in loops:
+        timeline += [(ts, 2, lambda ts, loop=loop: h.write(Sweep(loop.worker, client=loop.client),
+                                                          ts)) for ts in loop.sweeps]
+        timeline += [(ts, 1, lambda ts, loop=loop: h.write(Park(loop.worker, loop.client, R), ts))
+                     for ts in loop.parks]
+    if kill is None:
+        timeline += [(2, 1, lambda ts: h.claim("a", 1, loops[0].worker, ts=ts)),
+                     (50, 1, lambda ts: h.complete("a", 1, loops[0].worker, ts=ts))]
+    else:
+        victim, at = kill
+        claimed = at - 200
+        deadline = claimed + L
+        others = sorted(ts for loop in loops if loop.worker != victim for ts in loop.sweeps
+                        if ts > deadline)
+        # passed by: the first sweep that came more than the tolerance after the first one
+        reap_at = next(ts for ts in others if ts > others[0] + TOLERANCE) if skip_first_reap \
+            else others[0]
+        taker = next(loop.worker for loop in loops if reap_at in loop.sweeps
+                     and loop.worker != victim)
+        timeline += [(claimed, 1, lambda ts: h.claim("a", 1, victim, ts=ts)),
+                     (at, 1, lambda ts: h.fault("kill", victim, ts=ts)),
+                     (reap_at, 3, lambda ts: h.reap("a", 1, ts=ts)),
+                     (reap_at + 5, 3, lambda ts: h.claim("a", 2, taker, ts=ts)),
+                     (reap_at + 60, 3, lambda ts: h.complete("a", 2, taker, ts=ts))]
+    for ts, _, write in sorted(timeline, key=lambda entry: entry[:2]):
+        write(ts)  # type: ignore[operator]
+    return h
+
+
+def busy_loops(seed: int = 1) -> list[Loop]:
+    """Two processes of two loops each, draining up to 1.5 s (work found) and parking up to
+    the beat (woken early now and then)."""
+    rng = random.Random(seed)
+    return [Loop(worker, f"127.0.0.1:{40000 + k}",
+                 [(rng.choice((0, 40, 300, 900, 1500)), rng.randint(20, R)) for _ in range(9)],
+                 start=rng.randint(0, 100))
+            for k, worker in enumerate(("w1", "w1", "w2", "w2"))]
+
+
+def test_sound_loops_pass_with_drains_longer_than_the_interval_and_a_grid_would_not():
+    history = loop_history(busy_loops(), end=9000, kill=("w1", 3000))
+    verdict = check(history.events())
+    assert verdict.failed_invariants() == []
+    cadence = verdict.invariants["reap_cadence"].as_dict()
+    assert cadence["rhythm"] == "loop" and cadence["longest_drain_ms"] == 1500
+    assert cadence["max_park_ms"] <= R
+    assert cadence["max_gap_ms"] > R + 200  # the sweeps themselves are far apart
+    bound = verdict.invariants["recovery_bound"].as_dict()
+    assert bound["family_figures"]["longest_drain_ms"] == 1500
+    assert bound["bound_ms"] == L + 1500 + R + TOLERANCE
+    # the same deployment judged as if it swept on a grid: its drains read as late sweeps
+    as_grid = check(loop_history(busy_loops(), end=9000, rhythm="", kill=("w1", 3000)).events())
+    assert "reap_cadence" in as_grid.failed_invariants()
+
+
+def test_a_loop_that_parks_three_beats_fails_reap_cadence_alone():
+    loops = busy_loops()
+    loops[2].turns = [(drain, 3 * R) for drain, _ in loops[2].turns]
+    verdict = check(loop_history(loops, end=9000).events())
+    assert verdict.failed_invariants() == ["reap_cadence"]
+    example = verdict.invariants["reap_cadence"].as_dict()["examples"][0]
+    assert example["reason"] == "parked past the interval" and example["reaper"] == "w2"
+    assert example["gap_ms"] == 3 * R
+
+
+def test_a_sweep_that_passes_a_lapsed_lease_by_fails_the_recovery():
+    verdict = check(loop_history(busy_loops(), end=9000, kill=("w1", 3000),
+                                 skip_first_reap=True).events())
+    failed = verdict.failed_invariants()
+    assert "recovery_bound" in failed and "reap_prompt" in failed
+    assert "reap_cadence" not in failed
+
+
+def test_loops_whose_parks_the_history_lacks_are_reported_not_judged():
+    loops = busy_loops()
+    history = loop_history(loops, end=9000)
+    records = [record for record in history.records() if record["type"] != "park"]
+    verdict = check(to_events(resequence(records)))
+    cadence = verdict.invariants["reap_cadence"].as_dict()
+    assert cadence.get("judged") is False and "none of their parks" in cadence["not_judged"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=st.integers(0, 10_000), kill_at=st.integers(1500, 5000))
+def test_sound_loops_pass_whatever_their_drains_parks_and_the_kill(seed: int,
+                                                                   kill_at: int) -> None:
+    verdict = check(loop_history(busy_loops(seed), end=10_000, kill=("w1", kill_at)).events())
+    assert verdict.failed_invariants() == [], verdict.invariants
