@@ -124,9 +124,12 @@ def summary_text(report: dict[str, Any]) -> str:
         lines.append(
             f"  prompt    reap-deadline ms min {_ms(prompt['min_ms'])} p50 {_ms(prompt['p50_ms'])} "
             f"p99 {_ms(prompt['p99_ms'])} max {_ms(prompt['max_ms'])} (n={prompt['count']})  "
-            f"limit {prompt['limit_ms']} ("
-            + (formula.reap_lag_terms or f"reap {prompt['reap_interval_ms']}")
-            + f" + allowance {prompt['reap_allowance_ms']})"
+            + (f"limit the first sweep after each deadline + allowance "
+               f"{prompt['reap_allowance_ms']} (loops reap once a loop)"
+               if prompt.get("rhythm") == "loop" else
+               f"limit {prompt['limit_ms']} ("
+               + (formula.reap_lag_terms or f"reap {prompt['reap_interval_ms']}")
+               + f" + allowance {prompt['reap_allowance_ms']})")
         )
     lines += cadence_lines(invariants.get("reap_cadence"), formula)
     for name in ("reclaim", "recomplete"):

@@ -59,10 +59,14 @@ def describe_plan(scenario: Scenario) -> str:
         f"  phases    warmup {phases.warmup_ms} ms -> chaos {phases.chaos_ms} ms -> heal "
         f"{phases.heal_ms} ms -> drain <= {scenario.drain_timeout_ms} ms",
         # Named as the scenario's check fields, so a reader finds the knob to turn.
-        f"  bound     recovery <= {scenario.recovery_bound_ms} ms + tolerance_ms "
-        f"{scenario.check.tolerance_ms} from the last renewal; every reap <= "
-        f"{scenario.recovery_bound_ms - scenario.topology.lease_ms} ms + reap_allowance_ms "
-        f"{scenario.check.reap_allowance_ms} after its deadline",
+        (f"  bound     every lapsed lease back with the first sweep after its deadline "
+         f"(+ tolerance_ms {scenario.check.tolerance_ms}; a reap + reap_allowance_ms "
+         f"{scenario.check.reap_allowance_ms}): the loops reap once a loop, lease + drain + "
+         f"park at worst, the drains measured" if scenario.sut.reap_rhythm == "loop" else
+         f"  bound     recovery <= {scenario.recovery_bound_ms} ms + tolerance_ms "
+         f"{scenario.check.tolerance_ms} from the last renewal; every reap <= "
+         f"{scenario.recovery_bound_ms - scenario.topology.lease_ms} ms + reap_allowance_ms "
+         f"{scenario.check.reap_allowance_ms} after its deadline"),
         describe_cadence(scenario),
         "  faults (ms from chaos start):" if scenario.faults else "  faults    none",
     ]
@@ -131,6 +135,10 @@ def describe_cadence(scenario: Scenario) -> str:
     allowance = config.sweep_limit_ms - config.reap_interval_ms
     knob = ("sweep_allowance_ms" if allowance == scenario.check.sweep_allowance_ms
             else "tolerance_ms")
+    if scenario.sut.reap_rhythm == "loop":
+        return (f"  cadence   once a loop: each park followed by the loop's next sweep within "
+                f"{config.sweep_limit_ms} ms (reap_interval_ms {config.reap_interval_ms} + {knob} "
+                f"{allowance}), by each loop of {names}")
     return (f"  cadence   a sweep <= {config.sweep_limit_ms} ms after the previous one "
             f"(reap_interval_ms {config.reap_interval_ms} + {knob} {allowance}), by each of "
             f"{names}")

@@ -3,8 +3,10 @@
 # of docs/sut.md:
 #
 #   elixir -pa <build>/echo_data/ebin -pa <build>/echo_wire/ebin -pa <build>/echo_mq/ebin sut.exs
-#       worker   [--metronome 1]         CHAOS_CONCURRENCY EchoMQ.Consumer loops (with
-#                                        --metronome 1: a pool under one EchoMQ.Metronome)
+#       worker   [--metronome 1] [--beat-ms N]
+#                                        CHAOS_CONCURRENCY EchoMQ.Consumer loops (with
+#                                        --metronome 1: a pool under one EchoMQ.Metronome;
+#                                        --beat-ms N: their beat N ms, not the interval)
 #       producer [--groups N [--limit M]] one payload a line on stdin, each admitted into a
 #                                        group's lane with EchoMQ.Lanes.enqueue; prints
 #                                        `<ms> enqueue id=<id> group=<group>`
@@ -157,9 +159,13 @@ node_bits = rem(:erlang.phash2(name), 1024)
 
 case System.argv() do
   ["worker" | args] ->
-    opts = Sut.options(args, metronome: 0)
+    opts = Sut.options(args, metronome: 0, "beat-ms": 0)
     lease_ms = Sut.int_env("CHAOS_LEASE_MS", 30_000)
-    beat_ms = max(Sut.int_env("CHAOS_REAP_INTERVAL_MS", 1_000), 1)
+    # --beat-ms N: the consumers' beat set apart from the interval the deployment promises (a
+    # misconfigured pool: scenarios/echomq/broken/elixir-long-beat.toml)
+    beat_ms =
+      if opts[:"beat-ms"] > 0, do: opts[:"beat-ms"],
+        else: max(Sut.int_env("CHAOS_REAP_INTERVAL_MS", 1_000), 1)
     concurrency = max(Sut.int_env("CHAOS_CONCURRENCY", 1), 1)
     SigTerm.install()
 
@@ -230,5 +236,5 @@ case System.argv() do
     end)
 
   _ ->
-    Sut.fail("usage: sut.exs worker [--metronome 1] | producer --groups N [--limit M]")
+    Sut.fail("usage: sut.exs worker [--metronome 1] [--beat-ms N] | producer --groups N [--limit M]")
 end
