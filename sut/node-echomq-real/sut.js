@@ -51,7 +51,8 @@
 // producer's own flat jobs, newest first (lua/remove_job.lua: refused, EMQLOCK, while a
 // worker's lock marker is on it), logging
 // `removed id=...` or `remove_refused id=... reason=...`; --reprocess-at-ms T puts every job
-// in dead back to pending (lua/reprocess.lua), logging `reprocessed id=...`. A worker with
+// in dead back to pending (lua/reprocess.lua), logging `reprocessed id=...` (none there yet:
+// it looks again every 100 ms, 3 s at most). A worker with
 // --locks 1 keeps EchoMQ.Locks' presence marker on each job it holds: `SET <row>:lock <token>
 // PX 2 x lease` and the row's `lock` field at the claim, refreshed with each renewal, deleted
 // once the job is settled.
@@ -506,11 +507,19 @@ async function producer(config, options) {
     timers.push(setTimeout(() => reprocessDead().catch((error) => log('reprocess_failed', {
       error: JSON.stringify(error.message) })), options['--reprocess-at-ms']));
   }
-  async function reprocessDead() {
+  // Every job in dead, once there is one: on a loaded machine the first job failed for good
+  // may come after T (or the removal just before may have taken them all), so it looks again
+  // every 100 ms, up to 30 times, rather than reprocess nothing.
+  async function reprocessDead(triesLeft = 30) {
+    let reprocessed = 0;
     for (const id of await connection.call('ZRANGE', k.dead, '0', '-1')) {
       const reply = await scripts.run(connection, 'reprocess', [k.jobPrefix + id, k.dead,
         k.pending], [id]);
-      if (Number(reply) === 1) log('reprocessed', { id });
+      if (Number(reply) === 1) { log('reprocessed', { id }); reprocessed += 1; }
+    }
+    if (!reprocessed && triesLeft > 1) {
+      timers.push(setTimeout(() => reprocessDead(triesLeft - 1).catch((error) => log(
+        'reprocess_failed', { error: JSON.stringify(error.message) })), 100));
     }
   }
   async function enqueueFlow(payload) {
