@@ -157,3 +157,15 @@ def test_sound_loops_pass_whatever_their_drains_parks_and_the_kill(seed: int,
                                                                    kill_at: int) -> None:
     verdict = check(loop_history(busy_loops(seed), end=10_000, kill=("w1", kill_at)).events())
     assert verdict.failed_invariants() == [], verdict.invariants
+
+
+def test_a_park_woken_at_once_is_read_in_history_order_not_by_its_ms():
+    """A park whose wake token was already there returns at once: park and sweep in one ms,
+    then the loop drains 900 ms. Its turn is that drain, not a 900 ms park (a CI run misread
+    it so before the loops were read in history order)."""
+    loops = busy_loops()
+    loops[0].turns = [(900, 0), (900, 0), (0, R)]
+    verdict = check(loop_history(loops, end=9000).events())
+    assert verdict.failed_invariants() == []
+    cadence = verdict.invariants["reap_cadence"].as_dict()
+    assert cadence["per_sweeper"]["w1"]["max_park_ms"] <= R

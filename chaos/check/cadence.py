@@ -154,32 +154,36 @@ class ConsumerLoops:
     Each connection of a process is a loop of its own (its sweeps and parks carry the
     connection's address); a history without addresses reads each process as one loop."""
 
-    def __init__(self, sweeps: Sequence[tuple[int, str, str]],
-                 parks: Sequence[tuple[int, str, str]], cadence: SweepCadence,
+    def __init__(self, events: Sequence[tuple[int, str, str, bool]], cadence: SweepCadence,
                  limit_ms: int, lease_ms: int, interval_ms: int) -> None:
+        """``events``: each sweep that ran and each park, in history order (server ms,
+        process, connection, True for a sweep): a park and the sweep after it often share a
+        ms, so their order is the history's, not the clock's."""
         self.cadence = cadence
         self.limit_ms, self.lease_ms, self.interval_ms = limit_ms, lease_ms, interval_ms
-        lines: dict[tuple[str, str], list[tuple[int, int]]] = {}  # (process, conn) -> steps
-        for ts, worker, client in sweeps:
-            lines.setdefault((worker, client), []).append((ts, 1))
-        for ts, worker, client in parks:
-            lines.setdefault((worker, client), []).append((ts, 0))
+        lines: dict[tuple[str, str], list[tuple[int, bool]]] = {}  # (process, conn) -> turns
+        for ts, worker, client, is_sweep in events:
+            lines.setdefault((worker, client), []).append((ts, is_sweep))
         self.steps: list[LoopStep] = []
         self.parks_after_last: list[tuple[str, str, int]] = []  # (process, conn, park ts)
         for (worker, client), line in sorted(lines.items()):
-            line.sort()  # a park and a sweep in one ms: the park first (it ends a turn)
-            sweep_at = [ts for ts, kind in line if kind == 1]
-            park_at = [ts for ts, kind in line if kind == 0]
-            for index, sweep_ts in enumerate(sweep_at):
-                next_sweep = sweep_at[index + 1] if index + 1 < len(sweep_at) else None
-                first_park = bisect.bisect_left(park_at, sweep_ts)
-                park_ts = park_at[first_park] if first_park < len(park_at) else None
-                if park_ts is not None and next_sweep is not None and park_ts > next_sweep:
-                    park_ts = None  # swept again without parking in between
-                self.steps.append(LoopStep(worker, client, sweep_ts, park_ts, next_sweep))
-            if park_at and (not sweep_at or park_at[-1] > sweep_at[-1]):
-                self.parks_after_last.append((worker, client, park_at[-1]))
-        self.sweep_times = sorted(ts for ts, _, _ in sweeps)
+            sweep_ts: int | None = None  # the loop's turn so far: its sweep, its first park
+            park_ts: int | None = None
+            for ts, is_sweep in line:
+                if not is_sweep:
+                    if park_ts is None:
+                        park_ts = ts
+                    continue
+                if sweep_ts is not None:
+                    self.steps.append(LoopStep(worker, client, sweep_ts, park_ts, ts))
+                elif park_ts is not None:  # parked before its first sweep in the history
+                    self.steps.append(LoopStep(worker, client, park_ts, park_ts, ts))
+                sweep_ts, park_ts = ts, None
+            if sweep_ts is not None:
+                self.steps.append(LoopStep(worker, client, sweep_ts, park_ts, None))
+            if park_ts is not None:
+                self.parks_after_last.append((worker, client, park_ts))
+        self.sweep_times = sorted(ts for ts, _, _, is_sweep in events if is_sweep)
 
     def __bool__(self) -> bool:
         return bool(self.sweep_times)

@@ -167,8 +167,8 @@ def consumer_loops(facts: ReplayFacts, config: CheckConfig) -> ConsumerLoops:
     """The sweepers' loops, for a queue that reaps once a loop (``reap_rhythm = "loop"``)."""
     cadence = SweepCadence(facts.sweeps, facts.windows, config.sweep_limit_ms,
                            store_down(facts))
-    return ConsumerLoops(facts.loop_sweeps, facts.parks, cadence, config.sweep_limit_ms,
-                         config.lease_ms, config.reap_interval_ms)
+    return ConsumerLoops(facts.loop_events, cadence, config.sweep_limit_ms, config.lease_ms,
+                         config.reap_interval_ms)
 
 
 def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,

@@ -141,10 +141,10 @@ class ReplayFacts:
     # echomq dialect's scans of the active set, BullMQ's stalled checks), as (server time, the
     # reaper or worker that swept, whether it ran), in history order.
     sweeps: list[tuple[int, str, bool]] = field(default_factory=list)
-    # Under a loop rhythm (``[sut] reap_rhythm = "loop"``): each sweep that ran and each park,
-    # (server ms, process, connection): the loops' own timelines (``chaos.check.cadence``)
-    loop_sweeps: list[tuple[int, str, str]] = field(default_factory=list)
-    parks: list[tuple[int, str, str]] = field(default_factory=list)
+    # Each sweep that ran and each park, in history order (a park and the sweep after it are
+    # often in one ms): (server ms, process, connection, True for a sweep), the loops' own
+    # timelines under ``[sut] reap_rhythm = "loop"`` (``chaos.check.cadence``)
+    loop_events: list[tuple[int, str, str, bool]] = field(default_factory=list)
     refused_under_fault: int = 0  # live holders' calls refused while a fault touched them
     # What the history lacks (its blind events): offences that may be its doing are blinded.
     blind: BlindSpots = field(default_factory=BlindSpots)
@@ -645,11 +645,12 @@ class _Replay:
         worker = event.worker or UNKNOWN_WORKER
         self.facts.sweeps.append((event.ts, worker, ran))
         if ran:
-            self.facts.loop_sweeps.append((event.ts, worker, event.extra.get("client", "")))
+            self.facts.loop_events.append((event.ts, worker, event.extra.get("client", ""),
+                                           True))
 
     def park(self, event: Event) -> None:
-        self.facts.parks.append((event.ts, event.worker or UNKNOWN_WORKER,
-                                 event.extra.get("client", "")))
+        self.facts.loop_events.append((event.ts, event.worker or UNKNOWN_WORKER,
+                                       event.extra.get("client", ""), False))
 
     def fault_skipped(self, event: Event) -> None:
         self.facts.faults_skipped.append(FaultSkipped.decode(event))
