@@ -24,6 +24,7 @@ import itertools
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from chaos.history.windows import UNKNOWN_WORKER, FaultWindows
 
@@ -218,9 +219,12 @@ class ConsumerLoops:
                 and not self.cadence.held(step.worker, step.park_ts, step.next_sweep_ts)]
 
     def drains_ms(self, sweeper: str | None = None) -> list[int]:
-        """Each finished drain (sweep to park), of one sweeper or of all."""
+        """Each finished drain (sweep to park), of one sweeper or of all, where nothing held
+        the process between (a loop frozen mid-drain measures the fault, not its work)."""
         return [step.drain_ms for step in self.steps if step.drain_ms is not None
-                and (sweeper is None or step.worker == sweeper)]
+                and (sweeper is None or step.worker == sweeper)
+                and not self.cadence.held(step.worker, step.sweep_ts, step.sweep_ts
+                                          + step.drain_ms)]
 
     def first_sweep_after(self, ts: int) -> int | None:
         """The first sweep of any loop strictly after ``ts`` (a lease lapses past its
@@ -252,14 +256,19 @@ class ConsumerLoops:
                 "lease_plus_interval_ms": self.lease_ms + self.interval_ms,
                 "lease_drain_interval_ms": self.base_bound_ms}
 
-    def lines(self, figures: Mapping[str, object]) -> list[str]:
+    def lines(self, figures: Mapping[str, Any]) -> list[str]:
         longest = figures.get("longest_drain_ms")
         if longest is None:
             return []
+        worst = figures.get("worst_renewal_to_reap_ms")
+        beyond = "" if worst is None else (
+            f"; worst renewal-to-reap {worst} ms, "
+            + ("within" if worst <= figures["lease_plus_interval_ms"]
+               else "past") + " lease + interval")
         return [f"  loops     longest drain {longest} ms over {figures['drains']} drains: "
                 f"lease {self.lease_ms} + drain {longest} + park {self.interval_ms} = "
                 f"{figures['lease_drain_interval_ms']} ms at worst (lease + interval alone: "
-                f"{figures['lease_plus_interval_ms']})"]
+                f"{figures['lease_plus_interval_ms']}{beyond})"]
 
     def words(self) -> dict[str, str]:
         longest = max(self.drains_ms(), default=0)
