@@ -25,7 +25,7 @@
 # (`<CHAOS_NAME>-c<i>`, `<CHAOS_NAME>-m`), as the recorder attributes calls by client name.
 # Group lanes are named by branded ids (EchoMQ refuses any other): the producer mints N of them
 # (namespace GRP) at its start. Bad usage: a line on stderr and exit 2.
-alias EchoMQ.{Connector, Consumer, Lanes, Metronome}
+alias EchoMQ.{Connector, Lanes, Metronome}
 
 defmodule Sut do
   def log(event, fields \\ []) do
@@ -96,6 +96,34 @@ defmodule Sut do
   end
 
   def crash?(payload), do: Regex.match?(~r/"crash"\s*:\s*true/, payload)
+end
+
+defmodule Member do
+  # One consumer of the pool as a supervised child: its own connector, a tap on it (below), and
+  # the shipped EchoMQ.Consumer loop over the tap, its handler logging each claim.
+  alias EchoMQ.{Connector, Consumer}
+
+  def child_spec({index, config}) do
+    %{id: {:consumer, index}, start: {__MODULE__, :start_link, [index, config]},
+      restart: :permanent, shutdown: 15_000}
+  end
+
+  def start_link(index, c) do
+    {:ok, conn} = Connector.start_link(Sut.connector("#{c.name}-c#{index}"))
+    {:ok, tap} = Tap.start_link(conn)
+
+    handler = fn %{id: id, payload: payload, attempts: att, group: group} ->
+      ms = Sut.handler_ms(payload)
+      Sut.log("claim", id: id, token: att, group: group, handler_ms: ms)
+      if Sut.crash?(payload), do: (Sut.log("crash", id: id); :erlang.halt(137))
+      Process.sleep(ms)
+      Tap.expect(tap, id, att)
+      :ok
+    end
+
+    Consumer.start_link([queue: c.queue, handler: handler, conn: tap, lease_ms: c.lease_ms,
+                         beat_ms: c.beat_ms] ++ if(c.metronome, do: [metronome: c.metronome], else: []))
+  end
 end
 
 defmodule Tap do
@@ -169,31 +197,21 @@ case System.argv() do
     concurrency = max(Sut.int_env("CHAOS_CONCURRENCY", 1), 1)
     SigTerm.install()
 
+    # Supervised as EchoMQ.Queue supervises a pool (rest_for_one: the metronome first, by name,
+    # then the consumers; a crash restarts that member, a metronome's restarts the consumers
+    # after it), with our own taps on the consumers' connections (Member, above).
+    config = %{name: name, queue: queue, lease_ms: lease_ms, beat_ms: beat_ms,
+               metronome: if(opts.metronome == 1, do: :sut_metronome)}
     metronome =
-      if opts.metronome == 1 do
-        {:ok, pid} = Metronome.start_link(queue: queue, beat_ms: beat_ms, connector: Sut.connector("#{name}-m"))
-        pid
+      if config.metronome do
+        [Supervisor.child_spec({Metronome, queue: queue, beat_ms: beat_ms, name: config.metronome,
+                                connector: Sut.connector("#{name}-m")}, id: :metronome)]
+      else
+        []
       end
-
-    consumers =
-      for index <- 1..concurrency do
-        {:ok, conn} = Connector.start_link(Sut.connector("#{name}-c#{index}"))
-        {:ok, tap} = Tap.start_link(conn)
-
-        handler = fn %{id: id, payload: payload, attempts: att, group: group} ->
-          ms = Sut.handler_ms(payload)
-          Sut.log("claim", id: id, token: att, group: group, handler_ms: ms)
-          if Sut.crash?(payload), do: (Sut.log("crash", id: id); :erlang.halt(137))
-          Process.sleep(ms)
-          Tap.expect(tap, id, att)
-          :ok
-        end
-
-        {:ok, pid} =
-          Consumer.start_link([queue: queue, handler: handler, conn: tap, lease_ms: lease_ms,
-                               beat_ms: beat_ms] ++ if(metronome, do: [metronome: metronome], else: []))
-        pid
-      end
+    members = for index <- 1..concurrency, do: Member.child_spec({index, config})
+    {:ok, pool} = Supervisor.start_link(metronome ++ members, strategy: :rest_for_one,
+                                        max_restarts: 20, max_seconds: 5)
 
     Sut.log("worker_ready", name: name, concurrency: concurrency, lease_ms: lease_ms, beat_ms: beat_ms,
             metronome: opts.metronome)
@@ -201,9 +219,8 @@ case System.argv() do
     receive do
       :sigterm ->
         Sut.log("sigterm", msg: "finishing held jobs, claiming no more")
-        consumers
-        |> Enum.map(&Task.async(fn -> Consumer.stop(&1, 15_000) end))
-        |> Enum.each(&Task.await(&1, 16_000))
+        # each consumer honours the shutdown at its next settle point (the job in hand finishes)
+        Supervisor.stop(pool, :shutdown, 20_000)
         Sut.log("stopped")
         System.halt(0)
     end
