@@ -19,7 +19,9 @@
 # consumer's connection is a tap (Tap, below) that forwards every call to its EchoMQ.Connector
 # unchanged and logs the reply of the complete its handler announced. Each line printed is
 # `<unix ms> <event> key=value ...`: `claim id= token= group= handler_ms=` when the handler
-# starts, `complete id= token= result=ok|gone` for the loop's complete.
+# starts, `complete id= token= result=ok|gone` for the loop's complete. The consumers (and the
+# Metronome) run under a supervisor shaped as EchoMQ.Queue's (rest_for_one, each member a
+# permanent child), as a deployment runs them: a member that crashes is restarted.
 #
 # Every connection logs in as `default` with the URL's password and is named after the process
 # (`<CHAOS_NAME>-c<i>`, `<CHAOS_NAME>-m`), as the recorder attributes calls by client name.
