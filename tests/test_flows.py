@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import json
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,38 @@ def test_a_parent_released_at_its_first_childs_complete_fails_flow_order_alone(t
     assert found["violations"] > len(flows)
     assert all(example["job"] in flows and example["children"] == 3
                and example["children_completed"] < 3 for example in found["examples"])
+
+
+@pytest.mark.integration
+def test_a_dying_child_fails_or_frees_its_parent_by_its_policy_as_the_logs_tell(tmp_path: Path):
+    """scenarios/echomq/flows-child-failures.toml: flows whose children die at their only
+    attempt. By the processes' logs: a flow of policy ``fail`` with a child dead has its parent
+    released to dead (failed for good) and never claimed; every other flow's parent is released
+    to pending once, after its children settled, and runs once; the checker counts the
+    failed parents, and every call is decoded."""
+    result = run("flows-child-failures", tmp_path)
+    assert result.verdict == "pass", result.report["verdict"]
+    health = result.report["history_recorder"]["health"]
+    assert (health["undecoded_calls"], health["unscripted_writes"],
+            health["unattributed_calls"]) == (0, 0, 0), health
+    producer_log = (result.run_dir / "logs" / "producer.log").read_text()
+    flows = {parent: (children.split(","), policy) for parent, children, policy in
+             re.findall(r" enqueue id=(\S+) flow=(\S+) policy=(\S+)", producer_log)}
+    died = {fields["id"] for _, _, fields in worker_lines(result, "retry")
+            if fields["result"] == "dead"}
+    failing = {parent for parent, (children, policy) in flows.items()
+               if policy == "fail" and died & set(children)}
+    # both arms ran: parents failed with a child, and parents freed past a dead child
+    assert failing and any(policy == "ignore" and died & set(children)
+                           for children, policy in flows.values())
+    releases = {(e["id"], e.get("to", "pending")) for e in history_of(result)
+                if e["type"] == "release"}
+    assert releases == {(parent, "dead" if parent in failing else "pending") for parent in flows}
+    completed = Counter(fields["id"] for _, _, fields in worker_lines(result, "complete")
+                        if fields["result"] == "ok")
+    # a freed parent runs once: completed, or failed at its own attempt (one job in two does)
+    assert all(completed[parent] + (parent in died) == (0 if parent in failing else 1)
+               for parent in flows)
+    claimed = {fields["id"] for _, _, fields in worker_lines(result, "claim")}
+    assert not failing & claimed
+    assert result.report["invariants"]["flow_order"]["parents_failed"] == len(failing)

@@ -5,10 +5,10 @@
 //   node sut.js worker   [--break unfenced-complete|resurrecting-extend|unfenced-retry|
 //                                 unlimited-lanes|paused-claims|drop-paused|eager-parent]
 //                        [--fail-attempts N [--fail-one-in K] [--retry-delay-ms D]
-//                         [--max-attempts M]] [--lanes 1|2|3] [--locks 1]
+//                         [--max-attempts M] [--fail-children 1]] [--lanes 1|2|3] [--locks 1]
 //   node sut.js reaper   [--break lazy-reaper|sparse-reaper]
 //   node sut.js producer [--groups N [--limit M] [--weight W] [--pause K --pause-at-ms T
-//                        [--resume-at-ms U]]] [--flows K [--children C]]
+//                        [--resume-at-ms U]]] [--flows K [--children C] [--child-policies 1]]
 //                        [--remove N --remove-at-ms T] [--reprocess-at-ms T]
 //                        (one payload a line on stdin; one line `<ms> enqueue id=<id>` each,
 //                        with `group=<group>` when grouped, `flow=<child>,...` for a flow)
@@ -44,9 +44,11 @@
 // Flows (EchoMQ.Flows, from its described effects): a producer with --flows K makes every K-th
 // payload a flow (lua/enqueue_flow.lua): C children (--children, default 2) claimable at once
 // and a parent held until the last of them completes (complete.lua's fan-in puts it into
-// pending); its line names the parent (`id=`) and the children (`flow=`). A flow's jobs never
-// fail on purpose (--fail-attempts): this example's retry does not pass a child's death to its
-// parent, as EchoMQ's does. A user's own calls, at set times after the producer is ready:
+// pending); its line names the parent (`id=`) and the children (`flow=`). A flow's children
+// fail on purpose (--fail-attempts) only with the worker's --fail-children 1; one that dies
+// passes its death to its parent as EchoMQ's @retry does, by the child's parent_policy, which
+// a producer with --child-policies 1 writes alternately `fail` and `ignore` (lua/retry.lua; the
+// line then names it, `policy=`). A user's own calls, at set times after the producer is ready:
 // --remove N --remove-at-ms T removes up to N jobs failed for good (in dead) and N of the
 // producer's own flat jobs, newest first (lua/remove_job.lua: refused, EMQLOCK, while a
 // worker's lock marker is on it), logging
@@ -69,9 +71,11 @@ const BREAKS = {
 };
 // A worker's options (each takes an integer >= 0) and their defaults.
 const WORKER_OPTIONS = { '--fail-attempts': 0, '--fail-one-in': 1, '--retry-delay-ms': 200,
+  '--fail-children': 0,
   '--max-attempts': 3, '--lanes': 0, '--locks': 0 };
 const PRODUCER_OPTIONS = { '--groups': 0, '--limit': 0, '--weight': 0, '--pause': 0, '--pause-at-ms': 0,
-  '--resume-at-ms': 0, '--flows': 0, '--children': 2, '--remove': 0, '--remove-at-ms': 0,
+  '--resume-at-ms': 0, '--flows': 0, '--children': 2, '--child-policies': 0, '--remove': 0,
+  '--remove-at-ms': 0,
   '--reprocess-at-ms': 0 };
 
 function log(event, fields = {}) {
@@ -281,8 +285,9 @@ async function worker(config, broken, options) {
     // EchoMQ's host looks for a flow parent first, in a round trip of its own.
     const [parent] = await connection.call('HMGET', k.jobPrefix + job.id, 'parent',
       'parent_queue');
-    if (!parent && failsAttempt(options, job.id, job.token)) { // (a flow's jobs never fail)
-      await retry(connection, job);
+    // (a flow's children fail only with --fail-children 1; its parent never does)
+    if ((!parent || options['--fail-children']) && failsAttempt(options, job.id, job.token)) {
+      await retry(connection, job, parent);
       return;
     }
     const keys = [k.active, k.jobPrefix + job.id];
@@ -304,14 +309,21 @@ async function worker(config, broken, options) {
 
   // The handler failed this attempt: hand the job back, due again after an exponential
   // backoff, or dead-lettered at its last attempt (the script decides, by the row's attempts).
-  async function retry(connection, job) {
+  async function retry(connection, job, parent) {
     const delayMs = options['--retry-delay-ms'] * 2 ** (Number(job.token) - 1);
+    const keys = [k.active, k.schedule, k.dead, k.jobPrefix + job.id];
+    const argv = [job.id, job.token, String(delayMs), String(options['--max-attempts']),
+      'chaos-fail', k.base];
+    if (parent) { // a flow's child: its parent's keys, should it die now
+      const parentRow = k.jobPrefix + parent;
+      keys.push(parentRow, `${parentRow}:dependencies`, `${parentRow}:failed`,
+        `${parentRow}:unsuccessful`);
+      argv.push(parent);
+    }
     try {
-      const reply = await scripts.run(connection, retryScript,
-        [k.active, k.schedule, k.dead, k.jobPrefix + job.id],
-        [job.id, job.token, String(delayMs), String(options['--max-attempts']), 'chaos-fail',
-          k.base]);
-      log('retry', { id: job.id, token: job.token, delay_ms: delayMs, result: reply });
+      const reply = await scripts.run(connection, retryScript, keys, argv);
+      log('retry', { id: job.id, token: job.token, delay_ms: delayMs, result: reply,
+        ...(parent ? { parent } : {}) });
     } catch (error) {
       const result = error instanceof ReplyError ? error.message.split(' ')[0] : 'error';
       log('retry', { id: job.id, token: job.token, result, error: JSON.stringify(error.message) });
@@ -522,13 +534,19 @@ async function producer(config, options) {
         'reprocess_failed', { error: JSON.stringify(error.message) })), 100));
     }
   }
+  let flows = 0;
   async function enqueueFlow(payload) {
     const parent = minter.mint('JOB');
     const children = Array.from({ length: options['--children'] }, () => minter.mint('JOB'));
+    // --child-policies 1: the flows' children alternately fail their parent and are ignored,
+    // should one die (EchoMQ.Flows' ignore_dependency_on_failure)
+    flows += 1;
+    const policy = options['--child-policies'] ? (flows % 2 ? 'fail' : 'ignore') : '';
     await scripts.run(connection, 'enqueue_flow', [k.jobPrefix + parent,
       `${k.jobPrefix + parent}:dependencies`, k.pending, ...children.map((id) => k.jobPrefix + id)],
-    [parent, payload, String(children.length), ...children.flatMap((id) => [id, payload])]);
-    log('enqueue', { id: parent, flow: children.join(',') });
+    [parent, payload, String(children.length), ...children.flatMap((id) => [id, payload]),
+      policy]);
+    log('enqueue', { id: parent, flow: children.join(','), ...(policy ? { policy } : {}) });
   }
   let buffered = '';
   let count = 0;

@@ -6,7 +6,7 @@
 -- a flow's child also ARGV[4] the parent's id, ARGV[5] its result, ARGV[6] 'eager' (broken on
 -- purpose: the parent released at its first child's complete) or ''
 -- The fan-in (EchoMQ.Flows): a child's own complete (its lease live) counts one child fewer
--- and, at the last, puts the parent into pending.
+-- and, at the last, puts the parent into pending, if it is still held for its children.
 -- Returns 1; 0 when the row is gone; an EMQSTALE error (nothing written) for a stale token.
 local attempts = redis.call('HGET', KEYS[2], 'attempts')
 if not attempts then
@@ -50,7 +50,8 @@ end
 if KEYS[3] and was_active then
   local left = redis.call('DECR', KEYS[3])
   redis.call('HSET', KEYS[4], ARGV[1], ARGV[5])
-  local release = left <= 0
+  -- (a parent no longer held, failed with a child that died, stays as it is)
+  local release = left <= 0 and redis.call('HGET', KEYS[5], 'state') == 'awaiting_children'
   if ARGV[6] == 'eager' then
     release = redis.call('HGET', KEYS[5], 'state') == 'awaiting_children'
   end
