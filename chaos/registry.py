@@ -103,6 +103,9 @@ class FamilySpec:
     # Whether its built-in producer can admit jobs into group lanes (``load.groups``); a
     # family without lanes refuses that setting at validation.
     group_lanes: bool = False
+    # Whether its dialect reads a consumer loop's parks (``park`` events), so a scenario of
+    # its may say ``[sut] reap_rhythm = "loop"``; a family without refuses that setting.
+    consumer_loops: bool = False
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,10 @@ def test_what_a_foreign_sut_cannot_honour_is_named(tmp_path: Path, extra: str, e
     ('workers = ["w"]\nstandalone_reaper = ["w", "--reap"]\n',
      r"standalone_reaper = \['w', '--reap'\]: for a queue whose workers reap"),
     ('workers = ["w"]\nreaper = "none"\nstandalone_reaper = ["w", "{id}"]\n', "placeholders"),
+    ('reap_rhythm = "loop"\n', "reap_rhythm = 'loop': consumers of your own"),
+    ('workers = ["w"]\nreap_rhythm = "sometimes"\n', "sut.reap_rhythm"),
+    ('workers = ["w"]\nreaper = "none"\ndialect = "bullmq"\nreap_rhythm = "loop"\n',
+     "the 'bullmq' queue family's dialect reads no consumer loop's parks"),
 ])
 def test_bad_sut_sections_are_named(tmp_path: Path, sut: str, expected: str):
     with pytest.raises(ScenarioError, match=expected):

@@ -574,6 +574,11 @@ class Scenario(Strict):
                              "WAIT; use load.engine = 'builtin'")
         if self.load.groups:
             self._groups_fit()
+        family = self.queue_dialect or SCRIPTS_RECORDED
+        if self.sut.reap_rhythm == "loop" and not family_spec(family).consumer_loops:
+            raise ValueError(f"sut.reap_rhythm = 'loop': the {family!r} queue family's "
+                             "dialect reads no consumer loop's parks, so nothing could judge "
+                             "them (docs/sut.md, \"Reaping once a loop\")")
         if self.sut.producer is not None and self.load.remote_workers:
             raise ValueError(f"load.remote_workers = {self.load.remote_workers}: Locust's "
                              "producer users reach [sut] producer through the runner's "

@@ -47,4 +47,5 @@ FAMILY = FamilySpec(
         "": "echomq (decoded by what the calls do to the queue's keys)"},
     conformance=_conformance,
     group_lanes=True,  # load.groups: EchoMQ.Lanes' grouped admission (lanes.py)
+    consumer_loops=True,  # reap_rhythm = "loop": EchoMQ.Consumer's parks on the wake list
 )
