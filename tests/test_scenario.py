@@ -219,6 +219,35 @@ def test_plan_expands_repeating_faults_inside_the_chaos_phase(tmp_path: Path):
     assert {f.target for f in fired} == {"random 1"}
 
 
+def test_a_spread_draws_each_occurrence_by_the_seed_within_its_window(tmp_path: Path):
+    """at_spread_ms: each occurrence in [at, at + spread), the same for one seed, other times
+    for others (together, over seeds, the whole window), none past the chaos phase, and no
+    change to the fixed faults beside it; a spread wider than every_ms is refused."""
+    text = (MINIMAL + "[phases]\nchaos_ms = 1000\n"
+            "[[faults]]\nkind = \"pause\"\ntarget = \"worker-1\"\nat_ms = 100\n"
+            "every_ms = 300\nat_spread_ms = 250\nduration_ms = 50\n"
+            "[[faults]]\nkind = \"kill\"\ntarget = \"worker-2\"\nat_ms = 800\n")
+    path = write(tmp_path, text)
+
+    def times(seed: int) -> list[tuple[int, int]]:
+        return [(f.index, f.at_ms) for f in plan(load_scenario(path, [f"seed={seed}"]))]
+
+    assert times(3) == times(3)
+    drawn = {seed: times(seed) for seed in range(40)}
+    assert len({tuple(t) for t in drawn.values()}) > 30
+    for fired in drawn.values():
+        spread = [at for index, at in fired if index == 0]
+        assert [index for index, at in fired if index == 1] == [1]
+        assert (1, 800) in fired
+        assert all(base <= at < base + 250
+                   for base, at in zip((100, 400, 700), spread, strict=True))
+        assert all(at < 1000 for at in spread)
+    starts = {at - 100 for fired in drawn.values() for index, at in fired[:1] if index == 0}
+    assert min(starts) < 25 and max(starts) > 225
+    with pytest.raises(ScenarioError, match="at_spread_ms = 400: at most every_ms = 300"):
+        load_scenario(write(tmp_path, text.replace("at_spread_ms = 250", "at_spread_ms = 400")))
+
+
 def test_cli_validate_exit_codes(tmp_path: Path):
     good = cli("validate", str(SCENARIOS[0]))
     assert good.returncode == 0 and "valid" in good.stdout

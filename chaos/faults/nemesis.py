@@ -73,13 +73,19 @@ class _Heal:
 
 
 def plan(scenario: Scenario) -> list[PlannedFault]:
-    """Every fault occurrence inside the chaos phase, in firing order."""
+    """Every fault occurrence inside the chaos phase, in firing order. A fault with
+    ``at_spread_ms`` fires each occurrence at a point drawn from [its time, + the spread), by a
+    generator of the run's seed of its own (the targets' picks draw from another, so a spread
+    changes no pick); a point past the chaos phase drops that occurrence."""
     planned = []
+    spread = random.Random(f"fault-times:{scenario.seed}")
     for index, fault in enumerate(scenario.faults):
         at, occurrence = fault.at_ms, 0
         while at < scenario.phases.chaos_ms:
-            planned.append(PlannedFault(at, index, occurrence, fault.kind, describe_target(fault),
-                                        fault.duration_ms))
+            fires = at + (spread.randrange(fault.at_spread_ms) if fault.at_spread_ms else 0)
+            if fires < scenario.phases.chaos_ms:
+                planned.append(PlannedFault(fires, index, occurrence, fault.kind,
+                                            describe_target(fault), fault.duration_ms))
             if fault.every_ms is None:
                 break
             at += fault.every_ms

@@ -149,8 +149,10 @@ def describe_fault(scenario: Scenario, fault: PlannedFault) -> str:
     target, how long it lasts and its settings."""
     declared = scenario.faults[fault.index]  # its kind's declaration says how it lasts
     parameters = " ".join(f"{name}={value}" for name, value in fault_parameters(declared).items())
+    spread = (f" (drawn from {declared.at_ms}..+{declared.at_spread_ms} by the seed)"
+              if declared.at_spread_ms else "")
     return (f"    {fault.at_ms:>7}  {fault.kind} {fault.target}{declared.describe_duration()}"
-            + (f"  ({parameters})" if parameters else ""))
+            + spread + (f"  ({parameters})" if parameters else ""))
 
 
 def _echomq_recovery(max_stalls: int | None, reap_limit: int) -> str:

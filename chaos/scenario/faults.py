@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from chaos.scenario.fields import NonNegativeMs, PositiveMs, Strict
 
@@ -53,6 +53,10 @@ class FaultBase(Strict):
     # A process name, "holding_oldest_lease" (picked when it fires), or {random = k}.
     target: Target
     at_ms: NonNegativeMs = 0  # from the start of the chaos phase
+    # Each occurrence fires at a point drawn evenly from [at, at + at_spread_ms), from the
+    # run's seed: runs of other seeds meet the queue's reaper ticks at other phases (a fault
+    # at one fixed time measures recovery at one phase of them; docs/faults.md)
+    at_spread_ms: NonNegativeMs = 0
     every_ms: PositiveMs | None = None  # repeat until the chaos phase ends
     duration_ms: int | None  # each kind declares it with its own meaning (or forbids it)
 
@@ -60,6 +64,13 @@ class FaultBase(Strict):
     cuts_holder_off: ClassVar[bool] = False
     needs_heartbeat: ClassVar[bool] = False  # means nothing when topology.heartbeat_ms = 0
     color: ClassVar[str] = GREY
+
+    @model_validator(mode="after")
+    def _spread_within_repeat(self) -> FaultBase:
+        if self.every_ms is not None and self.at_spread_ms > self.every_ms:
+            raise ValueError(f"at_spread_ms = {self.at_spread_ms}: at most every_ms = "
+                             f"{self.every_ms}, so the occurrences keep their order")
+        return self
 
     @field_validator("target", mode="before")
     @classmethod
@@ -97,7 +108,7 @@ class FaultBase(Strict):
         return self.targets == "store"
 
 
-COMMON_FIELDS = ("kind", "target", "at_ms", "every_ms", "duration_ms")
+COMMON_FIELDS = ("kind", "target", "at_ms", "at_spread_ms", "every_ms", "duration_ms")
 
 
 # --- processes: signals ------------------------------------------------------------------------
