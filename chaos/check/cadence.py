@@ -20,6 +20,7 @@ per-recovery stalled checks (``chaos.queues.bullmq.bound``), over the checks a r
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -218,13 +219,18 @@ class ConsumerLoops:
                 and (sweeper is None or step.worker == sweeper)
                 and not self.cadence.held(step.worker, step.park_ts, step.next_sweep_ts)]
 
+    @functools.cached_property
+    def _drains(self) -> list[tuple[str, int]]:
+        """(process, drain ms) of each finished drain nothing held: found once, read by the
+        bound, the figures and the words alike."""
+        return [(step.worker, step.drain_ms) for step in self.steps if step.drain_ms is not None
+                and not self.cadence.held(step.worker, step.sweep_ts,
+                                          step.sweep_ts + step.drain_ms)]
+
     def drains_ms(self, sweeper: str | None = None) -> list[int]:
         """Each finished drain (sweep to park), of one sweeper or of all, where nothing held
         the process between (a loop frozen mid-drain measures the fault, not its work)."""
-        return [step.drain_ms for step in self.steps if step.drain_ms is not None
-                and (sweeper is None or step.worker == sweeper)
-                and not self.cadence.held(step.worker, step.sweep_ts, step.sweep_ts
-                                          + step.drain_ms)]
+        return [drain for worker, drain in self._drains if sweeper is None or worker == sweeper]
 
     def first_sweep_after(self, ts: int) -> int | None:
         """The first sweep of any loop strictly after ``ts`` (a lease lapses past its
