@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from chaos.check.checker import check
+from chaos.check.verdict import CheckConfig
 from chaos.history.dialects import make_dialect
 from chaos.history.events import read_history
 from chaos.history.monitor import HistoryWriter, RecorderHealth, decode_lines
@@ -117,6 +119,59 @@ def test_a_late_ack_is_accepted_for_its_own_attempt_and_removes_the_other_reserv
     assert events[0]["type"] == "enqueue" and events[1]["deadline"] == str(1001 + 1500)
     assert health.undecoded_calls == 0
     assert dialect.lease_holders_oldest_first(0) == []  # worker-2's reservation is gone
+
+
+MESSAGE = '"[{\\"body\\": \\"\\", \\"headers\\": {\\"id\\": \\"t1\\"}}, \\"jobs\\", \\"jobs\\"]"'
+GONE = [  # kombu 5.7 as MONITOR showed it (kombu's QoS driven by hand, then A's channel closed)
+    *LINES[:18],  # enqueue; worker-1 reserves; worker-2's sweep restores it; turned away
+    '+2.601000 [0 127.0.0.1:3] "MULTI"',  # worker-2 reserves it again ...
+    '+2.601001 [0 127.0.0.1:3] "ZADD" "cq:unacked_index" "2.601" "g1"',
+    f'+2.601002 [0 127.0.0.1:3] "HSET" "cq:unacked" "g1" {MESSAGE}',
+    '+2.601003 [0 127.0.0.1:3] "EXEC"',
+    '+2.700000 [0 127.0.0.1:3] "MULTI"',  # ... runs it and acks it
+    '+2.700001 [0 127.0.0.1:3] "ZREM" "cq:unacked_index" "g1"',
+    '+2.700002 [0 127.0.0.1:3] "HDEL" "cq:unacked" "g1"',
+    '+2.700003 [0 127.0.0.1:3] "EXEC"',
+    # worker-1's warm shutdown: restore_unacked -> restore_by_tag of the tag it still lists,
+    # on another connection of its pool; the HGET finds the message gone, so nothing is pushed
+    '+2.800000 [0 127.0.0.1:4] "WATCH" "cq:unacked"',
+    '+2.800100 [0 127.0.0.1:4] "HGET" "cq:unacked" "g1"',
+    '+2.800200 [0 127.0.0.1:4] "MULTI"',
+    '+2.800201 [0 127.0.0.1:4] "ZREM" "cq:unacked_index" "g1"',
+    '+2.800202 [0 127.0.0.1:4] "HDEL" "cq:unacked" "g1"',
+    '+2.800203 [0 127.0.0.1:4] "EXEC"',
+]
+
+
+def test_a_restore_that_finds_the_message_gone_is_no_ack(tmp_path: Path):
+    """A warm shutdown restores every tag the worker still lists (kombu's restore_unacked),
+    one another worker ran and acked among them: its HGET finds nothing, so the transaction
+    is the ack's ZREM and HDEL alone. The WATCH its connection sent first says it is a
+    restore: no event, and the task ran once is completed once (it used to read as worker-1's
+    ack of its restored attempt: completed twice). The same ZREM and HDEL with no WATCH before
+    are still an ack (the test above)."""
+    names = {"127.0.0.1:1": "producer", "127.0.0.1:2": "worker-1", "127.0.0.1:3": "worker-2",
+             "127.0.0.1:4": "worker-1"}
+    dialect = make_dialect("celery", "cq:", "jobs", 1500)
+    path = tmp_path / "history.jsonl"
+    health = RecorderHealth("celery")
+    with path.open("w") as handle:
+        decode_lines(GONE, HistoryWriter(dialect, handle, health, resolve=names.get))
+    events = read_history(path)
+    assert [(e.type, e.attempt, e.worker) for e in events if e.type != "enqueue"] == [
+        ("claim", 1, "worker-1"), ("sweep", None, "worker-2"), ("reap", 1, "worker-1"),
+        ("sweep", None, "worker-2"), ("claim", 2, "worker-2"), ("complete", 2, "worker-2")]
+    assert health.undecoded_calls == 0
+    verdict = check(events, CheckConfig(lease_ms=1500, reap_interval_ms=500,
+                                        dialect="celery"), final=False)
+    assert verdict.invariants["no_double_completion"].ok
+    assert verdict.invariants["exclusive_lease"].ok
+    # a restore that finds nothing while the shadow holds the reservation: not a no-op
+    held = make_dialect("celery", "cq:", "jobs", 1500)
+    health = RecorderHealth("celery")
+    decode_lines([*LINES[:5], *(line.replace(":4]", ":2]") for line in GONE[-6:])],
+                 HistoryWriter(held, io.StringIO(), health, resolve=names.get))
+    assert health.undecoded_calls == 1
 
 
 def test_settings_celery_cannot_honour_are_refused_at_validation():

@@ -30,6 +30,13 @@ What each command does, as MONITOR shows it (never its reply):
                by another worker than the holder
     retry      the same restore by the reservation's own holder outside a sweep (a warm
                shutdown's restore_unacked, a reject with requeue): handed back, ``to = wait``
+    (nothing)  WATCH unacked, HGET unacked <tag>, MULTI ZREM unacked_index <tag>, HDEL unacked
+               <tag> EXEC with no push: a restore whose HGET found the message gone (acked or
+               restored by another already: a warm shutdown's restore of a task another worker
+               ran). Told from an ack by the WATCH its connection sent first (kombu's restores
+               are redis-py transactions, WATCH then HGET then MULTI; an ack is a bare
+               MULTI/EXEC): it changes no job, so no event (undecoded when the shadow still
+               holds that reservation: the HGET would have found it)
 
 Reads (BRPOP, LLEN, ZRANGE, HGET, WATCH) and kombu's bindings (SADD _kombu.binding.*) change no
 job. Any other write to the queue's lists or the unacked keys makes the call undecoded. Runner
@@ -71,6 +78,7 @@ class _Mutex:
 @dataclass(slots=True)
 class _Transaction:
     commands: list[tuple[int, list[str]]] = field(default_factory=list)
+    restoring: bool = False  # opened under a WATCH of unacked: a restore, never an ack
 
 
 def message_task(message: Any) -> tuple[str, bool]:
@@ -109,6 +117,7 @@ class Celery:
         self.stalls: dict[str, int] = {}  # task id -> times restored
         self.mutex = _Mutex()
         self.open: dict[str, _Transaction] = {}  # client address -> its MULTI so far
+        self.watching: set[str] = set()  # client addresses with a WATCH of unacked open
 
     # --- keys ---------------------------------------------------------------------------
     def _is_queue(self, key: str) -> bool:
@@ -141,13 +150,15 @@ class Celery:
         if command.startswith("EVAL"):
             return self._script(call)
         if command == "MULTI":
-            self.open[call.client] = _Transaction()
+            self.open[call.client] = _Transaction(restoring=call.client in self.watching)
             return Decoded([])
+        if command in ("EXEC", "DISCARD", "UNWATCH"):  # each ends its connection's WATCH
+            self.watching.discard(call.client)
         if command == "EXEC":
             transaction = self.open.pop(call.client, None)
-            if transaction is None or not transaction.commands:
+            if transaction is None or not transaction.commands:  # (a WATCH's abort, too)
                 return Decoded([])
-            return self._decode(transaction.commands, call)
+            return self._decode(transaction.commands, call, transaction.restoring)
         if command == "DISCARD":
             self.open.pop(call.client, None)
             return Decoded([])
@@ -155,6 +166,8 @@ class Celery:
         if transaction is not None and command != "WATCH":
             transaction.commands.append((call.stamp_us, args))  # applied at EXEC
             return Decoded([])
+        if command == "WATCH" and self.unacked in args[1:]:
+            self.watching.add(call.client)  # kombu's restore_by_tag / Channel._restore
         return self._decode([(call.stamp_us, args)], call)
 
     def _script(self, call: Call) -> Decoded:
@@ -176,7 +189,8 @@ class Celery:
         return self.runner.decode(call) if args[0].upper().startswith("EVAL") \
             else Decoded([])
 
-    def _decode(self, commands: list[tuple[int, list[str]]], call: Call) -> Decoded:
+    def _decode(self, commands: list[tuple[int, list[str]]], call: Call,
+                watched: bool = False) -> Decoded:
         worker = call.conn or ""
         events: list[dict[str, str]] = []
         undecoded = False
@@ -217,8 +231,12 @@ class Celery:
                 undecoded = True
             restoring = bool(removed) and bool(pushed)
             for tag, stamp in removed.items():
-                event = self._restore(tag, stamp, worker) if restoring \
-                    else self._ack(tag, stamp, worker)
+                event: dict[str, str] | None
+                if watched and not pushed:  # a restore that found nothing to put back
+                    event = None if tag in self.reserved else {}
+                else:
+                    event = self._restore(tag, stamp, worker) if restoring \
+                        else self._ack(tag, stamp, worker)
                 if event is None:
                     undecoded = True
                 elif event:
@@ -279,8 +297,8 @@ class Celery:
             return None
         attempt = self.claimed_by.get((task_id, worker))
         if attempt is None:
-            # removing what is no longer there (a restore whose HGET found the message gone
-            # sends the same ZREM and HDEL) changes nothing; a live one is no ack of this worker
+            # removing what is no longer there changes nothing; a live one is no ack of this
+            # worker
             return {} if tag not in self.reserved else None
         self.reserved.pop(tag, None)
         return {"type": "complete", "id": task_id, "attempt": str(attempt), "worker": worker,
