@@ -366,7 +366,9 @@ LOOPS_NOT_JUDGED = ("not judged: the loops reap once a loop, and the history sho
 def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResult:
     """Every reaper the queue promises a cadence (``config.sweepers``) sweeps at least every
     ``sweep_limit_ms``, judged on its sweeps directly (``chaos.check.cadence``), whether or
-    not anything lapsed: between two of its sweeps, from the run's first phase to its first
+    not anything lapsed, from the run's first phase on (the run begins once every process is
+    at work: what a sweeper did in its own start-up before it is no promise broken): between
+    two of its sweeps, from the run's first phase to its first
     sweep, and from its last sweep to the last moment the reapers were seen running
     (``watched_until``: a reaper gone quiet before the run was done with it). A gap is exempt
     while a fault held that reaper or the store was down; one holding a sweep whose sweeper
@@ -378,7 +380,8 @@ def judge_reap_cadence(facts: ReplayFacts, config: CheckConfig) -> InvariantResu
     promises no grid; a history older than its sweeps) the gaps are reported, not judged."""
     offences = facts.offences("reap_cadence")
     limit = config.sweep_limit_ms
-    cadence = SweepCadence(facts.sweeps, facts.windows, limit, store_down(facts))
+    cadence = SweepCadence(facts.sweeps, facts.windows, limit, store_down(facts),
+                           since_ts=facts.first_phase_ts)
     unattributed = cadence.unattributed
     start, end = facts.first_phase_ts, watched_until(facts)
     exempt = 0

@@ -40,6 +40,7 @@ from typing import IO, Any
 import orjson
 
 from chaos.history.dialects import Call, Dialect, toolkit_script
+from chaos.history.readiness import FirstActions
 from chaos.history.schema import (
     CLIENT_CALLS,
     HOLDER_EVIDENCE,
@@ -225,6 +226,8 @@ class HistoryWriter:
         # A dialect that reads some plain commands as transitions of their caller's (EchoMQ.Locks'
         # markers) says which: those are named too.
         self.names_caller = getattr(dialect, "names_caller", None)
+        # Each member's first queue action (chaos.history.readiness): when it started working.
+        self.first_actions = FirstActions(getattr(dialect, "ready_action", None))
 
     def write(self, call: Call) -> None:
         health = self.health
@@ -244,6 +247,8 @@ class HistoryWriter:
         if self.window != "open" and not self._opens_window(decoded.events):
             health.outside_window += 1
             return
+        if self.resolve is not None:
+            self.first_actions.note(call, decoded, self.resolve)
         stamp_ms = call.stamp_us // 1000
         health.calls_not_run += decoded.not_run
         if decoded.undecoded:
@@ -420,6 +425,11 @@ class MonitorRecorder:
         self._thread = threading.Thread(target=self._loop, name="monitor", daemon=True)
         self._marker_sent = 0.0
         self._lister_lock = threading.Lock()  # the reader resolves names, stop() sends a marker
+
+    @property
+    def first_actions(self) -> FirstActions:
+        """Each member's first queue action so far (the runner waits for them)."""
+        return self._writer.first_actions
 
     def _connect(self) -> socket.socket:
         sock = socket.create_connection(self.address, timeout=5)

@@ -38,6 +38,8 @@ from chaos.runtime.base import Child, RuntimeBase
 from chaos.scenario.model import Load, Scenario
 
 REPLY_TIMEOUT_S = 10.0  # one acknowledged enqueue, at most (a store round trip, or a few)
+# The first: the command's own start-up comes before it (a BEAM, a JVM, a Node module loading)
+FIRST_REPLY_TIMEOUT_S = 60.0
 
 
 class CommandQueue:
@@ -50,6 +52,7 @@ class CommandQueue:
         self.log = log
         self._replies: queues.Queue[tuple[str, str] | None] = queues.Queue()
         self._lock = threading.Lock()  # one payload in flight at a time
+        self.answered = False  # it has answered a payload: started (chaos.run.startup)
         self._reader = threading.Thread(target=self._read, name=f"{name}-reader", daemon=True)
         self._reader.start()
 
@@ -76,14 +79,17 @@ class CommandQueue:
                 self.process.stdin.flush()
             except (BrokenPipeError, ValueError):
                 raise self.gone() from None
+            timeout = REPLY_TIMEOUT_S if self.answered else FIRST_REPLY_TIMEOUT_S
             try:
-                reply = self._replies.get(timeout=REPLY_TIMEOUT_S)
+                reply = self._replies.get(timeout=timeout)
             except queues.Empty:
                 raise InfraError(f"{self.name}: no `enqueue id=...` line within "
-                                 f"{REPLY_TIMEOUT_S:g} s of a payload (docs/sut.md's producer "
-                                 "protocol); see logs/producer.log") from None
+                                 f"{timeout:g} s of a{'' if self.answered else ' first'} "
+                                 "payload (docs/sut.md's producer protocol); see "
+                                 "logs/producer.log") from None
             if reply is None:
                 raise self.gone()
+            self.answered = True
             word, acknowledged = reply
             return acknowledged if word == "enqueue" else None
 
@@ -131,6 +137,18 @@ class CommandProducer(Producer):
     def __init__(self, child: Child, commands: CommandQueue, *args: Any, **kwargs: Any) -> None:
         super().__init__(cast(QueueClient, commands), *args, **kwargs)
         self.child, self.commands = child, commands
+
+    def start(self) -> None:
+        """Returns once the command has answered its first payload: it is started when it
+        enqueues, not when it was spawned (the run's warmup must see load)."""
+        super().start()
+        while not self.first_answered.wait(0.05):
+            if self.failure:
+                raise InfraError(self.failure)
+            if not self._thread.is_alive():
+                break
+        if self.failure:
+            raise InfraError(self.failure)
 
     def stop(self) -> None:
         super().stop()

@@ -35,6 +35,7 @@ from chaos.run.events import run_finished
 from chaos.run.preflight import Preflight, preflight
 from chaos.run.progress import Progress, Status
 from chaos.run.result import RunResult, finish
+from chaos.run.startup import wait_until_started
 from chaos.runtime.base import RuntimeBase
 from chaos.runtime.local import LocalRuntime
 from chaos.runtime.pids import (
@@ -115,6 +116,8 @@ class Run:
         self.unplanned = 0  # store faults no one planned
         self.drained = False
         self.drain_ms: int | None = None
+        # Each process's first queue action (chaos.run.startup): when the run found it at work
+        self.startup: dict[str, Any] = {}
         self.backlog: list[dict[str, Any]] = []  # pending/active over time, for the report
         self.last_sample = 0.0
         self.backlog_period_s = BACKLOG_SAMPLE_S
@@ -169,7 +172,9 @@ class Run:
         self.exporter.start()
         reapers = self.runtime.start_reapers()
         self.runtime.start_workers()
-        self._wait_for_clients([child.name for child in reapers] + scenario.worker_names)
+        self.startup = wait_until_started(
+            self.queue, self.runtime, self.recorder,
+            [child.name for child in reapers] + scenario.worker_names, self.progress.say)
         self.new_nemesis()
 
     def start_recorder(self) -> None:
@@ -242,45 +247,6 @@ class Run:
                 self.runtime.restart_worker(name)
                 restarted.append(name)
         return restarted
-
-    def _wait_for_clients(self, names: list[str], timeout: float | None = None) -> None:
-        """Until each process has a client in CLIENT LIST, known as the recorder knows it: by
-        its own ACL user (a foreign SUT's, which need not name its connections), else by the
-        client name it set (a reference process's)."""
-        assert self.queue is not None
-        users = self.runtime.sut_users
-        if timeout is None:
-            timeout = self.runtime.start_timeout()
-        if timeout is None:
-            # Each child is a Python interpreter importing the toolkit (about 1 s of CPU here):
-            # a 2-core machine starting 128 of them needs more than a fixed half minute.
-            timeout = 30.0 + 0.5 * len(names)
-        deadline = time.monotonic() + timeout
-        from chaos.history.monitor import member_of
-
-        members = frozenset(names)
-        while time.monotonic() < deadline:
-            clients = self.queue.client.client_list()
-            known = {member_of(c.get("user") if c.get("user", "default") != "default"
-                               else c.get("name") or "", members) for c in clients}
-            missing = [name for name in names if name not in known]
-            if not missing:
-                return
-            for name in missing:
-                child = self.runtime.members().get(name)
-                if child is not None and not child.alive:
-                    raise InfraError(f"{name} exited during start-up (code {child.exit_code}); "
-                                     f"its log ends:\n{self.runtime.log_tail(name)}")
-            time.sleep(0.01)  # CLIENT LIST is cheap; the run starts as soon as they are in
-        how = [f"{name} (no client with its ACL user {name!r} in CLIENT LIST)" if name in users
-               else f"{name} (no client whose ACL user or client name is {name!r} or "
-                    f"{name + '-...'!r} in CLIENT LIST)"
-               for name in missing]
-        tail = self.runtime.log_tail(missing[0])
-        raise InfraError(f"not connected after {timeout:g}s: {', '.join(how)}"
-                         + (f"; {missing[0]}'s log ends:\n{tail}" if tail else
-                            f"; see logs/{missing[0]}.log"
-                            if (self.run_dir / "logs" / f"{missing[0]}.log").exists() else ""))
 
     def status(self, force: bool = False) -> None:
         """Watch the children; every 250 ms sample the backlog and update the progress."""
@@ -376,8 +342,10 @@ class Run:
         load = self.load_source
         assert load is not None
         phases = self.scenario.phases
-        self._phase("warmup")
+        # The load is started (its first job answered, Locust enqueuing) before the warmup
+        # begins: a load path's own start-up is not the warmup's (chaos.run.startup).
         load.start()
+        self._phase("warmup")
         self._hold(phases.warmup_ms)
         self.status(force=True)
         self._phase("chaos")
@@ -484,6 +452,7 @@ class Run:
             "wall_ms": wall_ms,
             "drained": self.drained,
             "drain_ms": self.drain_ms,
+            "startup": self.startup,
             "valkey_url": self.runtime.url.split("@")[-1],
             "protocol": self.scenario.protocol,
             "runtime": self.runtime.describe(),
