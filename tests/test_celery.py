@@ -174,6 +174,59 @@ def test_a_restore_that_finds_the_message_gone_is_no_ack(tmp_path: Path):
     assert health.undecoded_calls == 1
 
 
+KOMBU_RESTORE_GONE = """
+import sys, time
+from kombu import Connection, Exchange, Queue
+url, queue = sys.argv[1], Queue("jobs", Exchange("jobs"), "jobs")
+def connect(name):
+    return Connection(url, transport_options={"global_keyprefix": "cq:", "client_name": name,
+                                              "visibility_timeout": 1})
+def take(connection, ack):  # a delivery as a worker's loop takes it: BRPOP, then reserved
+    got = []
+    with connection.Consumer(queue, callbacks=[lambda body, message: got.append(message)],
+                             accept=["json"]) as consumer:
+        consumer.qos(prefetch_count=1)
+        while not got:
+            connection.drain_events(timeout=5)
+    if ack:
+        got[0].ack()
+with connect("producer") as producer:
+    producer.SimpleQueue(queue).put({"x": 1}, headers={"id": "t1"})
+one, two = connect("worker-1"), connect("worker-2")
+take(one, ack=False)  # worker-1 reserves it and never runs it
+time.sleep(1.2)
+two.default_channel.qos.restore_visible(num=10, interval=1)  # worker-2's sweep puts it back
+take(two, ack=True)  # worker-2 runs it and acks
+one.release()  # worker-1's warm shutdown: restore_unacked of the tag it still lists
+"""
+
+
+@needs_celery
+def test_real_kombu_restoring_an_acked_task_at_shutdown_is_no_completion(
+        celery_installed: Path, valkey_server, tmp_path: Path):
+    """The same, with kombu 5.7 itself against a real server, recorded from MONITOR: one
+    complete, worker-2's."""
+    from chaos.history.monitor import MonitorRecorder
+
+    url = f"redis://:{valkey_server.password}@127.0.0.1:{valkey_server.port}/0" \
+        if valkey_server.password else f"redis://127.0.0.1:{valkey_server.port}/0"
+    path = tmp_path / "history.jsonl"
+    recorder = MonitorRecorder(make_dialect("celery", "cq:", "jobs", 1000), path,
+                               "127.0.0.1", valkey_server.port, valkey_server.password,
+                               members=["producer", "worker-1", "worker-2"])
+    recorder.start()
+    done = subprocess.run([".venv/bin/python", "-c", KOMBU_RESTORE_GONE, url],
+                          cwd=celery_installed, capture_output=True, text=True, timeout=60)
+    health = recorder.stop()
+    assert done.returncode == 0, done.stderr
+    events = read_history(path)
+    assert [(e.type, e.attempt, e.worker) for e in events if e.type in ("claim", "complete",
+                                                                         "reap", "retry")] == [
+        ("claim", 1, "worker-1"), ("reap", 1, "worker-1"), ("claim", 2, "worker-2"),
+        ("complete", 2, "worker-2")]
+    assert health.undecoded_calls == 0, health.undecoded_examples
+
+
 def test_settings_celery_cannot_honour_are_refused_at_validation():
     base = {"name": "c", "sut": {"workers": ["true"], "dialect": "celery", "producer": ["true"]},
             "topology": {"heartbeat_ms": 0}}
