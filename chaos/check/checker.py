@@ -71,6 +71,7 @@ import gc
 from collections.abc import Iterable
 
 from chaos.check import figures
+from chaos.check.exercised import exercise
 from chaos.check.figures import store_fault_figure, store_fault_recovery
 from chaos.check.judgements import (
     judge_all,
@@ -177,4 +178,6 @@ def _judge(facts: ReplayFacts, config: CheckConfig | None, final: bool | None) -
         evidence_missing=facts.blind.summary(),
         faults_skipped=[{"kind": skipped.kind, "target": skipped.target, "ts": skipped.ts}
                         for skipped in facts.faults_skipped],
+        exercise=exercise(facts.faults_applied, stranded, facts.faults_skipped,
+                          facts.run.workers if facts.run is not None else (), facts.chaos_ts),
     )

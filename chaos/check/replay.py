@@ -122,6 +122,10 @@ class ReplayFacts:
     first_phase_ts: int | None = None  # the first phase start: the run under way, reapers up
     windows: FaultWindows = field(default_factory=FaultWindows)
     faults: int = 0
+    # Every fault as applied, with how many live leases its target held at it (by the history):
+    # what ``exercised.py`` reads, beside ``stranded``, to say whether recovery was exercised.
+    faults_applied: list[tuple[Fault, int]] = field(default_factory=list)
+    chaos_ts: int | None = None  # the chaos phase's start: where the plan's fault times count
     faults_skipped: list[FaultSkipped] = field(default_factory=list)  # planned, never applied
     store_faults: list[Fault] = field(default_factory=list)
     rejected: Counter[str] = field(default_factory=Counter)
@@ -624,6 +628,7 @@ class _Replay:
         # fault is cheaper than keeping an index up to date at every claim
         struck = window.worker
         held_now = [held for held, lease in self.leases.items() if lease.worker == struck]
+        facts.faults_applied.append((fault, len(held_now)))
         if not fault.cuts_off:  # its holder can still renew: slowed, not stranded
             facts.slowed += len(held_now)
             return
@@ -665,6 +670,8 @@ class _Replay:
         phase, facts = Phase.decode(event), self.facts
         if phase.name != "end":
             facts.last_phase_ts = event.ts
+            if phase.name == "chaos" and facts.chaos_ts is None:
+                facts.chaos_ts = event.ts
             if facts.first_phase_ts is None:
                 facts.first_phase_ts = event.ts
         else:

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chaos.check.evidence import BlindSpots
+from chaos.check.exercised import Exercise
 from chaos.history.events import Event
 from chaos.history.schema import Phase, Run
 from chaos.names import DEFAULT_ALLOWANCE_MS, DEFAULT_SWEEP_ALLOWANCE_MS, INVARIANTS
@@ -357,6 +358,8 @@ class Verdict:
     # Planned faults that found no target when due ({"kind", "target", "ts"}): the run did not
     # test what its scenario says, so it is no pass.
     faults_skipped: list[dict[str, Any]] = field(default_factory=list)
+    # Did a fault strand a lease, so recovery was put to the test (chaos.check.exercised)?
+    exercise: Exercise = field(default_factory=lambda: Exercise(None, "not judged"))
 
     def _judged(self) -> list[InvariantResult]:
         """The results that make the verdict (report-only ones are left out)."""
@@ -420,6 +423,8 @@ class Verdict:
             "checker_errors": {name: result.error for name, result in self.invariants.items()
                                if result.error},
             "faults_skipped": self.faults_skipped,
+            "exercised": self.exercise.exercised,
+            "exercise": self.exercise.as_dict(),
         }
 
 

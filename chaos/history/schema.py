@@ -686,6 +686,10 @@ class Fault:
     # False: no one planned it, the store did it on its own (Sentinel failed over unasked, seen
     # by the runtime's watch). Absent reads as planned: every older history's faults were.
     planned: bool = True
+    # A ``holding_oldest_lease`` fault only: did a worker still hold a live lease when the
+    # nemesis looked again at the instant it applied it (False: nobody did, it hit its earlier
+    # pick, holding nothing). None: not such a fault, or an older history.
+    holder_found: bool | None = None
 
     @property
     def is_store(self) -> bool:
@@ -699,7 +703,9 @@ class Fault:
             ("cuts_off", int(self.cuts_off)), ("killed_ts", self.killed_ts),
             ("down_ms", self.down_ms))), **self.parameters, **_fields(self.TYPE, (
                 ("promoted_ms", self.promoted_ms), ("new_primary", self.new_primary),
-                ("planned", None if self.planned else 0)))}
+                ("planned", None if self.planned else 0),
+                ("holder_found", None if self.holder_found is None else int(self.holder_found))
+            ))}
 
     @classmethod
     def decode(cls, event: Event) -> Fault:
@@ -710,11 +716,12 @@ class Fault:
             _int(get("duration_ms")), get("cuts_off", "1") != "0", _int(get("killed_ts")),
             _int(get("down_ms")), _int(get("promoted_ms")), get("new_primary"),
             {name: value for name, value in extra.items() if name not in _FAULT_FIELDS},
-            event.ts, event.seq, get("planned", "1") != "0")
+            event.ts, event.seq, get("planned", "1") != "0",
+            None if not get("holder_found") else get("holder_found") != "0")
 
 
 _FAULT_FIELDS = frozenset(("fault_id", "kind", "target", "duration_ms", "cuts_off", "killed_ts",
-                           "down_ms", "promoted_ms", "new_primary", "planned"))
+                           "down_ms", "promoted_ms", "new_primary", "planned", "holder_found"))
 
 
 @dataclass(frozen=True, slots=True)

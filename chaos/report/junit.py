@@ -71,6 +71,10 @@ def testsuite(report: dict[str, Any], run_dir: Path | str | None = None) -> ET.E
         props[key] = bound.get(key)
     if "bound_ms" in bound:
         props["bound"] = BoundFormula.of(bound).text
+    exercise = report.get("exercise")
+    if isinstance(exercise, dict):  # did a fault strand a lease (chaos.check.exercised)
+        props["exercised"] = {True: "yes", False: "no", None: "n/a"}[exercise.get("exercised")] \
+            + f": {exercise.get('reason', '')}"
     if run_dir is not None:
         props["run_dir"] = str(run_dir)
     for key, value in props.items():

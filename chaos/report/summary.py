@@ -113,6 +113,7 @@ def summary_text(report: dict[str, Any]) -> str:
         f", {bound['count']} recovered by "
         + formula.recovered_by
     )
+    lines += exercised_lines(report)
     lines.append(
         f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
         f"p99 {_ms(bound['p99_ms'])} max {_ms(bound['max_ms'])}  bound {formula.bound_ms} "
@@ -260,6 +261,20 @@ def cadence_lines(cadence: dict[str, Any] | None, formula: BoundFormula) -> list
            + f"{formula.interval_name} {cadence['reap_interval_ms']} + "
            + f"{formula.sweep_slack} {cadence['allowance_ms']})"
            if judged else "not judged (the queue promises no sweep cadence)")]
+
+
+def exercised_lines(report: dict[str, Any]) -> list[str]:
+    """Whether a fault stranded a lease (``chaos.check.exercised``): a pass whose faults
+    stranded nothing proved nothing of recovery, and says so."""
+    exercise = report.get("exercise")
+    if not isinstance(exercise, dict):  # a report written before it was judged
+        return []
+    word = {True: "yes", False: "no", None: "n/a"}[exercise.get("exercised")]
+    lines = [f"  exercised {word}: {exercise.get('reason', '')}"]
+    if exercise.get("exercised") is False:
+        lines.append("            recovery was not put to the test: this run is no evidence "
+                     "that it works (another seed may strand a lease)")
+    return lines
 
 
 def evidence_lines(report: dict[str, Any]) -> list[str]:

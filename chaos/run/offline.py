@@ -34,7 +34,10 @@ VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "st
                 "faults", "rejected", "events", "throughput_per_s", "report_only", "store_faults",
                 "outcomes", "dead_letter", "needless_by_fault", "needless_by_duration",
                 "ack_ledger", "stranded_lease_count", "slowed_lease_count", "undrained",
-                "evidence", "checker_errors", "faults_skipped")
+                "evidence", "checker_errors", "faults_skipped", "exercised", "exercise")
+# Decided by the checker, but only since a later version: a report written before has none,
+# and a re-check adding them is no disagreement.
+ADDED_LATER = frozenset(("exercised", "exercise"))
 
 __all__ = ["VERDICT_KEYS", "SavedRun", "SavedRunError", "recheck", "write_missing_report"]
 
@@ -65,7 +68,8 @@ class SavedRun:
         for a stub: it judged nothing to disagree with)."""
         if self.saved is None or self.saved_is_stub:
             return []
-        return [key for key in VERDICT_KEYS if (key in self.saved or key in self.report)
+        return [key for key in VERDICT_KEYS if (key in self.saved or key in self.report
+                                                 and key not in ADDED_LATER)
                 and self.saved.get(key) != self.report.get(key)]
 
 
