@@ -80,6 +80,11 @@ class QueueFamily:
         """How every key of the queue starts (who calls the queue: docs/attach.md)."""
         return self.keys.base
 
+    @property
+    def key_layout(self) -> str:
+        """The queue's keys as the plan prints them (``validate``, ``run --dry-run``)."""
+        return f"{self.key_base}*"
+
     def dialect(self) -> Dialect:
         """A fresh decoder for the MONITOR recorder."""
         return make_dialect(self.scenario.history.dialect, self.keys.prefix, self.keys.queue,

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from chaos.faults.nemesis import PlannedFault, plan
 from chaos.scenario.attach import describe_attach
 from chaos.scenario.faults import fault_parameters
 from chaos.scenario.model import Scenario
+
+if TYPE_CHECKING:
+    from chaos.family import QueueFamily
 
 
 def describe_plan(scenario: Scenario) -> str:
@@ -94,7 +99,7 @@ def describe_plan(scenario: Scenario) -> str:
                                 f"(offline: {docker.valkey_offline_image})")
         lines.append(f"  runtime   docker: workers and reaper from {docker.worker_image}, "
                      "host network, 127.0.0.1 only")
-    lines.append(f"  valkey    {source}, keys {valkey.prefix}{{{valkey.queue}}}:*")
+    lines.append(f"  valkey    {source}, keys {_family(scenario).key_layout}")
     if not valkey.url and scenario.attach is None:
         persistence = (f"appendonly, appendfsync {valkey.appendfsync}" if valkey.appendonly
                        else "no persistence")
@@ -120,10 +125,8 @@ def describe_cadence(scenario: Scenario) -> str:
     """The ``cadence`` line: which processes reap_cadence holds to which limit (the one the
     checker will read from the run event), or that none is judged."""
     from chaos.check.verdict import CheckConfig
-    from chaos.family import family_for
-    from chaos.protocol.client import QueueKeys
 
-    family = family_for(scenario, QueueKeys(scenario.valkey.prefix, scenario.valkey.queue))
+    family = _family(scenario)
     if not family.sweepers:
         return "  cadence   not judged: no process here promises a sweep cadence (gaps reported)"
     config = CheckConfig(lease_ms=scenario.topology.lease_ms,
@@ -142,6 +145,14 @@ def describe_cadence(scenario: Scenario) -> str:
     return (f"  cadence   a sweep <= {config.sweep_limit_ms} ms after the previous one "
             f"(reap_interval_ms {config.reap_interval_ms} + {knob} {allowance}), by each of "
             f"{names}")
+
+
+def _family(scenario: Scenario) -> QueueFamily:
+    """The scenario's queue family, as the runner will choose it (its keys, its sweepers)."""
+    from chaos.family import family_for
+    from chaos.protocol.client import QueueKeys
+
+    return family_for(scenario, QueueKeys(scenario.valkey.prefix, scenario.valkey.queue))
 
 
 def describe_fault(scenario: Scenario, fault: PlannedFault) -> str:

@@ -23,6 +23,13 @@ class CeleryFamily(QueueFamily):
     def key_base(self) -> str:
         return self.keys.prefix
 
+    @property
+    def key_layout(self) -> str:
+        """kombu's keys: no hash tag, no common stem beyond the prefix (docs/celery.md)."""
+        prefix, queue = self.keys.prefix, self.keys.queue
+        return (f"{prefix}{queue} (and its priority lists {prefix}{queue}\\x06\\x16<n>), "
+                f"{prefix}unacked, {prefix}unacked_index, {prefix}unacked_mutex (kombu's)")
+
     def queue_lists(self) -> list[str]:
         base = self.keys.prefix + self.keys.queue
         return [base, *(f"{base}{PRIORITY_SEP}{step}" for step in PRIORITY_STEPS)]
