@@ -169,6 +169,57 @@ def test_holding_oldest_lease_waits_for_a_live_lease_then_fires(tmp_path: Path):
     assert [e["type"] for e in recorder.events] == ["fault"]
 
 
+class Answers(Recorder):
+    """Holders that change from one question to the next (a holder acks its last job between
+    the nemesis's pick and the instant it applies the fault)."""
+
+    def __init__(self, answers: list[list[str]]) -> None:
+        super().__init__()
+        self.answers = answers
+        self.asked = 0
+
+    def lease_holders_oldest_first(self) -> list[str]:
+        self.asked += 1
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def test_holding_oldest_lease_looks_again_when_applied_and_hits_whoever_still_holds(
+        tmp_path: Path):
+    faults = '[[faults]]\nkind = "kill"\ntarget = "holding_oldest_lease"\nat_ms = 100\n'
+    recorder = Answers([["worker-2"], ["worker-3"]])  # worker-2 done by the time it is applied
+    nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
+    run(nemesis, 100)
+    assert recorder.actions == [("kill", "worker-3")] and recorder.asked == 2
+    (event,) = recorder.events
+    assert event["worker"] == "worker-3" and event["holder_found"] == 1
+
+
+def test_holding_oldest_lease_whose_holder_is_gone_when_applied_waits_then_says_so(
+        tmp_path: Path):
+    faults = '[[faults]]\nkind = "kill"\ntarget = "holding_oldest_lease"\nat_ms = 100\n'
+    # Each pick has finished its last job by the time the fault is applied: it waits (no kill),
+    recorder = Answers([["worker-2"], []] * 3 + [[]])
+    nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
+    run(nemesis, 300)
+    assert recorder.actions == [] and not recorder.events and not nemesis.skipped
+    # ... and once the wait is over, hits its pick, the event saying no worker held a lease.
+    recorder.answers = [["worker-2"], []]
+    nemesis.tick(100 + LEASE_WAIT_MS)
+    assert recorder.actions == [("kill", "worker-2")]
+    (event,) = recorder.events
+    assert event["holder_found"] == 0 and event["target"] == "holding_oldest_lease"
+
+
+def test_only_a_holder_target_says_whether_it_found_a_holder(tmp_path: Path):
+    faults = ('[[faults]]\nkind = "kill"\ntarget = "holding_oldest_lease"\nat_ms = 0\n'
+              '[[faults]]\nkind = "kill"\ntarget = "worker-1"\nat_ms = 50\n')
+    recorder = Recorder(holders=["worker-4"])
+    nemesis = Nemesis(scenario(tmp_path, faults), recorder, recorder)
+    run(nemesis, 100)
+    assert [(e["worker"], e.get("holder_found")) for e in recorder.events] == [
+        ("worker-4", 1), ("worker-1", None)]
+
+
 def test_network_faults_add_toxics_and_heal_by_removing_them(tmp_path: Path):
     faults = ('[[faults]]\nkind = "latency"\ntarget = "worker-2"\nat_ms = 100\n'
               "duration_ms = 500\nlatency_ms = 300\njitter_ms = 20\n"

@@ -5,9 +5,12 @@ workers a ``random`` or ``holding_oldest_lease`` target hits is decided at the i
 fires (among workers still alive and not already faulted), from a generator seeded by the
 scenario seed, so a run is reproducible. ``holding_oldest_lease`` is the holder of the oldest
 lease still live (a lapsed one strands nothing); when none is held it looks again shortly, for
-up to ``LEASE_WAIT_MS``. Every fault is written to the history with the Valkey
-clock read right after it took effect, and every heal right before it is undone, so the fault
-window in the history always lies inside the real one.
+up to ``LEASE_WAIT_MS``. It asks once more at the instant it applies the fault (its pick may
+have finished its jobs meanwhile: another holder is hit instead, or it waits again); past the
+wait, it hits its pick and the fault event says it found no holder (``holder_found`` 0), so the
+verdict can say why the fault stranded nothing (``chaos.check.exercised``). Every fault is
+written to the history with the Valkey clock read right after it took effect, and every heal
+right before it is undone, so the fault window in the history always lies inside the real one.
 
 What each kind does is its module in ``chaos.faults.kinds`` (its parameters, targets and
 whether it cuts the holder off: its declaration in ``chaos.scenario.faults``). A kind applied to
@@ -128,9 +131,21 @@ class Nemesis:
         if isinstance(spec.target, RandomTarget):
             return sorted(self.rng.sample(candidates, min(spec.target.random, len(candidates))))
         if spec.target == HOLDING_OLDEST_LEASE:  # the oldest lease of a worker we can still fault
-            holders = [h for h in self.history.lease_holders_oldest_first() if h in candidates]
-            return holders[:1]
+            return self._holders(candidates)[:1]
         return [spec.target] if spec.target in candidates else []
+
+    def _holders(self, candidates: list[str]) -> list[str]:
+        """The candidates holding a live lease now, the oldest lease's holder first."""
+        return [h for h in self.history.lease_holders_oldest_first() if h in candidates]
+
+    def _holding_now(self, spec: Fault, pick: str) -> tuple[str, bool]:
+        """``holding_oldest_lease``, looked at again at the instant the fault is applied:
+        its pick if it still holds a live lease, else the oldest holder that can be faulted
+        (the pick finished its jobs meanwhile); ``False`` when nobody holds one."""
+        holders = self._holders(self._candidates(spec, ON_TARGETS[spec.kind].GROUP))
+        if pick in holders:
+            return pick, True
+        return (holders[0], True) if holders else (pick, False)
 
     def next_due_ms(self) -> int | None:
         times = [f.at_ms for f in self.pending[:1]] + [h.due_ms for h in self.heals[:1]]
@@ -150,8 +165,14 @@ class Nemesis:
             return
         targets = self._resolve(planned)
         planned_at = planned.at_ms if planned.planned_at_ms is None else planned.planned_at_ms
-        if (not targets and planned.target == HOLDING_OLDEST_LEASE
-                and elapsed_ms + LEASE_POLL_MS <= planned_at + LEASE_WAIT_MS):
+        may_wait = elapsed_ms + LEASE_POLL_MS <= planned_at + LEASE_WAIT_MS
+        holder_found: bool | None = None  # what the fault event says of a holder target
+        if targets and planned.target == HOLDING_OLDEST_LEASE:
+            pick, holder_found = self._holding_now(fault, targets[0])
+            # nobody holds one any more: look again shortly, as for a quiet instant; past
+            # the wait, the pick is hit and the event says it found no holder
+            targets = [pick] if holder_found or not may_wait else []
+        if (not targets and planned.target == HOLDING_OLDEST_LEASE and may_wait):
             bisect.insort(self.pending, replace(planned, at_ms=elapsed_ms + LEASE_POLL_MS,
                                                 planned_at_ms=planned_at))
             return
@@ -176,7 +197,8 @@ class Nemesis:
                     self.heal_at_end.append(heal)  # holds until the chaos phase ends
             ts = self.history.record(**schema.Fault(
                 fault_id, fault.kind, name, target=planned.target, duration_ms=fault.duration_ms,
-                cuts_off=fault.cuts_off(), parameters=fault_parameters(fault)).fields())
+                cuts_off=fault.cuts_off(), parameters=fault_parameters(fault),
+                holder_found=holder_found).fields())
             self.applied.append(AppliedFault(fault_id, fault.kind, name, ts))
 
     def _apply_store(self, fault: FaultBase) -> None:
