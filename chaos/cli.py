@@ -23,6 +23,7 @@ from chaos.runtime import forkserver, valkey
 DEFAULT_CERTIFY_SEEDS = 3  # certify --seeds: what a likely (not certain) catch is repeated over
 
 if TYPE_CHECKING:
+    from chaos.run.result import RunResult
     from chaos.run.storing import RunRecorder
     from chaos.scenario.model import Scenario
 
@@ -100,7 +101,7 @@ def _run(args: argparse.Namespace) -> int:
         run_dirs = _suite_run_dirs(suite_dir, [scenario.name for scenario in scenarios])
     from chaos.run.plan import describe_plan
     from chaos.run.rundir import prepare_run_dir
-    from chaos.run.runner import RunResult, run_scenario
+    from chaos.run.runner import run_scenario
 
     if args.dry_run:
         print("\n\n".join(describe_plan(scenario) for scenario in scenarios))
@@ -114,6 +115,8 @@ def _run(args: argparse.Namespace) -> int:
         print(describe_plan(scenario), file=sys.stderr)
         with InterruptsTearDown(scenario.name, run_dir):
             results.append(run_scenario(scenario, run_dir, strict=args.strict))
+        if args.strict:
+            results[-1] = _strict_exercise(results[-1])
         if results[-1].verdict == "aborted":
             break  # Ctrl-C stops the suite, not only the scenario running
     from chaos.report.junit import write_junit
@@ -127,6 +130,21 @@ def _run(args: argparse.Namespace) -> int:
     if args.junit:
         write_junit(Path(args.junit), junit_runs)
     return worst_exit_code([result.exit_code for result in results])
+
+
+def _strict_exercise(result: RunResult) -> RunResult:
+    """``run --strict``: a pass whose faults stranded no lease (report.json ``exercised``
+    false) exits 4, as a run that cannot decide; its report keeps the verdict it judged."""
+    if result.verdict != "pass" or result.report.get("exercised") is not False:
+        return result
+    from dataclasses import replace
+
+    from chaos.errors import EXIT_UNKNOWN
+
+    reason = (result.report.get("exercise") or {}).get("reason", "")
+    print(f"--strict: {result.report.get('scenario')} passed without exercising recovery "
+          f"({reason}): exit {EXIT_UNKNOWN}", file=sys.stderr)
+    return replace(result, exit_code=EXIT_UNKNOWN)
 
 
 def _output_dir(args: argparse.Namespace, name: str) -> Path:
@@ -566,7 +584,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--strict", action="store_true",
                      help="fail (exit 3) when the preflight warns about the Valkey server: an "
                           "eviction policy other than noeviction, or no persistence on a server "
-                          "given by valkey.url")
+                          "given by valkey.url; and exit 4 for a pass whose faults stranded no "
+                          "lease (report.json exercised false: recovery was not put to the "
+                          "test)")
     run.add_argument("--runtime", choices=["local", "docker", "attach"],
                      help="where the processes run: child processes (local) or containers "
                           "(docker), or a queue already deployed (attach, with an [attach] "

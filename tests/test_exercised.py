@@ -56,9 +56,11 @@ def test_a_kill_of_a_worker_holding_nothing_passes_unexercised_and_says_why():
     assert fault["exercised"] is False and fault["held"] == 0
     assert fault["reason"] == "stranded no lease (its target held none)"
     summary = summary_text(report)
-    assert ("  exercised no: no fault stranded a lease: kill f1 w1 at 195 ms stranded no lease "
-            "(its target held none)") in summary
+    assert ("  exercised no: no fault stranded a lease: kill f1 w1 at chaos+195 ms stranded no "
+            "lease (its target held none)") in summary
     assert "recovery was not put to the test" in summary
+    assert summary.splitlines()[0] == \
+        "scenario hand-written: PASS (not exercised: no fault stranded a lease)"
 
 
 def test_a_pause_whose_holder_renewed_after_it_stranded_nothing():

@@ -47,8 +47,9 @@ class FaultExercise:
     reason: str
 
     def describe(self) -> str:
-        """``kill f2 worker-3 at 1204 ms``: the fault as the summary names it."""
-        at = f" at {self.at_ms} ms" if self.at_ms is not None else ""
+        """``kill f2 worker-3 at chaos+1204 ms``: the fault as the summary names it (its time
+        counted as the plan counts ``at_ms``, from the chaos phase's start)."""
+        at = f" at chaos+{self.at_ms} ms" if self.at_ms is not None else ""
         return f"{self.kind} {self.fault_id} {self.worker}{at}"
 
 

@@ -79,7 +79,9 @@ def _ms(value: int | None) -> str:
 
 def summary_text(report: dict[str, Any]) -> str:
     """The human summary printed at the end of a run (and by ``check``)."""
-    lines = [f"scenario {report['scenario']}: {report['verdict'].upper()}"]
+    unexercised = (report.get("exercise") or {}).get("exercised") is False
+    lines = [f"scenario {report['scenario']}: {report['verdict'].upper()}"
+             + (" (not exercised: no fault stranded a lease)" if unexercised else "")]
     if report.get("clock_step"):
         lines.append(f"  clock     {report['clock_step']['reason']}")
     if "invariants" not in report:
