@@ -493,3 +493,19 @@ def test_a_check_turned_away_in_the_same_ms_as_the_one_that_ran_meets_that_one()
     failed, cadence = cadence_of(bullmq_run(ran, late, 3600))
     assert failed == ["reap_cadence"]
     assert [example["sweep_ts"] for example in cadence["examples"]] == [3509]
+
+
+def test_a_sweepers_start_up_before_the_run_began_is_not_judged_its_silence_after_is():
+    """Celery's mingle: a worker sweeps once, then waits a second for its peers before its loop
+    runs and sweeps every interval. The run begins (its first phase) once every process is at
+    work (chaos.run.startup), so that second is start-up, not cadence: the same second after
+    the run began is a broken promise, and so is a worker that stops sweeping once at work."""
+    start_up = [100, 1200] + every(R, 1400, 6000)  # a 1,100 ms gap, then every interval
+    failed, cadence = cadence_of(run_with({"reaper": start_up}, 6000, warmup_at=1300))
+    assert failed == [] and cadence["per_sweeper"]["reaper"]["max_gap_ms"] == R
+    late = cadence_of(run_with({"reaper": start_up}, 6000, warmup_at=50))
+    assert late[0] == ["reap_cadence"] and late[1]["examples"][0]["gap_ms"] == 1100
+    stopped = every(R, 1400, 3000)  # at work from 1400, silent from 2900 on
+    silent = cadence_of(run_with({"reaper": [100, 1200, *stopped]}, 6000, warmup_at=1300))
+    assert silent[0] == ["reap_cadence"]
+    assert silent[1]["examples"][0]["reason"] == "no sweep since, while the run went on"

@@ -7,7 +7,7 @@ Two readers of the same promise:
 
 - with a MONITOR recorder, each call is seen with its keys: a process is ready at its first call
   its family's dialect reads as work (``ready_action``; by default a claim, even an empty one, a
-  sweep, a reap or a blocking pop);
+  sweep, a reap, a blocking pop or a script that ran commands);
 - without one (a history the scripts record), CLIENT LIST's ``cmd`` (the last command of each
   connection) is polled: a process is ready once a connection of its runs a queue command, not a
   connection's set-up.
@@ -50,6 +50,10 @@ def default_ready_action(call: Call, decoded: Decoded) -> str | None:
             return f"its first {event['type']}"
     if decoded.empty_claim:
         return "a claim that found nothing"
+    if command.startswith(("EVAL", "FCALL")) and call.commands:
+        # a script that ran commands (an empty turn of a group ring claims nothing and writes
+        # no event, but it is the loop at work): set-up loads scripts, it does not run them
+        return f"a script ({call.commands[0][1][0].upper()} {' '.join(call.commands[0][1][1:2])})"
     return None
 
 

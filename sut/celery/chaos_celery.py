@@ -3,6 +3,7 @@ transport, every setting from the SUT contract's environment (docs/sut.md).
 
     CHAOS_VALKEY_URL        redis:// URL, this process's own ACL user when it has one
     CHAOS_NAME              member name (worker-2): the client name of every connection
+                            (not in the ordinary app of plain_worker.py)
     CHAOS_QUEUE             the Celery queue (kombu's list key)
     CHAOS_PREFIX            kombu's global_keyprefix (every key it writes starts with it)
     CHAOS_LEASE_MS          -> visibility_timeout (s): a reservation's age at which any
@@ -54,7 +55,9 @@ def milliseconds(name: str, fallback: str | None = None, minimum: int = 0) -> in
     return value
 
 
-def make_app() -> Celery:
+def make_app(ordinary: bool = False) -> Celery:
+    """The app; ``ordinary``: as its users write one (plain_worker.py): no connection named,
+    remote control and task events on, Celery's defaults for all the contract does not set."""
     lease_ms = milliseconds("CHAOS_LEASE_MS", minimum=1)
     interval_ms = milliseconds("CHAOS_REAP_INTERVAL_MS", minimum=1)
     if milliseconds("CHAOS_HEARTBEAT_MS", "0") != 0:
@@ -71,8 +74,9 @@ def make_app() -> Celery:
         "unacked_restore_throttle": int(os.environ.get("CELERY_SUT_RESTORE_THROTTLE", "1")),
         "unacked_mutex_expire": mutex_ms / 1000,
         "global_keyprefix": os.environ.get("CHAOS_PREFIX", ""),
-        "client_name": setting("CHAOS_NAME"),
     }
+    if not ordinary:
+        options["client_name"] = setting("CHAOS_NAME")
     if limit:
         options["unacked_restore_limit"] = limit
     app = Celery("chaos_celery", broker=setting("CHAOS_VALKEY_URL"))
@@ -83,11 +87,15 @@ def make_app() -> Celery:
         broker_transport_options=options,
         broker_connection_retry_on_startup=True,
         task_ignore_result=True,
-        worker_enable_remote_control=False,  # no pidbox: only the queue's own traffic
-        worker_send_task_events=False,
         worker_hijack_root_logger=False,
     )
+    if not ordinary:
+        app.conf.update(
+            worker_enable_remote_control=False,  # no pidbox: only the queue's own traffic
+            worker_send_task_events=False,
+        )
     return app
 
 
-app = make_app()
+# The ordinary app's worker (plain_worker.py) sets this before it imports the module.
+app = make_app(ordinary=os.environ.get("CELERY_SUT_ORDINARY") == "1")
