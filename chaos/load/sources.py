@@ -34,6 +34,7 @@ from redis.exceptions import ConnectionError as StoreConnectionError
 from redis.exceptions import TimeoutError as StoreTimeoutError
 
 from chaos.errors import InfraError
+from chaos.lifeline import toolkit_python
 from chaos.protocol.acks import AckLedger
 from chaos.protocol.client import POISON, QueueClient, QueueKeys
 from chaos.protocol.ids import plain_id
@@ -164,11 +165,13 @@ def locustfile() -> Path:
 def locust_argv(load: Load, url: str, keys: QueueKeys, lease_ms: int, protocol: str,
                 out_prefix: Path, extra: list[str] | None = None,
                 handler: Handler | None = None, seed: int = 1) -> list[str]:
-    """Locust's own CLI for a headless run of ``load`` (no password: that goes in the env).
-    ``extra``: more locustfile options (``--wait-replicas``, ``--ack-ledger-dir`` ...)."""
+    """Locust's own CLI for a headless run of ``load`` (no password: that goes in the env),
+    started as ``python -P -m loadtests`` (loadtests/__main__.py: on the runner's toolkit, not a
+    ``chaos/`` in the working directory). ``extra``: more locustfile options
+    (``--wait-replicas``, ``--ack-ledger-dir`` ...)."""
     producers, consumers = load.producers, load.consumers
     argv = [
-        sys.executable, "-m", "locust", "-f", str(locustfile()), "--headless",
+        *toolkit_python("-m", "loadtests"), "-f", str(locustfile()), "--headless",
         "--host", url, "-u", str(load.users), "-r", str(load.spawn_rate),
         "--csv", str(out_prefix), "--html", f"{out_prefix}.html",
         "--json-file", str(out_prefix), "--only-summary", "--stop-timeout", "5",

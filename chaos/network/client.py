@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import json
 import shutil
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
+from chaos.lifeline import toolkit_python
 from chaos.scenario.model import ToxiproxySettings
 
 if TYPE_CHECKING:  # toxiproxy-python pulls in requests: imported only by a run that uses it
@@ -65,8 +65,8 @@ def server_command(settings: ToxiproxySettings, port: int) -> tuple[str, list[st
             raise NetworkError(f"toxiproxy.server = {settings.server!r}: not an executable file")
     if real:
         return "toxiproxy-server", [real, "-host", "127.0.0.1", "-port", str(port)]
-    return "builtin", [sys.executable, "-m", "chaos.network.server", "--host", "127.0.0.1",
-                       "--port", str(port)]
+    return "builtin", toolkit_python("-m", "chaos.network.server", "--host", "127.0.0.1",
+                                     "--port", str(port))
 
 
 def api_version(api_url: str, timeout: float = API_TIMEOUT_S) -> str:

@@ -28,7 +28,7 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from chaos.errors import InfraError
-from chaos.lifeline import die_with_parent
+from chaos.lifeline import die_with_parent, toolkit_env
 from chaos.network.client import (
     Links,
     NetworkError,
@@ -421,7 +421,9 @@ class RuntimeBase(ABC):
 
     # --- child processes of the runner ------------------------------------------------------
     def child_env(self) -> dict[str, str]:
-        env = dict(os.environ)
+        """The environment of the runner's own children (the toolkit's Python ones:
+        ``chaos.lifeline.toolkit_python``); a foreign SUT's is ``sut_env``."""
+        env = toolkit_env(os.environ)
         if self.password:
             env["ECHOMQ_VALKEY_PASSWORD"] = self.password  # never on a command line
         return env

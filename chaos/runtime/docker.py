@@ -41,6 +41,7 @@ from docker.models.containers import Container
 
 from chaos.errors import InfraError
 from chaos.files import write_json_atomic
+from chaos.lifeline import toolkit_python
 from chaos.network.client import ToxiproxyServerInfo, wait_for_api
 from chaos.runtime.base import Child, RuntimeBase
 from chaos.runtime.engine import (
@@ -240,7 +241,8 @@ class DockerRuntime(RuntimeBase):
                   str(acks.resolve()): {"bind": ACKS_IN_CONTAINER, "mode": "rw"},
                   str(self._control_file(name).parent.resolve()): {
                       "bind": CONTROL_IN_CONTAINER, "mode": "ro"}}
-        return self._run(name, self.image("worker"), entrypoint=["python3"], command=args,
+        python = toolkit_python(*args, python="python3")  # the image's (3.11), safe-path mode
+        return self._run(name, self.image("worker"), entrypoint=python[:1], command=python[1:],
                          mounts=mounts)
 
     def _clock_in_container(self, name: str) -> str:

@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from chaos.lifeline import die_with_parent, name_process
+from chaos.lifeline import die_with_parent, name_process, toolkit_env, toolkit_python
 
 WORKER, REAPER = "chaos.reference.worker", "chaos.reference.reaper"
 MODULES = (WORKER, REAPER)  # what it forks: the reference implementation, nothing else
@@ -106,9 +106,9 @@ class ForkServer:
         self.log_name = str(log_path or "the runner's stderr")
         self.log = open(log_path, "ab") if log_path else None  # noqa: SIM115 - see close()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "chaos.runtime.forkserver", "--parent", str(os.getpid())],
+            toolkit_python("-m", "chaos.runtime.forkserver", "--parent", str(os.getpid())),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log,
-            start_new_session=True)
+            env=toolkit_env(os.environ), start_new_session=True)
         assert self.process.stdin is not None and self.process.stdout is not None
         self._requests: IO[bytes] = self.process.stdin
         self._replies: IO[bytes] = self.process.stdout
