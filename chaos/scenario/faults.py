@@ -63,6 +63,10 @@ class FaultBase(Strict):
     targets: ClassVar[Targets] = "workers"
     cuts_holder_off: ClassVar[bool] = False
     needs_heartbeat: ClassVar[bool] = False  # means nothing when topology.heartbeat_ms = 0
+    # Does the heal at the chaos phase's end undo it (a pause resumed, a toxic removed)? Not a
+    # worker's own order (it holds for its whole duration_ms) nor a store fault (over before
+    # it is recorded): those are never cut short.
+    healed_at_chaos_end: ClassVar[bool] = True
     color: ClassVar[str] = GREY
 
     @model_validator(mode="after")
@@ -98,6 +102,15 @@ class FaultBase(Strict):
         if self.duration_ms:
             return f" for {self.duration_ms} ms"
         return " until the chaos phase ends"
+
+    def cut_to_ms(self, at_ms: int, chaos_ms: int) -> int | None:
+        """How long it holds at most when fired ``at_ms`` into a chaos phase of ``chaos_ms``,
+        if the phase's end (which heals every fault) comes before its ``duration_ms`` is over;
+        None when it holds as long as it asks."""
+        if not self.healed_at_chaos_end or not self.duration_ms \
+                or at_ms + self.duration_ms <= chaos_ms:
+            return None
+        return max(chaos_ms - at_ms, 0)
 
     @property
     def is_network(self) -> bool:
@@ -270,6 +283,8 @@ class CpuHog(FaultBase):
     kind: Literal["cpu_hog"] = "cpu_hog"
     duration_ms: PositiveMs = Field(description=HOLDS)
 
+    healed_at_chaos_end = False
+
 
 class HeartbeatLag(FaultBase):
     """The worker tells its heartbeat of jobs it finished only when duration_ms is over."""
@@ -280,6 +295,7 @@ class HeartbeatLag(FaultBase):
     duration_ms: PositiveMs = Field(description="how long finished jobs are reported late")
 
     needs_heartbeat = True
+    healed_at_chaos_end = False
 
 
 class BlockHeartbeat(FaultBase):
@@ -289,6 +305,7 @@ class BlockHeartbeat(FaultBase):
     duration_ms: PositiveMs = Field(description=HOLDS)
 
     needs_heartbeat = True
+    healed_at_chaos_end = False
 
 
 # --- the store itself ----------------------------------------------------------------------------
@@ -297,6 +314,7 @@ class BlockHeartbeat(FaultBase):
 class StoreFaultBase(FaultBase):
     targets = "store"
     cuts_holder_off = True  # no client can act while the store is down
+    healed_at_chaos_end = False
     store_node: ClassVar[str]  # the only target a fault of this kind takes
     replication: ClassVar[str]  # the valkey.replication it needs
 
