@@ -21,6 +21,9 @@ from chaos.run.interrupts import InterruptsTearDown
 from chaos.runtime import forkserver, valkey
 
 DEFAULT_CERTIFY_SEEDS = 3  # certify --seeds: what a likely (not certain) catch is repeated over
+# certify --unexercised-retries: how often a run whose faults stranded no lease (no evidence)
+# is run again with another seed
+DEFAULT_UNEXERCISED_RETRIES = 2
 
 if TYPE_CHECKING:
     from chaos.run.result import RunResult
@@ -292,23 +295,30 @@ def cmd_selftest(args: argparse.Namespace) -> int:
 
 
 def cmd_certify(args: argparse.Namespace) -> int:
-    from chaos.tools import certify
+    from chaos.tools import certify, certify_table
 
+    if args.unexercised_retries < 0:
+        from chaos.scenario.loading import ScenarioError
+
+        raise ScenarioError(f"--unexercised-retries {args.unexercised_retries}: must be 0 or "
+                            "more")
     target = (certify.Target.from_file(Path(args.scenario), args.protocol) if args.scenario
               else certify.Target.reference(args.protocol)).with_overrides(args.set)
     planned = certify.plan_battery(target, args.seeds, args.only, args.set)
     out = _output_dir(args, "certify")
     runs = sum(len(run.seeds) for run in planned)
     print(f"certify: {target.label}; {runs} runs of the battery (seeded scenarios x "
-          f"{args.seeds}); run directories under {out}", file=sys.stderr)
+          f"{args.seeds}); a run whose faults strand no lease is run again with another seed, "
+          f"up to {args.unexercised_retries} times; run directories under {out}",
+          file=sys.stderr)
     with InterruptsTearDown("certify", out):
-        result = certify.certify(planned, target, args.seeds, out)
+        result = certify.certify(planned, target, args.seeds, out, args.unexercised_retries)
     summary = result.as_dict()
     write_json_atomic(out / "certify.json", summary)
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(certify.table(result))
+        print(certify_table.table(result))
         print(f"certify directory: {out} (certify.json)", file=sys.stderr)
     return result.exit_code
 
@@ -703,6 +713,12 @@ def build_parser() -> argparse.ArgumentParser:
                              help="seeds for the scenarios that make a bug likely rather than "
                                   f"certain (default {DEFAULT_CERTIFY_SEEDS}); the others run "
                                   "once")
+    certify_cmd.add_argument("--unexercised-retries", type=int,
+                             default=DEFAULT_UNEXERCISED_RETRIES, metavar="N",
+                             help="a run whose faults could strand a lease and stranded none "
+                                  "proved nothing of recovery: run it again with a seed not yet "
+                                  f"used, up to N times (default {DEFAULT_UNEXERCISED_RETRIES}); "
+                                  "still unexercised, it is unknown (exit 4)")
     certify_cmd.add_argument("--only", action="append", metavar="SCENARIO",
                              help="only this battery scenario (repeatable)")
     certify_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",

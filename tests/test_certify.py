@@ -28,8 +28,8 @@ from chaos.tools.certify import (
     Target,
     classify,
     plan_battery,
-    table,
 )
+from chaos.tools.certify_table import table
 from tests.test_sut_node import NODE_SUT, processes_in
 from tests.test_sut_node import _missing as node_missing
 
@@ -127,6 +127,36 @@ def test_the_table_says_per_class_what_each_scenario_found_and_the_exit_code_is_
     assert "lapse judged by the client's clock [no_premature_reap, lease_length]: undecided" in text
     assert "kill-in-claim-gap           n/a: why not" in text
     assert text.endswith("certify: FAIL (4 runs, 3 failed)")
+
+
+def test_a_run_that_exercised_nothing_is_no_evidence_and_its_retry_stands_in_for_it():
+    bug = BY_KEY["resurrected-lease"]  # lone-worker-frozen alone is built to reach it
+    unexercised = made_up("lone-worker-frozen")
+    unexercised.exercised, unexercised.unexercised = False, "pause f1 worker-1 stranded no lease"
+    assert not unexercised.evidence
+    ran = {"lone-worker-frozen"}
+    # its retries spent: the class is not "not seen", and a pass is unknown (exit 4) at best
+    assert classify(bug, [unexercised], {}, ran).status == "not exercised"
+    result = CertifyResult("a queue", "sound", 1, [unexercised], retries=2)
+    assert result.exit_code == 4 and result.word == "UNKNOWN"
+    text = table(result)
+    assert "(a run whose faults strand no lease is no evidence: it is run again with another " \
+           "seed, up to 2 times a run: --unexercised-retries)" in text
+    assert "PASS (not exercised: pause f1 worker-1 stranded no lease; retries spent)" in text
+    assert text.endswith("certify: UNKNOWN (1 runs, 0 failed, 1 not exercised (no evidence))")
+    # retried with another seed, which stranded one: the retry is the evidence
+    unexercised.retried_with = 30
+    retry = made_up("lone-worker-frozen")
+    retry.seed, retry.exercised = 30, True
+    assert classify(bug, [unexercised, retry], {}, ran).status == "not seen"
+    result = CertifyResult("a queue", "sound", 1, [unexercised, retry], retries=2)
+    assert result.exit_code == 0
+    assert "PASS (not exercised: pause f1 worker-1 stranded no lease; retried with seed 30)" \
+        in table(result)
+    # a run that failed stands on what it saw, exercised or not
+    failed = made_up("lone-worker-frozen", "fail", ("exclusive_lease",))
+    failed.exercised = False
+    assert failed.evidence and classify(bug, [failed], {}, ran).status == "SEEN"
 
 
 def test_a_scenario_the_queue_cannot_run_is_not_applicable_not_an_error():
@@ -260,6 +290,29 @@ def test_a_short_battery_on_the_reference_queue_passes(tmp_path: Path):
     assert classes["resurrected-lease"]["status"] == "not seen"
     assert classes["lost-job"]["status"] == "not run"
     assert "certify: PASS (2 runs, 0 failed)" in result.stdout
+
+
+@pytest.mark.integration
+def test_a_battery_run_that_stranded_nothing_is_retried_and_never_counted(tmp_path: Path):
+    """lone-worker-frozen with its one job done in the warmup (100 ms) and its pause aimed at
+    the worker by name: the worker holds nothing when frozen, whatever the seed."""
+    out = tmp_path / "certify"
+    result = certify("--only", "lone-worker-frozen", "--unexercised-retries", "1",
+                     "--set", "topology.handler.fixed_ms=100",
+                     "--set", 'faults.0.target="worker-1"', "--set", "phases.chaos_ms=1500",
+                     "--set", "faults.0.duration_ms=1000", "--out", str(out))
+    assert result.returncode == 4, result.stdout + result.stderr[-3000:]
+    assert "up to 1 times" in result.stderr
+    assert "NOT EXERCISED (no fault stranded a lease: pause f1 worker-1 at chaos+" \
+           in result.stderr
+    assert "no evidence, run again with seed 30" in result.stderr
+    assert "no evidence, and its 1 retries are spent" in result.stderr
+    summary, classes = read_summary(out)
+    assert summary["unexercised_retries"] == 1 and summary["verdict"] == "UNKNOWN"
+    assert [(run["seed"], run["verdict"], run["exercised"], run["retried_with"])
+            for run in summary["runs"]] == [(29, "pass", False, 30), (30, "pass", False, None)]
+    assert classes["resurrected-lease"]["status"] == "not exercised"
+    assert "certify: UNKNOWN (2 runs, 0 failed, 2 not exercised (no evidence))" in result.stdout
 
 
 @pytest.mark.integration

@@ -23,11 +23,17 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from chaos.check.verdict import StrandedLease
     from chaos.history.schema import Fault, FaultSkipped
+
+
+class Stranded(Protocol):
+    """What is read of a stranded lease (``verdict.StrandedLease``): the fault that did it."""
+
+    @property
+    def fault_id(self) -> str: ...
 
 
 @dataclass(frozen=True)
@@ -65,7 +71,7 @@ class Exercise:
                 "faults": [asdict(fault) for fault in self.faults]}
 
 
-def exercise(applied: Sequence[tuple[Fault, int]], stranded: Sequence[StrandedLease],
+def exercise(applied: Sequence[tuple[Fault, int]], stranded: Sequence[Stranded],
              skipped: Sequence[FaultSkipped] = (), workers: Sequence[str] = (),
              chaos_ts: int | None = None) -> Exercise:
     """The run's and each fault's exercise (module docstring), from the replay's facts."""

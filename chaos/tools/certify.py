@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -310,10 +311,20 @@ class CertifyRun:
     wall_ms: int | None
     run_dir: str
     error: str | None = None
+    exercised: bool | None = None  # did a fault strand a lease (report.json ``exercised``)
+    unexercised: str = ""  # why not, when it did not
+    retried_with: int | None = None  # the seed it was run again with, being no evidence
 
     @property
     def decided(self) -> bool:
         return self.verdict in ("pass", "fail")
+
+    @property
+    def evidence(self) -> bool:
+        """A run whose faults could strand a lease and stranded none proved nothing of recovery:
+        no evidence (retried with another seed), unless it failed: a failure stands on what
+        it saw."""
+        return self.exercised is not False or self.verdict == "fail"
 
 
 @dataclass
@@ -354,6 +365,8 @@ def classify(bug: BugClass, runs: Sequence[CertifyRun], skipped: dict[str, str],
         status = "SEEN"
     elif not designated:
         status = "not applicable" if not_applicable and not not_run else "not run"
+    elif any(not run.evidence for run in designated if run.retried_with is None):
+        status = "not exercised"  # its retries spent, a run still stranded no lease
     elif any(not run.decided or set(run.undecided) & set(bug.invariants)
              for run in designated):
         status = "undecided"
@@ -374,12 +387,17 @@ class CertifyResult:
     adapted: dict[str, str] = field(default_factory=dict)  # scenario -> how, for this queue
     planned: list[str] = field(default_factory=list)  # scenarios chosen to run
     aborted: bool = False
+    retries: int = 0  # how often a run that exercised nothing is run again, another seed
 
     @property
     def exit_code(self) -> int:
+        """The worst of the runs that stand (a run retried is replaced by its retry); one that
+        exercised nothing when its retries ran out is unknown (4) at best."""
         if self.aborted:
             return EXIT_ABORTED
-        return worst_exit_code([run.exit_code for run in self.runs])
+        return worst_exit_code([
+            run.exit_code if run.evidence or run.exit_code != EXIT_PASS else EXIT_UNKNOWN
+            for run in self.runs if run.retried_with is None])
 
     @property
     def word(self) -> str:
@@ -393,7 +411,8 @@ class CertifyResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"schema": 1, "target": self.target, "protocol": self.protocol,
-                "seeds": self.seeds, "verdict": self.word, "exit_code": self.exit_code,
+                "seeds": self.seeds, "unexercised_retries": self.retries,
+                "verdict": self.word, "exit_code": self.exit_code,
                 "aborted": self.aborted, "planned": self.planned,
                 "not_applicable": self.skipped, "adapted": self.adapted,
                 "runs": [asdict(run) for run in self.runs],
@@ -402,6 +421,7 @@ class CertifyResult:
 
 def _outcome(name: str, seed: int, result: RunResult) -> CertifyRun:
     invariants = result.report.get("invariants") or {}
+    exercise = result.report.get("exercise") or {}
     return CertifyRun(
         name, seed, result.verdict, result.exit_code,
         [n for n, found in invariants.items() if found.get("status") == "fail"],
@@ -410,34 +430,54 @@ def _outcome(name: str, seed: int, result: RunResult) -> CertifyRun:
         [n for n, found in invariants.items() if found.get("status") in ("blind", "error")
          or (found.get("ok") and found.get("judged") is False)],
         (result.report.get("run") or {}).get("wall_ms"), str(result.run_dir),
-        result.report.get("error"))
+        result.report.get("error"), exercise.get("exercised"),
+        "" if exercise.get("exercised") is not False else str(exercise.get("reason", "")))
 
 
 def certify(planned: Sequence[PlannedRun], target: Target, seeds: int, out: Path,
-            progress: TextIO = sys.stderr) -> CertifyResult:
+            retries: int, progress: TextIO = sys.stderr) -> CertifyResult:
     """Run every planned scenario and seed, one after another, each in ``out/<name>-seed<N>``
-    (its console output in ``console.log`` there); a Ctrl-C stops the battery."""
-    result = CertifyResult(target.label, target.protocol, seeds,
+    (its console output in ``console.log`` there); a Ctrl-C stops the battery. A run whose
+    faults stranded no lease (``CertifyRun.evidence``) is run again with a seed the scenario
+    has not used, up to ``retries`` times."""
+    result = CertifyResult(target.label, target.protocol, seeds, retries=retries,
                            skipped={run.entry.name: run.skipped for run in planned
                                     if run.skipped is not None},
                            adapted={run.entry.name: run.adapted for run in planned
                                     if run.adapted is not None},
                            planned=[run.entry.name for run in planned if run.scenario])
-    jobs = [(run.entry.name, run.scenario.model_copy(update={"seed": seed}))
-            for run in planned if run.scenario is not None for seed in run.seeds]
+    jobs = deque((run.entry.name, run.scenario.model_copy(update={"seed": seed}), 0)
+                 for run in planned if run.scenario is not None for seed in run.seeds)
+    used = {run.entry.name: set(run.seeds) for run in planned}  # seeds a retry must not reuse
+    total, done = len(jobs), 0
     try:
-        for done, (name, scenario) in enumerate(jobs, start=1):
+        while jobs:
+            name, scenario, retry = jobs.popleft()
+            done += 1
             run_dir = out / f"{name}-seed{scenario.seed}"
             run_dir.mkdir(parents=True, exist_ok=True)
-            print(f"[{done}/{len(jobs)}] {name} seed {scenario.seed} ...", end="",
+            print(f"[{done}/{total}] {name} seed {scenario.seed}"
+                  f"{f' (retry {retry} of {retries})' if retry else ''} ...", end="",
                   file=progress, flush=True)
             started = time.monotonic()
             with open(run_dir / "console.log", "w") as console:
                 outcome = _outcome(name, scenario.seed,
                                    run_scenario(scenario, run_dir, stream=console))
             result.runs.append(outcome)
+            again = ""
+            if not outcome.evidence and outcome.verdict != "aborted":
+                if retry < retries:
+                    outcome.retried_with = max(used[name]) + 1
+                    used[name].add(outcome.retried_with)
+                    jobs.appendleft((name, scenario.model_copy(
+                        update={"seed": outcome.retried_with}), retry + 1))
+                    total += 1
+                again = (f", NOT EXERCISED ({outcome.unexercised}): " + (
+                    f"no evidence, run again with seed {outcome.retried_with}"
+                    if outcome.retried_with is not None else
+                    f"no evidence, and its {retries} retries are spent"))
             print(f" {outcome.verdict.upper()}"
-                  f"{' ' + ','.join(outcome.failed) if outcome.failed else ''} "
+                  f"{' ' + ','.join(outcome.failed) if outcome.failed else ''}{again} "
                   f"({time.monotonic() - started:.1f}s)", file=progress, flush=True)
             if outcome.verdict == "aborted":
                 result.aborted = True
@@ -447,68 +487,5 @@ def certify(planned: Sequence[PlannedRun], target: Target, seeds: int, out: Path
     return result
 
 
-# --- the table ---------------------------------------------------------------------------------
-
-def _columns(header: tuple[str, ...], lines: Sequence[tuple[str, ...]]) -> list[str]:
-    widths = [max(len(cells[i]) for cells in [header, *lines]) for i in range(len(header))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(cells, widths, strict=True))
-            .rstrip() for cells in [header, *lines]]
-
-
-def _found(run: CertifyRun) -> str:
-    word = run.verdict.upper()
-    if run.failed:
-        return f"{word} {', '.join(run.failed)}"
-    if run.undecided:
-        return f"{word} (undecided: {', '.join(run.undecided)})"
-    return f"{word}{f' ({run.error})' if run.error and not run.decided else ''}"
-
-
-def _elsewhere(finding: ClassFinding) -> str:
-    """Other scenarios' runs that failed one of the class's invariants, a scenario's seeds
-    together: ``staggered-lapses seeds 37, 38 (exclusive_lease)``."""
-    seeds: dict[tuple[str, tuple[str, ...]], list[int]] = {}
-    for run in finding.elsewhere:
-        failed = tuple(sorted(set(run.failed) & set(finding.bug.invariants)))
-        seeds.setdefault((run.scenario, failed), []).append(run.seed)
-    return "; ".join(
-        f"{scenario} seed{'s' if len(found) > 1 else ''} {', '.join(map(str, found))} "
-        f"({', '.join(failed)})" for (scenario, failed), found in seeds.items())
-
-
-def table(result: CertifyResult) -> str:
-    """The runs, then per bug class what the scenarios built for it found."""
-    lines = [f"certify {result.target}", ""]
-    rows = [(run.scenario, str(run.seed), _found(run),
-             "-" if run.wall_ms is None else f"{run.wall_ms / 1000:.1f} s", run.run_dir)
-            for run in result.runs]
-    rows += [(name, "-", f"n/a: {why}", "-", "-") for name, why in result.skipped.items()]
-    lines += _columns(("scenario", "seed", "verdict", "wall", "run directory"), rows)
-    if result.adapted:
-        lines += ["", "adapted to this queue:"]
-        lines += [f"  {name}: {how}" for name, how in result.adapted.items()]
-    lines += ["", "bug classes (what the scenarios built for each found):"]
-    width = max(len(name) for name in _BY_NAME)
-    for finding in result.findings():
-        bug = finding.bug
-        lines.append(f"  {bug.title} [{', '.join(bug.invariants)}]: {finding.status}")
-        for run in finding.runs:
-            lines.append(f"      {run.scenario.ljust(width)}  seed {run.seed}: {_found(run)}")
-        for name in finding.not_run:
-            lines.append(f"      {name.ljust(width)}  not run (--only)")
-        for name, why in finding.not_applicable.items():
-            lines.append(f"      {name.ljust(width)}  n/a: {why}")
-        if finding.elsewhere:
-            lines.append(f"      also failed elsewhere: {_elsewhere(finding)}")
-    other = sorted({name for run in result.runs for name in run.failed}
-                   - {name for bug in BUG_CLASSES for name in bug.invariants})
-    if other:
-        lines.append(f"  failed outside these classes: {', '.join(other)}")
-    failed = sum(run.verdict == "fail" for run in result.runs)
-    lines += ["", f"certify: {result.word} ({len(result.runs)} runs, {failed} failed"
-                  f"{', interrupted' if result.aborted else ''})"]
-    return "\n".join(lines)
-
-
 __all__ = ["BATTERY", "BUG_CLASSES", "CertifyResult", "Target", "certify",
-           "classify", "plan_battery", "table"]
+           "classify", "plan_battery"]
