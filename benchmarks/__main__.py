@@ -135,8 +135,7 @@ def table(sections: dict[str, dict[str, Any]]) -> str:
         if "skipped" in section or "error" in section:
             lines.append(f"   {'skipped' if 'skipped' in section else 'ERROR'}: "
                          f"{section.get('skipped') or section.get('error')}")
-            continue
-        for row in section["rows"]:
+        for row in section.get("rows", []):
             target = f"{row.target[0]}{row.target[1]:g}" if row.target else ""
             met = {True: "yes", False: "NO", None: ""}[row.met]
             ratio = "-" if row.ratio is None else f"{row.ratio:.3g}"

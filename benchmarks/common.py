@@ -91,6 +91,15 @@ def redis_benchmark_path() -> str | None:
     return shutil.which("redis-benchmark")
 
 
+def redis_benchmark_missing(what: str = "") -> str | None:
+    """Why ``what`` (a section's figures that need redis-benchmark; all of them when empty) is
+    skipped: a section's ``{"skipped": ...}``, naming the missing tool. None: it is installed."""
+    if redis_benchmark_path() is not None:
+        return None
+    missing = "redis-benchmark not installed (apt-get install redis-tools)"
+    return f"{what}: {missing}" if what else missing
+
+
 def redis_benchmark(server: ValkeyServer, command: list[str], requests: int, clients: int,
                     pipeline: int, random_range: int | None = None) -> float:
     """Requests/s of one command, from redis-benchmark's CSV line."""

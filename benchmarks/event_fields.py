@@ -29,7 +29,7 @@ from benchmarks.common import (
     Row,
     median,
     redis_benchmark,
-    redis_benchmark_path,
+    redis_benchmark_missing,
     valkey_server,
 )
 from benchmarks.queue_path import CEILING_CLIENTS, CEILING_PIPELINE, LEASE_MS
@@ -124,8 +124,8 @@ def _server_cpu_s(client: Any) -> float:
 def measure(claims: int, rounds: int) -> dict[str, Any]:
     """Each round measures every variant right beside its own baseline run (the pair's order
     alternating round by round), so a ratio compares two runs seconds apart, never minutes."""
-    if redis_benchmark_path() is None:
-        return {"skipped": "redis-benchmark not installed (apt-get install redis-tools)"}
+    if missing := redis_benchmark_missing():
+        return {"skipped": missing}
     scripts = variants(load_script_source("claim"))
     names = [name for name in scripts if name != BASELINE]
     baseline_rates: list[float] = []

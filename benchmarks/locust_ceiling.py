@@ -30,7 +30,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import Row, fill, redis_benchmark, redis_benchmark_path, valkey_server
+from benchmarks.common import (
+    Row,
+    fill,
+    redis_benchmark,
+    redis_benchmark_missing,
+    valkey_server,
+)
 from chaos.load.sources import locustfile
 from chaos.protocol.client import QueueKeys, connect, load_script_source
 from chaos.runtime.valkey import ValkeyServer
@@ -66,8 +72,7 @@ def locust_rate(server: ValkeyServer, out: Path, name: str, seconds: int, users:
 def run(quick: bool) -> dict[str, Any]:
     """Measure; the figures, with ``rows`` for ``python -m benchmarks`` (``{"skipped": reason}``
     without redis-benchmark)."""
-    if redis_benchmark_path() is None:
-        reason = "redis-benchmark not found: apt-get install -y redis-tools (Debian)"
+    if reason := redis_benchmark_missing():
         print(f"locust_ceiling: skipped, {reason}", file=sys.stderr)
         return {"skipped": reason}
     seconds = 2 if quick else 8

@@ -41,7 +41,7 @@ from benchmarks.common import (
     fill,
     median,
     redis_benchmark,
-    redis_benchmark_path,
+    redis_benchmark_missing,
     valkey_server,
 )
 from chaos.history.events import EXPORT_POLL_S, HistoryExporter
@@ -254,7 +254,9 @@ def measure(sizes: Sizes) -> dict[str, Any]:
     """The claim path, evidence and export sections: their rows and raw figures."""
     rows: list[Row] = []
     raw: dict[str, Any] = {"slots": SLOTS, "sizes": vars(sizes)}
-    have_benchmark = redis_benchmark_path() is not None
+    skipped = redis_benchmark_missing("the server-side baselines (each ratio to "
+                                      "redis-benchmark)")
+    have_benchmark = skipped is None
     with valkey_server("queue") as server, \
             tempfile.TemporaryDirectory(prefix="bench-queue-") as tmp:
         work_dir = Path(tmp)
@@ -375,4 +377,4 @@ def measure(sizes: Sizes) -> dict[str, Any]:
         "full_job_events_off": [vars(r) for r in off_rounds],
         "exporter_capacity_events_per_s": capacity,
     })
-    return {"rows": rows, "raw": raw}
+    return {"rows": rows, "raw": raw, **({"skipped": skipped} if skipped else {})}

@@ -47,7 +47,7 @@ from benchmarks.common import (
     fill,
     median,
     redis_benchmark,
-    redis_benchmark_path,
+    redis_benchmark_missing,
     valkey_server,
 )
 from benchmarks.queue_path import CEILING_CLIENTS, CEILING_PIPELINE, LEASE_MS, claim_command
@@ -302,11 +302,10 @@ def measure_live(server: ValkeyServer, claims: int, rounds: int) -> dict[str, An
 def measure(claims: int, rounds: int, decode_jobs: int, decode_rounds: int) -> dict[str, Any]:
     with valkey_server("recorder") as server:
         offline = measure_decode(server, decode_jobs, decode_rounds)
-        if redis_benchmark_path() is None:
-            skipped = Row("recorder", "live rows (the server's cost, the live ceiling)", None,
-                          "", note="skipped: redis-benchmark not installed (apt-get install "
-                                   "redis-tools)")
-            return {"rows": [*offline["rows"], skipped], "raw": {"decode": offline["raw"]}}
+        if missing := redis_benchmark_missing("the live rows (the server's cost with a "
+                                              "recorder, the live ceiling)"):
+            return {"rows": offline["rows"], "skipped": missing,
+                    "raw": {"decode": offline["raw"]}}
         live = measure_live(server, claims, rounds)
     return {"rows": offline["rows"] + live["rows"],
             "raw": {"decode": offline["raw"], **live["raw"]}}
