@@ -465,6 +465,7 @@ def test_a_broken_producer_command_is_an_infrastructure_error_and_nothing_outliv
     import chaos.load.command as command
 
     monkeypatch.setattr(command, "REPLY_TIMEOUT_S", 1.0)  # the run is in this process
+    monkeypatch.setattr(command, "FIRST_REPLY_TIMEOUT_S", 1.0)  # its start-up's allowance
 
     from chaos.run.runner import run_scenario
     from chaos.scenario.loading import load_scenario

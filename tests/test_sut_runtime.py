@@ -15,13 +15,21 @@ from chaos.run.sources import LiveCounts
 from chaos.scenario.loading import scenario_from_dict
 
 # A SUT that connects with the URL it was given, says who it is, writes its environment down
-# and then idles: it claims nothing.
+# and then waits on a list of its own (a blocking pop: at work, as far as its start-up goes), but
+# it claims nothing.
 IDLER = """
 import json, os, sys, time, redis
 client = redis.Redis.from_url(os.environ["CHAOS_VALKEY_URL"])
 whoami = client.execute_command("ACL", "WHOAMI")
 with open(sys.argv[1], "w") as out:
     json.dump({"env": dict(os.environ), "whoami": whoami.decode(), "argv": sys.argv}, out)
+while True:
+    client.blpop(["elsewhere"], 0.05)
+"""
+# One that connects and only ever pings: never at work on any queue.
+PINGER = """
+import os, time, redis
+client = redis.Redis.from_url(os.environ["CHAOS_VALKEY_URL"])
 while True:
     client.ping()
     time.sleep(0.05)
@@ -116,3 +124,17 @@ def test_live_counts_read_a_growing_history_line_by_line(tmp_path: Path):
         handle.write('aim"}\n{"type":"complete"}\n')
         handle.flush()
         assert counts.update() == {"enqueue": 1, "claim": 2, "complete": 1}
+
+
+def test_a_worker_that_connects_but_never_works_is_named_with_its_log(tmp_path: Path):
+    """Started means at work, not connected (chaos.run.startup): a process whose connections
+    only ever set up and ping is not started, and the run says so (exit 3) rather than
+    judge its start-up as the queue at work."""
+    (tmp_path / "pinger.py").write_text(PINGER)
+    result = run_scenario(scenario(tmp_path, [sys.executable, "pinger.py"], reaper="none",
+                                   start_timeout_s=1.0), tmp_path / "run", io.StringIO())
+    assert result.exit_code == EXIT_INFRA
+    error = result.report["error"]
+    assert "not at work after 1s" in error
+    assert "worker-1 (connected, but no call the queue's dialect reads as work" in error
+    assert (tmp_path / "run" / "report.json").exists()

@@ -4,7 +4,8 @@ shows in CLIENT LIST, known as the recorder knows it (its own ACL user, else the
 set); then each shows its first queue action: through the MONITOR recorder where one runs (the
 call and its keys, read by the family's dialect), else through CLIENT LIST's last command of
 each connection. A process that never gets there is an infrastructure error naming it, with
-its log's tail (exit 3)."""
+its log's tail (exit 3). Processes the run attaches to (``RuntimeBase.starts_members`` false)
+were at work before it: their connection is enough."""
 
 from __future__ import annotations
 
@@ -57,7 +58,9 @@ def wait_until_started(queue: QueueClient, runtime: RuntimeBase,
     while time.monotonic() < deadline:
         clients = queue.client.client_list()
         connected |= {m for c in clients if (m := member(c)) is not None}
-        if recorder is not None:
+        if not runtime.starts_members:  # attached to, at work before: connected is started
+            working.update({name: {"what": "connected (attached)"} for name in connected})
+        elif recorder is not None:
             working.update({name: {"first_action_ms": action.stamp_ms, "what": action.what}
                             for name, action in recorder.first_actions.of(names).items()})
         else:
@@ -85,5 +88,6 @@ def wait_until_started(queue: QueueClient, runtime: RuntimeBase,
                 "on its keys)" if recorder is not None else "no queue command yet")
         how += [f"{name} (connected, but {what})" for name in idle]
     tail = runtime.log_tail(waiting[0])
-    raise InfraError(f"not started after {timeout:g}s: {', '.join(how)}"
+    state = "connected" if unconnected else "at work"
+    raise InfraError(f"not {state} after {timeout:g}s: {', '.join(how)}"
                      + (f"; {waiting[0]}'s log ends:\n{tail}" if tail else ""))

@@ -134,6 +134,8 @@ class AttachRuntime(RuntimeBase):
         raise InfraError("runtime = 'attach' starts no Toxiproxy: members are cut off by their "
                          "partition commands")
 
+    starts_members = False  # deployed: at work before the run began
+
     def start_timeout(self) -> float | None:
         return self.settings.connect_timeout_s
 

@@ -187,6 +187,10 @@ class RuntimeBase(ABC):
         """The store's processes (Valkey nodes, Sentinel): only a planned fault may stop one."""
         return {"valkey"}
 
+    # It starts the queue's processes (False: they were running before the run, attached to:
+    # their connection is their start-up's end, chaos.run.startup)
+    starts_members = True
+
     def start_timeout(self) -> float | None:
         """How long its processes have to connect (None: the runner's default for as many
         reference processes): a foreign SUT's ``sut.start_timeout_s``."""
