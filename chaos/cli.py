@@ -309,8 +309,8 @@ def cmd_certify(args: argparse.Namespace) -> int:
     runs = sum(len(run.seeds) for run in planned)
     print(f"certify: {target.label}; {runs} runs of the battery (seeded scenarios x "
           f"{args.seeds}); a run whose faults strand no lease is run again with another seed, "
-          f"up to {args.unexercised_retries} times; run directories under {out}",
-          file=sys.stderr)
+          f"up to {args.unexercised_retries} time{'s' if args.unexercised_retries != 1 else ''}"
+          f"; run directories under {out}", file=sys.stderr)
     with InterruptsTearDown("certify", out):
         result = certify.certify(planned, target, args.seeds, out, args.unexercised_retries)
     summary = result.as_dict()

@@ -302,11 +302,13 @@ def test_a_battery_run_that_stranded_nothing_is_retried_and_never_counted(tmp_pa
                      "--set", 'faults.0.target="worker-1"', "--set", "phases.chaos_ms=1500",
                      "--set", "faults.0.duration_ms=1000", "--out", str(out))
     assert result.returncode == 4, result.stdout + result.stderr[-3000:]
-    assert "up to 1 times" in result.stderr
+    assert "up to 1 time;" in result.stderr
     assert "NOT EXERCISED (no fault stranded a lease: pause f1 worker-1 at chaos+" \
            in result.stderr
     assert "no evidence, run again with seed 30" in result.stderr
-    assert "no evidence, and its 1 retries are spent" in result.stderr
+    assert "no evidence, and its retries are spent (1)" in result.stderr
+    assert "seed 30: PASS (not exercised: no fault stranded a lease: pause f1 worker-1 at " \
+           "chaos+" in result.stdout
     summary, classes = read_summary(out)
     assert summary["unexercised_retries"] == 1 and summary["verdict"] == "UNKNOWN"
     assert [(run["seed"], run["verdict"], run["exercised"], run["retried_with"])

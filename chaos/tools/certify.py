@@ -475,7 +475,7 @@ def certify(planned: Sequence[PlannedRun], target: Target, seeds: int, out: Path
                 again = (f", NOT EXERCISED ({outcome.unexercised}): " + (
                     f"no evidence, run again with seed {outcome.retried_with}"
                     if outcome.retried_with is not None else
-                    f"no evidence, and its {retries} retries are spent"))
+                    f"no evidence, and its retries are spent ({retries})"))
             print(f" {outcome.verdict.upper()}"
                   f"{' ' + ','.join(outcome.failed) if outcome.failed else ''}{again} "
                   f"({time.monotonic() - started:.1f}s)", file=progress, flush=True)

@@ -18,12 +18,12 @@ def _found(run: CertifyRun) -> str:
     word = run.verdict.upper()
     if run.failed:
         return f"{word} {', '.join(run.failed)}"
-    if run.undecided:
-        return f"{word} (undecided: {', '.join(run.undecided)})"
     if not run.evidence:
         return f"{word} (not exercised: {run.unexercised}; " + (
             f"retried with seed {run.retried_with})" if run.retried_with is not None
             else "retries spent)")
+    if run.undecided:
+        return f"{word} (undecided: {', '.join(run.undecided)})"
     return f"{word}{f' ({run.error})' if run.error and not run.decided else ''}"
 
 
