@@ -171,3 +171,15 @@ def test_junit_carries_the_exercise_as_a_property():
     properties = {p.get("name"): p.get("value") for p in suite.iter("property")}
     assert properties["exercised"] == ("no: no fault stranded a lease: pause f1 w1 stranded no "
                                        "lease (its target held none)")
+
+
+def test_the_page_says_it_on_the_faults_card():
+    from chaos.report.html.page import render_html
+
+    h = History()
+    busy(h, jobs=1)
+    h.complete("j0", attempt=1, worker="w1", ts=150)
+    h.fault("pause", "w1", ts=200)
+    page = render_html(judged(h), h.events(), check(h.events()))
+    assert ("faults · stranded leases (not exercised: no fault stranded a lease: pause f1 w1 "
+            "stranded no lease (its target held none))") in page

@@ -208,6 +208,8 @@ def _cards(report: dict[str, Any]) -> str:
     redeliveries = report["redeliveries"]
     rejected = report.get("rejected") or {}
     slowest = bound.get("max_ms")
+    exercise = report.get("exercise") or {}  # a fault that can strand a lease stranded none
+    unexercised = exercise.get("exercised") is False
     cards = [  # (figure, what it is, is it bad news)
         # A dead-lettered job (max_stalls) left the queue by design: not bad news here.
         (f"{jobs['completed']} / {jobs['enqueued']}", "jobs completed / enqueued"
@@ -217,7 +219,9 @@ def _cards(report: dict[str, Any]) -> str:
          bool(jobs["lost"] or jobs["double_completed"])),
         *([(f"{jobs['undrained']}", "undrained (verdict unknown)", True)]
           if jobs.get("undrained") else []),
-        (f"{report['faults']} · {bound['stranded']}", "faults · stranded leases", False),
+        (f"{report['faults']} · {bound['stranded']}", "faults · stranded leases"
+         + (f" (not exercised: {exercise.get('reason', '')})" if unexercised else ""),
+         unexercised),
         (_ms(slowest), f"slowest recovery (bound {bound['bound_ms']} ms)",
          slowest is not None and slowest > bound["bound_ms"]),
         (f"{redeliveries['needed']} · {redeliveries['needless']}",
