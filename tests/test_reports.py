@@ -411,12 +411,12 @@ def test_the_summary_names_handler_durations_only_when_they_say_something():
     for row in rows:
         row.update(attempts=0, needless=0)
     rows[0].update(attempts=5)  # every handler well inside its lease, none redelivered
-    assert "by handler duration" not in summary_text(report)
+    assert "by delivery-to-ack time" not in summary_text(report)
     rows[2].update(attempts=1)  # a handler that ran past the lease, redelivered or not
-    assert "by handler duration (x lease): 0-0.5x 0/" in summary_text(report)
+    assert "by delivery-to-ack time (x lease): 0-0.5x 0/" in summary_text(report)
     rows[2].update(attempts=0)
     rows[0].update(needless=1)
-    assert "by handler duration" in summary_text(report)
+    assert "by delivery-to-ack time" in summary_text(report)
 
 
 def test_a_recheck_compares_every_key_the_checker_decides():

@@ -13,6 +13,7 @@ from histories import History
 from chaos.check.checker import Outcomes, check
 from chaos.history.events import iter_stream
 from chaos.protocol.client import QueueClient
+from chaos.report.summary import build_report, summary_text
 
 L, R, TOL = 1000, 250, 100
 
@@ -174,6 +175,38 @@ def test_needless_redeliveries_are_bucketed_by_handler_duration_and_fault():
                  for row in verdict.needless_by_duration}
     assert by_bucket == {"0-0.5x": (2, 0), "0.5-1x": (1, 0), "1-1.5x": (1, 1),
                          "1.5-2x": (0, 0), "2-3x": (1, 1), ">=3x": (0, 0)}
+
+
+def test_a_needless_redelivery_whose_holder_never_completes_is_in_a_row_of_its_own():
+    """3,000 ms handlers against a 2,000 ms lease (no renewal, as Celery's): each attempt is
+    reaped from under its live holder. One holder acks 3 s after its claim (1.5x); the other's
+    ack is credited to another attempt (Celery credits an ack to the worker's latest claim),
+    so its own attempt's end is never seen: it lands in no time bucket. The figure keeps it, in
+    a row of its own, and every needless redelivery is in some row; the rows are the time from
+    delivery (the claim) to the ack, and the summary names them so."""
+    lease = 2 * L
+    h = History(lease, R, TOL)
+    for job in ("a", "b"):
+        h.enqueue(job, ts=0)
+        h.claim(job, attempt=1, worker="w1" if job == "a" else "w2", ts=0)
+    h.reap("a", attempt=1, ts=lease + 100)
+    h.reap("b", attempt=1, ts=lease + 100)
+    h.claim("a", attempt=2, worker="w3", ts=lease + 150)
+    h.claim("b", attempt=2, worker="w2", ts=lease + 150)  # w2 again: its ack credits this one
+    h.complete_rejected("a", attempt=1, worker="w1", ts=3000, current_attempt=2)  # 1.5x
+    h.complete("b", attempt=2, worker="w2", ts=3000)  # b's first handler ends: 0.4x of 2
+    h.complete("a", attempt=2, worker="w3", ts=lease + 150 + 3000)
+    verdict = check(h.events())
+    assert verdict.redeliveries.needless == 2
+    rows = {row["bucket"]: (row["attempts"], row["needless"])
+            for row in verdict.needless_by_duration}
+    assert rows["1.5-2x"] == (2, 1) and rows["0-0.5x"] == (1, 0)
+    assert rows["no complete"] == (1, 1)
+    assert sum(needless for _, needless in rows.values()) == verdict.redeliveries.needless
+    text = summary_text(build_report("hand-written", "pass", verdict))
+    assert "needless  by delivery-to-ack time (x lease): 0-0.5x 0/1  1.5-2x 1/2  " \
+        "no complete 1/1" in text
+    assert "handler duration" not in text
 
 
 # --- the reap scripts: the stall limit on a real server -----------------------------------

@@ -58,8 +58,9 @@ enqueue) landed: the time clients took to recover.
 More figures (``figures.py``): every job's outcome at the end of the drain in Jepsen's vocabulary
 (``outcomes``: completed, dead_lettered, lost, duplicated, unexpected), the dead-letter figures
 (``dead_letter``), needless redeliveries by the fault the holder was under
-(``needless_by_fault``) and by how long the redelivered attempt's handler ran, as a multiple of
-the lease (``needless_by_duration``).
+(``needless_by_fault``) and by how long the attempt ran from its claim (the delivery) to its
+holder's own complete (the ack), as a multiple of the lease (``needless_by_duration``; no
+history records a handler's own start, so it is delivery to ack, not the handler's span).
 
 The verdict's types live in ``verdict.py``; the names other modules import from here are
 re-exported below.
@@ -168,7 +169,7 @@ def _judge(facts: ReplayFacts, config: CheckConfig | None, final: bool | None) -
         dead_letter=figures.dead_letter(facts, config.max_stalls),
         needless_by_fault=dict(facts.needless_by_fault),
         needless_by_duration=figures.by_duration(facts.ran_ms, facts.ran_needless_ms,
-                                                 config.lease_ms),
+                                                 config.lease_ms, facts.needless_unended),
         slowed=facts.slowed,
         undrained=undrained_listed(jobs, final),
         undrained_count=undrained,

@@ -1,5 +1,5 @@
 """The checker's figures beside the invariants: the dead-letter and outcome counts, needless
-redeliveries by handler duration, throughput, and the store faults' client recovery.
+redeliveries by delivery-to-ack time, throughput, and the store faults' client recovery.
 """
 
 from __future__ import annotations
@@ -15,11 +15,17 @@ from chaos.check.verdict import DURATION_BUCKETS, DeadLetter, JobCounts, Outcome
 from chaos.history.events import Event
 from chaos.history.schema import CLIENT_CALLS, Enqueue, Fault
 
+UNENDED = "no complete"  # the row of needless redeliveries whose holder never completed
+
 
 def by_duration(ran_ms: dict[int, int], ran_needless_ms: dict[int, int],
-                 lease_ms: int) -> list[dict[str, Any]]:
-    """Attempts whose handler ran to the holder's own complete, and how many of them were
-    needlessly redelivered, per handler-duration bucket (a multiple of the lease)."""
+                 lease_ms: int, unended: int = 0) -> list[dict[str, Any]]:
+    """Attempts that ran to the holder's own complete, and how many of them were needlessly
+    redelivered, per bucket of the time from the claim (the delivery) to that complete (the
+    ack), a multiple of the lease: no history records a handler's own start, so this is
+    delivery to ack, not the handler's span (a job that waits in its worker before its handler
+    starts counts its wait). Needless redeliveries whose holder's complete never came are
+    a last row of their own (``no complete``) when there are any, so none is left out."""
     def inside(counts: dict[int, int], low: float, high: float) -> int:
         return sum(n for ms, n in counts.items() if low <= ms / lease_ms < high)
 
@@ -29,6 +35,8 @@ def by_duration(ran_ms: dict[int, int], ran_needless_ms: dict[int, int],
         label = f">={low:g}x" if math.isinf(high) else f"{low:g}-{high:g}x"
         rows.append({"bucket": label, "attempts": inside(ran_ms, low, high) + needless,
                      "needless": needless})
+    if unended:
+        rows.append({"bucket": UNENDED, "attempts": unended, "needless": unended})
     return rows
 
 

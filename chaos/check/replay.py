@@ -135,6 +135,10 @@ class ReplayFacts:
     # attempts: of leases completed live, and of leases needlessly reaped first.
     ran_ms: dict[int, int] = field(default_factory=dict)
     ran_needless_ms: dict[int, int] = field(default_factory=dict)
+    # Needless redeliveries whose holder's own complete of that attempt never came (in no
+    # bucket of the above: the holder died later, or its queue credits the call to another
+    # attempt, as Celery's ack is to the worker's latest claim)
+    needless_unended: int = 0
     retried: int = 0  # accepted retries: a holder handed its job back for another attempt
     promoted: int = 0  # jobs the schedule gave back to pending (promote events)
     # Jobs waiting for a due time (a retry into the schedule or BullMQ's delayed set, a
@@ -772,6 +776,7 @@ class _Replay:
             self.granted[run_lease_ms] = self.granted.get(run_lease_ms, 0) \
                 + self.run_length_grants
         facts.stranded = [item for item in self.stranded if not item.dismissed]
+        facts.needless_unended = sum(1 for _, _, needless in self.lapsed.values() if needless)
         return facts
 
 

@@ -152,9 +152,10 @@ def summary_text(report: dict[str, Any]) -> str:
             f"{kind} {count}" for kind, count in report["needless_by_fault"].items()))
     buckets = report.get("needless_by_duration", [])
     rows = [row for row in buckets if row["attempts"]]
-    # Worth a line once a lease was redelivered needlessly or a handler ran past the first bucket.
+    # Worth a line once a lease was redelivered needlessly or an attempt ran past the first
+    # bucket. Claim to the holder's complete: no history records a handler's own start.
     if any(row["needless"] for row in rows) or any(row["attempts"] for row in buckets[1:]):
-        lines.append("  needless  by handler duration (x lease): " + "  ".join(
+        lines.append("  needless  by delivery-to-ack time (x lease): " + "  ".join(
             f"{row['bucket']} {row['needless']}/{row['attempts']}" for row in rows))
     outcomes = report.get("outcomes")
     if outcomes is not None and outcomes.get("judged"):
