@@ -10,9 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
+from test_monitor import live_recorder
 
+from chaos.family import RecordedHolders
 from chaos.history.events import read_history
 from chaos.history.schema import Fault
+from chaos.protocol.client import QueueClient, QueueKeys
+from chaos.runtime.valkey import ValkeyServer
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.integration
@@ -94,3 +99,25 @@ def test_the_kill_worker_scenario_exercises_recovery(tmp_path: Path):
     assert [(event.target, event.holder_found) for event in events] == [
         ("holding_oldest_lease", True), ("random 1", None)]
     assert "  exercised yes: " in result.stderr
+
+
+def test_holders_read_through_the_recorder_are_the_queue_as_of_the_question(
+        valkey_server: ValkeyServer, raw_client: redis.Redis, tmp_path: Path):
+    """The nemesis asks a MONITOR family's recorder who holds a lease: asked right after a
+    claim, and right after that job's ack, the answer is the queue at that instant, not at the
+    last line the recorder happened to have read (which named a holder 28 ms after its ack)."""
+    keys = QueueKeys("held:", "q")
+    recorder = live_recorder(valkey_server, keys, tmp_path)
+    try:
+        raw_client.client_setname("worker-1")
+        queue = QueueClient(raw_client, keys)
+        holders = RecordedHolders(queue, recorder.dialect, recorder.read_through)
+        for number in range(20):
+            queue.enqueue(f"j{number}", "x")
+            claimed = queue.claim(30_000, "worker-1")
+            assert claimed is not None
+            assert holders.lease_holders_oldest_first() == ["worker-1"], number
+            queue.complete(claimed.job_id, claimed.attempt, "worker-1")
+            assert holders.lease_holders_oldest_first() == [], number
+    finally:
+        assert recorder.stop().trustworthy

@@ -20,6 +20,7 @@ and keys, docs/design.md §2); each family is a package of its own under ``chaos
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -171,19 +172,27 @@ class QueueFamily:
 class RecordedHolders:
     """The nemesis's view of a queue through its recorder: runner events are recorded as
     always, and the oldest live leases' holders are those the recorder saw claim them (for a
-    family whose rows need not name their holder: the calling connection is)."""
+    family whose rows need not name their holder: the calling connection is). ``read_through``
+    (the recorder's): asked first, so the answer is the queue as of the question, not as of
+    the last line the recorder happened to read."""
 
-    def __init__(self, queue: QueueClient, dialect: Any) -> None:
+    def __init__(self, queue: QueueClient, dialect: Any,
+                 read_through: Callable[[int], bool] | None = None) -> None:  # server µs
         self.queue = queue
         self.dialect = dialect  # the run's dialect, fed by the recorder: it knows who claimed what
+        self.read_through = read_through
 
     def record(self, **fields: object) -> int:
         stamp: int = self.queue.record(**fields)
         return stamp
 
     def lease_holders_oldest_first(self, limit: int = 100) -> list[str]:
-        holders: list[str] = self.dialect.lease_holders_oldest_first(
-            self.queue.server_time_ms(), limit)
+        seconds, micros = self.queue.client.time()
+        now_us = int(seconds) * 1_000_000 + int(micros)
+        if self.read_through is not None:
+            self.queue.client.time()  # a command the feed shows after now_us: the wait ends
+            self.read_through(now_us)
+        holders: list[str] = self.dialect.lease_holders_oldest_first(now_us // 1000, limit)
         return holders
 
 

@@ -360,6 +360,7 @@ class _Grouper:
     def __init__(self, writer: HistoryWriter) -> None:
         self.writer = writer
         self.last_stamp_us = 0  # of the last command line read
+        self.decoded_us = 0  # of the last call line read: every call before it is decoded
 
     def feed(self, lines: list[str], open_call: Call | None) -> Call | None:
         health = self.writer.health
@@ -385,6 +386,7 @@ class _Grouper:
             if open_call is not None:
                 self.writer.write(open_call)
             open_call = Call(stamp, client, args)
+            self.decoded_us = stamp
         return open_call
 
 
@@ -590,6 +592,20 @@ class MonitorRecorder:
             gap.update(verified=not found, missed_writes=len(found),
                        runner_events_recovered=len(recovered), differences=found[:5])
         self.health.gaps.append(gap)
+
+    def read_through(self, stamp_us: int, timeout_s: float = 0.25) -> bool:
+        """Wait (at most ``timeout_s``) until the feed has been read up to a command the server
+        ran at ``stamp_us`` (its clock, µs) or later: every call before it is then decoded, so
+        the dialect shows the queue as of that instant (the nemesis asks it who holds a lease,
+        and a lagging feed names a holder that has acked its last job meanwhile). The caller
+        sends a command after reading the clock, so there is one. False when it had not by
+        then: the caller reads what there is."""
+        deadline = time.monotonic() + timeout_s
+        while self._grouper.decoded_us < stamp_us:
+            if time.monotonic() >= deadline or not self._thread.is_alive():
+                return False
+            time.sleep(0.001)
+        return True
 
     def stop(self) -> RecorderHealth:
         """Read up to an end marker sent now (so every command before it is decoded), then

@@ -57,4 +57,4 @@ class CeleryFamily(QueueFamily):
         return "Celery's workers are its only restorers (kombu has no reaper process)"
 
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
-        return RecordedHolders(queue, recorder.dialect)
+        return RecordedHolders(queue, recorder.dialect, recorder.read_through)

@@ -91,7 +91,7 @@ class EchoMQFamily(QueueFamily):
     def lease_holders(self, queue: QueueClient, recorder: Any) -> HistoryWriter:
         if recorder is None:  # history from the scripts: the rows name their holders
             return queue
-        return RecordedHolders(queue, recorder.dialect)
+        return RecordedHolders(queue, recorder.dialect, recorder.read_through)
 
 
 def _text(value: bytes | str) -> str:
