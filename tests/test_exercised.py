@@ -183,3 +183,16 @@ def test_the_page_says_it_on_the_faults_card():
     page = render_html(judged(h), h.events(), check(h.events()))
     assert ("faults · stranded leases (not exercised: no fault stranded a lease: pause f1 w1 "
             "stranded no lease (its target held none))") in page
+
+
+def test_a_suites_table_marks_a_run_that_exercised_nothing(tmp_path):
+    from chaos.run.result import RunResult
+    from chaos.run.suite import suite_table
+
+    h = History()
+    busy(h, jobs=1)
+    h.complete("j0", attempt=1, worker="w1", ts=150)
+    h.fault("kill", "w1", ts=200)
+    report = judged(h)
+    table = suite_table([RunResult("pass", 0, tmp_path, report, None)], ["hand-written"])
+    assert "hand-written  PASS (not exercised)  -" in table

@@ -42,8 +42,10 @@ def suite_table(results: list[RunResult], names: list[str]) -> str:
         bound = (report.get("invariants") or {}).get("recovery_bound") or {}
         jobs = report.get("jobs") or {}
         wall = (report.get("run") or {}).get("wall_ms")
+        unexercised = (report.get("exercise") or {}).get("exercised") is False
         rows.append((
-            name, str(report["verdict"]).upper(), ",".join(failed) or "-",
+            name, str(report["verdict"]).upper() + (" (not exercised)" if unexercised else ""),
+            ",".join(failed) or "-",
             f"{jobs.get('completed', '-')}/{jobs.get('enqueued', '-')}",
             str(report.get("faults", "-")),
             "-" if bound.get("max_ms") is None else f"{bound['max_ms']} ms",
