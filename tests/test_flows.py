@@ -67,6 +67,8 @@ def test_flows_removals_and_reprocessing_pass_as_the_processes_logs_tell(tmp_pat
     # (the jobs in dead when it removes, failed for good, are there to be removed: one at least)
     assert removed and sorted(e["id"] for e in of("remove")) == sorted(removed)
     assert 3 <= len(removed + refused) <= 6
+    # the removal leaves the newest job in dead for the reprocess (the producer's design): it
+    # puts back at least that one, whether or not another job dies between the two
     reprocessed = re.findall(r" reprocessed id=(\S+)", producer_log)
     assert reprocessed and sorted(e["id"] for e in of("reprocess")) == sorted(reprocessed)
     # every complete the workers logged accepted is in the history, by the same worker; the

@@ -49,9 +49,9 @@
 // passes its death to its parent as EchoMQ's @retry does, by the child's parent_policy, which
 // a producer with --child-policies 1 writes alternately `fail` and `ignore` (lua/retry.lua; the
 // line then names it, `policy=`). A user's own calls, at set times after the producer is ready:
-// --remove N --remove-at-ms T removes up to N jobs failed for good (in dead) and N of the
-// producer's own flat jobs, newest first (lua/remove_job.lua: refused, EMQLOCK, while a
-// worker's lock marker is on it), logging
+// --remove N --remove-at-ms T removes up to N jobs failed for good (in dead; the newest left
+// there when a reprocess comes later) and N of the producer's own flat jobs, newest first
+// (lua/remove_job.lua: refused, EMQLOCK, while a worker's lock marker is on it), logging
 // `removed id=...` or `remove_refused id=... reason=...`; --reprocess-at-ms T puts every job
 // in dead back to pending (lua/reprocess.lua), logging `reprocessed id=...` (none there yet:
 // it looks again every 100 ms, 3 s at most). A worker with
@@ -502,9 +502,15 @@ async function producer(config, options) {
     timers.push(setTimeout(() => removeSome(options['--remove']).catch((error) => log(
       'remove_failed', { error: JSON.stringify(error.message) })), options['--remove-at-ms']));
   }
+  // A reprocess still to come keeps the newest job in dead (ids sort by when they were minted):
+  // the removal takes up to N of the others, never all of them, so the reprocess has a job
+  // failed for good to put back whenever one was dead at the removal, however few, and not
+  // only if another dies in the moment between the two.
+  const keepOneDead = options['--reprocess-at-ms'] > options['--remove-at-ms'];
   async function removeSome(n) { // up to N failed for good (in dead), and the N newest flat
-    const dead = await connection.call('ZRANGE', k.dead, '0', String(n - 1));
-    for (const id of [...dead, ...flat.slice(-n).reverse().filter((job) => !dead.includes(job))]) {
+    const dead = await connection.call('ZRANGE', k.dead, '0', '-1');
+    const taken = (keepOneDead ? dead.slice(0, -1) : dead).slice(0, n);
+    for (const id of [...taken, ...flat.slice(-n).reverse().filter((job) => !dead.includes(job))]) {
       try {
         const reply = await scripts.run(connection, 'remove_job', [k.jobPrefix + id, k.pending,
           k.active, k.schedule, k.dead], [id]);
