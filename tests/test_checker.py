@@ -602,6 +602,7 @@ def test_recovery_latency_figures_from_known_numbers():
         "tolerance_ms": TOL,
         "stranded": 4,
         "slowed": 0,
+        "taken_back_late": 0,
         "count": 4,
         "min_ms": 900,
         "p50_ms": 1000,

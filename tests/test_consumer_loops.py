@@ -169,3 +169,83 @@ def test_a_park_woken_at_once_is_read_in_history_order_not_by_its_ms():
     assert verdict.failed_invariants() == []
     cadence = verdict.invariants["reap_cadence"].as_dict()
     assert cadence["per_sweeper"]["w1"]["max_park_ms"] <= R
+
+
+def frozen_loops_history() -> History:
+    """Both processes frozen 2.5 s (pause-all, EchoMQ.Consumer with EchoMQ.Locks renewing): w1
+    holds "a", w2 holds "b", both leases lapse in the freeze and no loop can sweep them. On the
+    thaw w1's renewal of "a" and w2's complete of "b" come before any loop's first sweep, so
+    nothing is reaped and nothing is stranded. w2's loop was mid-drain when frozen: after the
+    thaw it drains the backlog for 3 s, then parks; every other drain is 10 ms."""
+    h = History(L, R, TOLERANCE, run=False)
+    h.write(Run(scenario="loops", lease_ms=L, reap_interval_ms=R, tolerance_ms=TOLERANCE,
+                workers=("w1", "w2"), dialect="echomq", sweepers=("w1", "w2"),
+                reap_rhythm="loop"), 0)
+    freeze, thaw, end = 1100, 3600, 9000
+    timeline: list[tuple[int, int, object]] = [
+        (0, 0, lambda ts: h.phase("warmup", ts=ts)),
+        (500, 0, lambda ts: h.phase("chaos", ts=ts)),
+        (end - 400, 0, lambda ts: h.phase("drain", ts=ts)),
+        (end, 9, lambda ts: h.phase("end", ts=ts, drained=1, aborted=0)),
+        (1, 1, lambda ts: h.enqueue("a", ts=ts)), (1, 1, lambda ts: h.enqueue("b", ts=ts)),
+        (1000, 3, lambda ts: h.claim("a", 1, "w1", ts=ts)),
+        (1047, 3, lambda ts: h.claim("b", 1, "w2", ts=ts)),
+        (freeze, 1, lambda ts: h.fault("pause", "w1", ts=ts, fault_id="f1")),
+        (freeze, 1, lambda ts: h.fault("pause", "w2", ts=ts, fault_id="f2")),
+        (thaw, 1, lambda ts: h.heal("f1", ts=ts)), (thaw, 1, lambda ts: h.heal("f2", ts=ts)),
+        (thaw + 3, 3, lambda ts: h.extend("a", 1, "w1", ts=ts)),  # its renewal, 1603 ms late
+        (thaw + 5, 3, lambda ts: h.complete("b", 1, "w2", ts=ts)),  # 1558 ms past its deadline
+        (thaw + 100, 3, lambda ts: h.complete("a", 1, "w1", ts=ts))]
+    turns = {"w1": ([*range(0, freeze, 260), *range(thaw + 10, end - 500, 260)], {}),
+             "w2": ([*range(5, freeze, 260), *range(thaw + 3100, end - 500, 260)],
+                    {1045: thaw + 3000})}  # the drain the freeze cut through
+    for worker, (sweeps, long_drains) in turns.items():
+        client = f"127.0.0.1:{40001 if worker == 'w1' else 40002}"
+        for sweep in sweeps:
+            park = long_drains.get(sweep, sweep + 10)
+            timeline += [
+                (sweep, 2, lambda ts, w=worker, c=client: h.write(Sweep(w, client=c), ts)),
+                (park, 1, lambda ts, w=worker, c=client: h.write(Park(w, c, R), ts))]
+    for ts, _, write in sorted(timeline, key=lambda entry: entry[:2]):
+        write(ts)  # type: ignore[operator]
+    return h
+
+
+def test_a_drain_a_freeze_cut_through_is_measured_from_the_thaw():
+    """w2's loop was mid-drain when frozen and drained 3 s after the thaw: that drain, from the
+    heal, is the longest (it used to be left out, so the loops read as 10 ms drains)."""
+    verdict = check(frozen_loops_history().events())
+    assert verdict.failed_invariants() == []
+    cadence = verdict.invariants["reap_cadence"].as_dict()
+    assert cadence["longest_drain_ms"] == 3000
+    assert cadence["per_sweeper"]["w2"]["longest_drain_ms"] == 3000
+    assert cadence["per_sweeper"]["w1"]["longest_drain_ms"] == 10
+    bound = verdict.invariants["recovery_bound"].as_dict()
+    assert bound["family_figures"]["longest_drain_ms"] == 3000
+    assert bound["bound_ms"] == L + 3000 + R + TOLERANCE
+    assert bound["family_figures"]["drains_from_heal"] == 1
+    assert "  loops     longest drain 3000 ms over" in "\n".join(bound["model"]["lines"])
+    assert "(1 measured from the heal of a fault that froze it mid-drain)" in \
+        "\n".join(bound["model"]["lines"])
+
+
+def test_leases_that_lapse_in_a_freeze_and_are_taken_back_late_are_counted_and_listed():
+    """Nothing stranded (both holders acted again) and nothing reaped, yet both leases lapsed
+    in the freeze: the verdict counts and lists them, and the summary says so."""
+    from chaos.report.summary import build_report, summary_text
+
+    verdict = check(frozen_loops_history().events())
+    bound = verdict.invariants["recovery_bound"].as_dict()
+    assert bound["stranded"] == 0 and bound["count"] == 0
+    assert bound["taken_back_late"] == 2
+    assert [(row["job"], row["worker"], row["lapsed_ms"], row["fault_id"])
+            for row in bound["taken_back_examples"]] == [
+        ("a", "w1", 1603, "f1"), ("b", "w2", 1558, "f2")]
+    text = summary_text(build_report("hand-written", "pass", verdict))
+    assert "  lapsed    2 lease(s) lapsed under a fault on their holder and were taken back " \
+        "by it late" in text and "a (attempt 1, w1, 1603 ms past its deadline)" in text
+    # a lease its holder renewed before its deadline is not one of them
+    records = [record for record in frozen_loops_history().records()
+               if not (record["type"] == "fault" and record["worker"] == "w1")]
+    quiet = check(to_events(resequence(records)))
+    assert quiet.invariants["recovery_bound"].as_dict()["taken_back_late"] == 1

@@ -225,17 +225,41 @@ class ConsumerLoops:
                 and not self.cadence.held(step.worker, step.park_ts, step.next_sweep_ts)]
 
     @functools.cached_property
-    def _drains(self) -> list[tuple[str, int]]:
-        """(process, drain ms) of each finished drain nothing held: found once, read by the
-        bound, the figures and the words alike."""
-        return [(step.worker, step.drain_ms) for step in self.steps if step.drain_ms is not None
-                and not self.cadence.held(step.worker, step.sweep_ts,
-                                          step.sweep_ts + step.drain_ms)]
+    def _drains(self) -> list[tuple[str, int, bool]]:
+        """(process, drain ms, from a heal) of each finished drain: found once, read by the
+        bound, the figures and the words alike. One a fault on its process cut through is
+        measured from the fault's heal (the thaw) to the park: the work the loop did once it
+        could."""
+        drains = []
+        for step in self.steps:
+            if step.park_ts is None:
+                continue
+            start = self.drain_start(step.worker, step.sweep_ts, step.park_ts)
+            if start is not None:
+                drains.append((step.worker, step.park_ts - start, start != step.sweep_ts))
+        return drains
+
+    def drain_start(self, worker: str, sweep_ts: int, park_ts: int) -> int | None:
+        """Where a drain from ``sweep_ts`` to ``park_ts`` is measured from: its sweep, when
+        nothing held the process between; the last heal of the faults on it in between, when
+        they were all over before the park and nothing else held it after; else None (a drain
+        inside a fault, or across the store's outage, measures the fault, not the loop)."""
+        if not self.cadence.held(worker, sweep_ts, park_ts):
+            return sweep_ts
+        ends = [window.end_ts for window in self.cadence.windows.of(worker)
+                if window.overlaps_ts(sweep_ts, park_ts)]
+        if not ends or None in ends:
+            return None
+        thaw = max(end for end in ends if end is not None)
+        if thaw >= park_ts or self.cadence.held(worker, thaw + 1, park_ts):
+            return None
+        return thaw
 
     def drains_ms(self, sweeper: str | None = None) -> list[int]:
-        """Each finished drain (sweep to park), of one sweeper or of all, where nothing held
-        the process between (a loop frozen mid-drain measures the fault, not its work)."""
-        return [drain for worker, drain in self._drains if sweeper is None or worker == sweeper]
+        """Each finished drain (sweep to park, or the thaw to the park when a fault cut
+        through it), of one sweeper or of all."""
+        return [drain for worker, drain, _ in self._drains
+                if sweeper is None or worker == sweeper]
 
     def first_sweep_after(self, ts: int) -> int | None:
         """The first sweep of any loop strictly after ``ts`` (a lease lapses past its
@@ -264,6 +288,7 @@ class ConsumerLoops:
         return {"recoveries": len(samples),
                 "worst_renewal_to_reap_ms": max(samples) if samples else None,
                 "drains": len(drains), "longest_drain_ms": max(drains, default=None),
+                "drains_from_heal": sum(thawed for _, _, thawed in self._drains),
                 "lease_plus_interval_ms": self.lease_ms + self.interval_ms,
                 "lease_drain_interval_ms": self.base_bound_ms}
 
@@ -276,7 +301,10 @@ class ConsumerLoops:
             f"; worst renewal-to-reap {worst} ms, "
             + ("within" if worst <= figures["lease_plus_interval_ms"]
                else "past") + " lease + interval")
-        return [f"  loops     longest drain {longest} ms over {figures['drains']} drains: "
+        thawed = figures.get("drains_from_heal")
+        return [f"  loops     longest drain {longest} ms over {figures['drains']} drains"
+                + (f" ({thawed} measured from the heal of a fault that froze it mid-drain)"
+                   if thawed else "") + ": "
                 f"lease {self.lease_ms} + drain {longest} + park {self.interval_ms} = "
                 f"{figures['lease_drain_interval_ms']} ms at worst (lease + interval alone: "
                 f"{figures['lease_plus_interval_ms']}{beyond})"]

@@ -24,6 +24,7 @@ from chaos.check.cadence import (
     outages_until_seen,
 )
 from chaos.check.replay import LapsedLease, ReplayFacts
+from chaos.check.taken_back import taken_back_late, taken_back_lines
 from chaos.check.verdict import (
     EXAMPLES,
     UNDRAINED_LISTED,
@@ -217,12 +218,16 @@ def judge_recovery_bound(facts: ReplayFacts, config: CheckConfig,
             item.reap_ts - item.renewed_ts for item in facts.stranded
             if item.reap_ts is not None)
         lines = judge.lines(figures)
+    taken_back = taken_back_late(facts)  # lapsed under a fault, its holder back first
+    lines += taken_back_lines(taken_back)
+    if taken_back:
+        extra["taken_back_examples"] = taken_back[:EXAMPLES]
     bound_ms = (judge.base_bound_ms + config.tolerance_ms if per_recovery and judge is not None
                 else config.bound_ms)
     return InvariantResult.judged(
         offences, bound_ms=bound_ms, lease_ms=config.lease_ms,
         reap_interval_ms=config.reap_interval_ms, tolerance_ms=config.tolerance_ms,
-        stranded=len(facts.stranded), slowed=facts.slowed,
+        stranded=len(facts.stranded), slowed=facts.slowed, taken_back_late=len(taken_back),
         **asdict(LatencySummary.of(reap_latencies(facts))), **extra,
         model=bound_words(config, judge.words() if per_recovery and judge else {}, lines))
 

@@ -104,6 +104,9 @@ class ReplayFacts:
     reap_times: dict[str, list[int]] = field(default_factory=dict)  # job -> each recovery's ts
     dead: dict[str, tuple[int, int]] = field(default_factory=dict)  # job -> (recoveries, ts)
     stranded: list[StrandedLease] = field(default_factory=list)  # dismissed ones left out
+    # Held when a fault struck, then its holder acted on it (or a finish ended it): not
+    # stranded after all (``chaos.check.taken_back``: which of them lapsed first)
+    dismissed: list[StrandedLease] = field(default_factory=list)
     slowed: int = 0  # leases held when a fault only slowed their holder (not stranded)
     lapsed: list[LapsedLease] = field(default_factory=list)  # every reap; late live calls
     # Lease length granted (the deadline written to active - ts of a claim or accepted extend)
@@ -776,6 +779,7 @@ class _Replay:
             self.granted[run_lease_ms] = self.granted.get(run_lease_ms, 0) \
                 + self.run_length_grants
         facts.stranded = [item for item in self.stranded if not item.dismissed]
+        facts.dismissed = [item for item in self.stranded if item.dismissed]
         facts.needless_unended = sum(1 for _, _, needless in self.lapsed.values() if needless)
         return facts
 
