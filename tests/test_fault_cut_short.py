@@ -6,7 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from histories import History
+
+from chaos.check.checker import check
 from chaos.faults.nemesis import Nemesis
+from chaos.report.summary import build_report, summary_text
 from chaos.run.plan import describe_plan
 from chaos.scenario.loading import load_scenario
 from tests.test_nemesis import Recorder
@@ -68,3 +72,24 @@ def test_the_applied_length_of_a_cut_pause_is_reported_beside_the_asked_one(tmp_
             for name, fault in applied.items()} == {
         "worker-2": (2500, 2200, True), "worker-3": (1000, 1000, False),
         "worker-1": (5000, 1201, False)}  # its order holds its 5 s whatever the heal
+
+
+def test_the_summary_names_a_fault_cut_short_with_its_applied_and_asked_lengths(tmp_path: Path):
+    recorder = Recorder()
+    nemesis = Nemesis(scenario(tmp_path), recorder, recorder)
+    recorder.clock = 10_299
+    nemesis.tick(300)
+    recorder.clock = 11_300
+    nemesis.tick(1300)  # worker-3's pause over; worker-1's cpu hog from now on
+    recorder.clock = 12_494  # the heal 2195 ms after the pause (as the run had it)
+    nemesis.heal_all()
+    h = History()
+    h.enqueue("a", ts=0)
+    h.claim("a", 1, "w1", ts=1)
+    h.complete("a", 1, "w1", ts=2)
+    run = {"faults": [vars(fault) for fault in nemesis.applied]}
+    text = summary_text(build_report("hand-written", "pass", check(h.events()), run=run))
+    assert ("  cut short pause worker-2 held 2195 of the 2500 ms asked (the chaos phase's end "
+            "healed it first)") in text.splitlines()
+    run["faults"][0]["cut_short"] = False
+    assert "cut short" not in summary_text(build_report("x", "pass", check(h.events()), run=run))

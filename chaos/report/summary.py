@@ -9,6 +9,7 @@ from typing import Any
 
 from chaos.check.verdict import Verdict
 from chaos.history.events import Event
+from chaos.report.cut_short import cut_short_lines
 from chaos.report.junit import NOT_JUDGED
 from chaos.report.terms import BoundFormula
 
@@ -115,6 +116,7 @@ def summary_text(report: dict[str, Any]) -> str:
         f", {bound['count']} recovered by "
         + formula.recovered_by
     )
+    lines += cut_short_lines(report)
     lines += exercised_lines(report)
     lines.append(
         f"  recovery  reap-fault ms min {_ms(bound['min_ms'])} p50 {_ms(bound['p50_ms'])} "
