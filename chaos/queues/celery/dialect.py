@@ -33,10 +33,10 @@ What each command does, as MONITOR shows it (never its reply):
     (nothing)  WATCH unacked, HGET unacked <tag>, MULTI ZREM unacked_index <tag>, HDEL unacked
                <tag> EXEC with no push: a restore whose HGET found the message gone (acked or
                restored by another already: a warm shutdown's restore of a task another worker
-               ran). Told from an ack by the WATCH its connection sent first (kombu's restores
-               are redis-py transactions, WATCH then HGET then MULTI; an ack is a bare
-               MULTI/EXEC): it changes no job, so no event (undecoded when the shadow still
-               holds that reservation: the HGET would have found it)
+               ran). Told from an ack by the WATCH and the HGET of that tag its connection
+               sent first (kombu's restores are redis-py transactions, WATCH then HGET then
+               MULTI; an ack is a bare MULTI/EXEC): it changes no job, so no event (undecoded
+               when the shadow still holds that reservation: the HGET would have found it)
 
 Reads (BRPOP, LLEN, ZRANGE, HGET, WATCH) and kombu's bindings (SADD _kombu.binding.*) change no
 job. Any other write to the queue's lists or the unacked keys makes the call undecoded. Runner
@@ -78,7 +78,9 @@ class _Mutex:
 @dataclass(slots=True)
 class _Transaction:
     commands: list[tuple[int, list[str]]] = field(default_factory=list)
-    restoring: bool = False  # opened under a WATCH of unacked: a restore, never an ack
+    # The tags its connection read (HGET unacked <tag>) under a WATCH of unacked before MULTI:
+    # a restore of each (restore_by_tag, Channel._restore), never an ack
+    restoring: frozenset[str] = frozenset()
 
 
 def message_task(message: Any) -> tuple[str, bool]:
@@ -117,7 +119,8 @@ class Celery:
         self.stalls: dict[str, int] = {}  # task id -> times restored
         self.mutex = _Mutex()
         self.open: dict[str, _Transaction] = {}  # client address -> its MULTI so far
-        self.watching: set[str] = set()  # client addresses with a WATCH of unacked open
+        # client address -> the tags it read since its WATCH of unacked (one still open)
+        self.watching: dict[str, set[str]] = {}
 
     # --- keys ---------------------------------------------------------------------------
     def _is_queue(self, key: str) -> bool:
@@ -150,10 +153,11 @@ class Celery:
         if command.startswith("EVAL"):
             return self._script(call)
         if command == "MULTI":
-            self.open[call.client] = _Transaction(restoring=call.client in self.watching)
+            self.open[call.client] = _Transaction(
+                restoring=frozenset(self.watching.get(call.client, ())))
             return Decoded([])
         if command in ("EXEC", "DISCARD", "UNWATCH"):  # each ends its connection's WATCH
-            self.watching.discard(call.client)
+            self.watching.pop(call.client, None)
         if command == "EXEC":
             transaction = self.open.pop(call.client, None)
             if transaction is None or not transaction.commands:  # (a WATCH's abort, too)
@@ -167,7 +171,10 @@ class Celery:
             transaction.commands.append((call.stamp_us, args))  # applied at EXEC
             return Decoded([])
         if command == "WATCH" and self.unacked in args[1:]:
-            self.watching.add(call.client)  # kombu's restore_by_tag / Channel._restore
+            self.watching[call.client] = set()  # kombu's restore_by_tag / Channel._restore
+        elif command == "HGET" and args[1:2] == [self.unacked] and len(args) == 3 \
+                and call.client in self.watching:
+            self.watching[call.client].add(args[2])  # the message it is about to put back
         return self._decode([(call.stamp_us, args)], call)
 
     def _script(self, call: Call) -> Decoded:
@@ -190,7 +197,7 @@ class Celery:
             else Decoded([])
 
     def _decode(self, commands: list[tuple[int, list[str]]], call: Call,
-                watched: bool = False) -> Decoded:
+                watched: frozenset[str] = frozenset()) -> Decoded:
         worker = call.conn or ""
         events: list[dict[str, str]] = []
         undecoded = False
@@ -232,7 +239,7 @@ class Celery:
             restoring = bool(removed) and bool(pushed)
             for tag, stamp in removed.items():
                 event: dict[str, str] | None
-                if watched and not pushed:  # a restore that found nothing to put back
+                if tag in watched and not pushed:  # a restore that found nothing to put back
                     event = None if tag in self.reserved else {}
                 else:
                     event = self._restore(tag, stamp, worker) if restoring \
