@@ -185,3 +185,32 @@ def test_step_ramp_adds_users_per_step_and_ends_by_itself(valkey_server: ValkeyS
     # second of 3 users (Locust asks the shape once a second, maybe a little late).
     enqueued = history_counts(valkey_server, "ramp")["enqueue"]
     assert 20 < enqueued <= (1 + 2 + 3) * 20 + 3 * 20
+
+
+def test_locust_is_started_at_its_first_enqueue_not_at_a_sweep_beside_it(
+        queue, tmp_path: Path):
+    """The runner starts the warmup once Locust enqueues (``LocustLoad.wait_until_enqueuing``):
+    the reapers' sweeps, which go on meanwhile, are no sign of it. A real process stands for
+    Locust (alive, enqueuing nothing), so only the stream decides."""
+    import threading
+
+    from chaos.errors import InfraError
+    from chaos.history.schema import Enqueue, Sweep
+    from chaos.load.sources import LocustLoad
+    from chaos.runtime.base import Child
+
+    load = LocustLoad.__new__(LocustLoad)
+    process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        load.child = Child("locust", process, None)  # type: ignore[arg-type]
+        load.keys, load.run_dir, load.name = queue.keys, tmp_path, "locust"
+        queue.record(**Sweep(worker="reaper").fields())
+        sweeping = threading.Timer(0.2, lambda: queue.record(**Sweep(worker="reaper").fields()))
+        sweeping.start()
+        with pytest.raises(InfraError, match="enqueued nothing within 1s"):
+            load.wait_until_enqueuing(queue, timeout=1.0)
+        threading.Timer(0.2, lambda: queue.record(**Enqueue("j1").fields())).start()
+        load.wait_until_enqueuing(queue, timeout=5.0)  # returns at the enqueue
+    finally:
+        process.kill()
+        process.wait()

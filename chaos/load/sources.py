@@ -272,7 +272,9 @@ class LocustLoad:
         from chaos.errors import InfraError
 
         assert self.child is not None
-        before = queue.client.xlen(self.keys.events)
+        # An enqueue event, not any new event: the reapers' sweeps go on meanwhile.
+        newest = queue.client.xrevrange(self.keys.events, count=1)
+        after = newest[0][0] if newest else "0-0"
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.child.alive:
@@ -280,8 +282,13 @@ class LocustLoad:
                 raise InfraError(f"locust exited during start-up (code "
                                  f"{self.child.process.returncode}); its log ends:\n"
                                  f"{log[-2000:]}")
-            if queue.client.xlen(self.keys.events) > before:
+            entries = queue.client.xrange(self.keys.events, min=f"({_as_text(after)}",
+                                          count=1000)
+            if any(_as_text(fields.get("type", fields.get(b"type", ""))) == "enqueue"
+                   for _, fields in entries):
                 return
+            if entries:
+                after = entries[-1][0]
             time.sleep(0.05)
         raise InfraError(f"locust enqueued nothing within {timeout:.0f}s "
                          f"(see logs/{self.name}.log)")
@@ -411,3 +418,7 @@ class Producer:
 
     def describe(self) -> dict[str, Any]:
         return {"target_rate": self.load.rate, "engine": "builtin", "poison_sent": self.poisoned}
+
+
+def _as_text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
