@@ -212,3 +212,43 @@ def test_one_run_records_both_sources_and_they_agree(tmp_path: Path):
     checked = evaluate(out, "finished")
     assert checked.word != "pass"
     assert checked.recorder is not None and not checked.recorder["agreement"]["agree"]
+
+
+def test_a_connection_listed_before_it_logged_in_is_named_once_it_has(
+        valkey_server: ValkeyServer, raw_client: redis.Redis, tmp_path: Path):
+    """CLIENT LIST shows a connection from its accept on, as the default user until its AUTH:
+    listed in that instant (the recorder lists every client whenever it meets a new address),
+    it was known by its client id for good, and every call it made after was unattributed
+    (seen: a Node worker's claims, the run's start-up waiting for it until its timeout). An
+    address known only by its id is listed again: its calls are its member's."""
+    import socket
+
+    keys = QueueKeys("late-login:", "q")
+    raw_client.acl_setuser("worker-7", enabled=True, passwords=["+pw7"], commands=["+@all"],
+                           keys=["*"], channels=["*"])
+    recorder = MonitorRecorder(make_dialect("echomq", keys.prefix, keys.queue),
+                               tmp_path / MONITOR_HISTORY, "127.0.0.1", valkey_server.port,
+                               valkey_server.password, members=["worker-7"])
+    recorder.start()
+    late = socket.create_connection(("127.0.0.1", valkey_server.port))
+    try:
+        late.sendall(b"PING\r\n")  # in CLIENT LIST now, not logged in yet
+        assert late.recv(100).startswith(b"-NOAUTH")
+        address = f"127.0.0.1:{late.getsockname()[1]}"
+        recorder._resolve(address)  # a new address met meanwhile: the whole list is read
+        assert recorder.names[address].startswith("id:")
+        late.sendall(b"AUTH worker-7 pw7\r\n")
+        assert late.recv(100) == b"+OK\r\n"
+        time.sleep(0.06)  # past the recheck interval
+        late.sendall(b"BLPOP late-login:{q}:wake 0.01\r\n")  # its first queue action
+        assert late.recv(100).startswith(b"*-1")
+        QueueClient(raw_client, keys).enqueue("j1", "x")  # a line after it: it is decoded
+        deadline = time.monotonic() + 5
+        while not recorder.first_actions.of(["worker-7"]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert recorder.first_actions.of(["worker-7"])["worker-7"].what.startswith("BLPOP")
+        assert recorder.names[address] == "worker-7"
+    finally:
+        late.close()
+        recorder.stop()
+        raw_client.acl_deluser("worker-7")

@@ -63,6 +63,7 @@ _ESCAPES = {"n": "\n", "r": "\r", "t": "\t", "a": "\a", "b": "\b"}
 # \xHH): such an argument (never the server's) is unescaped the slow way, byte for byte as before.
 _ODD_ESCAPE = re.compile(r'\\(?![\\"nrtab]|x[0-9a-fA-F]{2})')
 RECONNECT_TIMEOUT_S = 30.0  # how long a lost feed is retried (a restart: down + AOF load)
+UNNAMED_RECHECK_S = 0.05  # how often an address known only by its client id is listed again
 RECONNECT_PAUSE_S = 0.005  # between attempts: the store's own clients retry too; be first
 
 
@@ -248,7 +249,7 @@ class HistoryWriter:
             health.outside_window += 1
             return
         if self.resolve is not None:
-            self.first_actions.note(call, decoded, self.resolve)
+            self.first_actions.note(call, decoded, self.resolve, self.members)
         stamp_ms = call.stamp_us // 1000
         health.calls_not_run += decoded.not_run
         if decoded.undecoded:
@@ -407,6 +408,7 @@ class MonitorRecorder:
         self.auth = [a for a in (username, password) if a]
         self.health = RecorderHealth(dialect.name)
         self.names: dict[str, str] = {}  # caller address -> member (or connection name)
+        self._unnamed_checked: dict[str, float] = {}  # unnamed address -> when looked again
         # The run's processes: a connection is the member its ACL user or client name is, or
         # starts with followed by "-" (the reference worker's ``worker-1-heartbeat``).
         self.members = frozenset(members or ())
@@ -476,6 +478,14 @@ class MonitorRecorder:
 
     def _resolve(self, address: str) -> str | None:
         name = self.names.get(address)
+        if name is not None and name.startswith(_UNNAMED) and self.members:
+            # Known only by its id when last listed: perhaps listed before it logged in (or
+            # its address was another, short-lived connection's): look again, at most every
+            # UNNAMED_RECHECK_S for one address (the runner's own connections stay unnamed).
+            now = time.monotonic()
+            if now - self._unnamed_checked.get(address, 0.0) >= UNNAMED_RECHECK_S:
+                self._unnamed_checked[address] = now
+                name = None
         if name is None:
             try:
                 self._refresh_names()

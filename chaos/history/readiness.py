@@ -75,14 +75,15 @@ class FirstActions:
         self._ready_clients: set[str] = set()  # addresses already counted: not read again
         self._lock = threading.Lock()
 
-    def note(self, call: Call, decoded: Decoded, resolve: Callable[[str], str | None]) -> None:
+    def note(self, call: Call, decoded: Decoded, resolve: Callable[[str], str | None],
+             members: frozenset[str]) -> None:
         if call.client in self._ready_clients:
             return
         what = self.ready_action(call, decoded)
         if what is None:
             return
         member = call.conn or resolve(call.client)
-        if not member:
+        if member not in members:  # not (yet) known as one of the run's processes: ask again
             return
         self._ready_clients.add(call.client)
         with self._lock:
