@@ -28,6 +28,9 @@ Optional flags (the defaults run the sound protocol):
   --max-stalls N         stall limit: a job reaped N times is dead-lettered at its next stall
                          (a `dead` event, the dead set) instead of going back to pending;
                          0 (default): no limit
+
+A changed build (calibration of ``trend`` only): ECHOMQ_CHAOS_BUILD_VARIANT's reaper_period_ms
+(chaos.reference.variant) sweeps at that period whatever ``--interval-ms`` says.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ from chaos.lifeline import die_with_parent
 from chaos.names import PROTOCOLS
 from chaos.protocol.client import QueueClient, QueueKeys, connect
 from chaos.protocol.clock import LocalClock
+from chaos.reference.variant import VariantError, build_variant
 
 log = logging.getLogger("chaos.reference.reaper")
 # MUTANT grace-reaper: how many reap intervals a lease must have lapsed before it is taken. Above
@@ -135,6 +139,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parser().parse_args(argv)
+    try:
+        variant = build_variant()
+    except VariantError as error:
+        parser().exit(2, f"chaos.reference.reaper: error: {error}\n")
     if args.protocol == "no-reaper":
         parser().exit(2, "chaos.reference.reaper: error: protocol 'no-reaper' means no reaper "
                        "runs at all; "
@@ -149,9 +157,13 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())
-    log.info("%s up: every %d ms, batch %d, protocol %s, max stalls %d", args.name,
-             args.interval_ms, args.limit, args.protocol, args.max_stalls)
-    run(queue, args.interval_ms, args.limit, stop, args.max_stalls, args.name)
+    # A changed build (calibration only, chaos.reference.variant): another period than the
+    # interval the scenario configured
+    period_ms = variant.reaper_period_ms or args.interval_ms
+    log.info("%s up: every %d ms, batch %d, protocol %s, max stalls %d%s", args.name,
+             period_ms, args.limit, args.protocol, args.max_stalls,
+             "" if variant.sound else f", build variant {variant.describe()}")
+    run(queue, period_ms, args.limit, stop, args.max_stalls, args.name)
     return 0
 
 

@@ -64,6 +64,9 @@ Protocol variants (all optional; the defaults run the sound protocol):
                        Every worker has a clock; only the client-clock variant leases by it
   --claim-gap-ms MS    nonatomic-claim: the gap between popping a job and leasing it
                        (default 100 under nonatomic-claim; other protocols have no gap)
+
+A changed build (calibration of ``trend`` only): ECHOMQ_CHAOS_BUILD_VARIANT's claim_delay_ms
+and handler_scale (chaos.reference.variant) slow each claim call and each handler.
 """
 
 from __future__ import annotations
@@ -94,6 +97,7 @@ from chaos.reference.heartbeat import (
     ThreadHeartbeat,
 )
 from chaos.reference.payload import HandlerDistribution, is_crash
+from chaos.reference.variant import VariantError, build_variant
 
 log = logging.getLogger("chaos.reference.worker")
 HEARTBEAT_MODES = ("process", "thread")
@@ -138,6 +142,9 @@ class Worker:
         self.free_slots = 0
         self.slots_free = threading.Condition()
         self.handoff: SimpleQueue[Claimed | None] = SimpleQueue()
+        # a changed build (calibration only, chaos.reference.variant): a slower claim path,
+        # a slower handler
+        self.variant = build_variant()
         self.heartbeat: Heartbeat
         if config.heartbeat_ms > 0 and config.heartbeat == "process":
             self.heartbeat = ProcessHeartbeat(config, self.lease_lost)
@@ -225,6 +232,7 @@ class Worker:
         cfg = self.config
         while not self.stop.is_set():
             try:
+                self._claim_delay()
                 job = self.queue.claim(cfg.lease_ms, cfg.name)
             except TRANSIENT as error:
                 log.warning("claim failed: %s", error)
@@ -248,6 +256,7 @@ class Worker:
                     continue
                 count = self.free_slots
             try:
+                self._claim_delay()
                 jobs = self.queue.claim_many(count, cfg.lease_ms, cfg.name)
             except TRANSIENT as error:
                 log.warning("claim failed: %s", error)
@@ -263,6 +272,11 @@ class Worker:
                 self.handoff.put(job)
         for _ in range(cfg.concurrency):
             self.handoff.put(None)
+
+    def _claim_delay(self) -> None:
+        """A changed build's slower claim path: each claim call takes that much longer."""
+        if self.variant.claim_delay_ms:
+            time.sleep(self.variant.claim_delay_ms / 1000)
 
     def _record_claim(self, job: Claimed) -> None:
         self.ledger.record("claim", job.job_id, attempt=job.attempt, worker=self.config.name,
@@ -280,7 +294,7 @@ class Worker:
         with self.cancels_lock:
             self.cancels[key] = cancel
         self.heartbeat.hold(*key)
-        duration_ms = cfg.handler.draw_ms(rng)
+        duration_ms = cfg.handler.draw_ms(rng) * self.variant.handler_scale
         hog_ms, self.hog_ms = self.hog_ms, 0
         if hog_ms:
             self._record_hog(job.job_id, job.attempt, hog_ms)
@@ -345,8 +359,9 @@ class Worker:
             self.heartbeat.start()
         for thread in threads:
             thread.start()
-        log.info("%s up: %d slots, protocol %s, heartbeat %s", self.config.name,
-                 self.config.concurrency, self.queue.protocol, self.config.heartbeat)
+        log.info("%s up: %d slots, protocol %s, heartbeat %s%s", self.config.name,
+                 self.config.concurrency, self.queue.protocol, self.config.heartbeat,
+                 "" if self.variant.sound else f", build variant {self.variant.describe()}")
         while not self.stop.is_set():
             self.stop.wait(0.5)
         for thread in threads:
@@ -423,6 +438,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # a fault order before we can read it: none
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    try:
+        build_variant()
+    except VariantError as error:
+        parser().exit(2, f"chaos.reference.worker: error: {error}\n")
     worker = Worker(parse_args(argv))
     signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
     signal.signal(signal.SIGINT, lambda *_: worker.stop.set())
