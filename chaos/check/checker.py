@@ -79,9 +79,11 @@ from chaos.check.judgements import (
     reap_lags,
     reap_latencies,
     standing,
+    store_down,
     store_outages,
     undrained_listed,
 )
+from chaos.check.pace import pace
 from chaos.check.replay import ReplayFacts, lease_deadline, replay
 from chaos.check.verdict import (
     DURATION_BUCKETS,
@@ -162,6 +164,7 @@ def _judge(facts: ReplayFacts, config: CheckConfig | None, final: bool | None) -
         throughput_per_s=figures.rate(sum(facts.completes.values()), facts.first_enqueue_ts,
                                       facts.last_complete_ts),
         recovery_samples=samples,
+        pace=pace(facts, config.sweep_limit_ms, store_down(facts)),
         final=final,
         store_faults=[store_fault_figure(fault) for fault in facts.store_faults],
         stranded_leases=stranded,

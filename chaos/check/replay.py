@@ -152,6 +152,13 @@ class ReplayFacts:
     # echomq dialect's scans of the active set, BullMQ's stalled checks), as (server time, the
     # reaper or worker that swept, whether it ran), in history order.
     sweeps: list[tuple[int, str, bool]] = field(default_factory=list)
+    # The pace of the run (``chaos.check.pace``): each job's enqueue to its first claim, ms;
+    # jobs enqueued and not claimed yet -> their enqueue's server ms (claimed: dropped);
+    # accepted completes per server second; the drain phase's start.
+    claim_waits: list[int] = field(default_factory=list)
+    awaiting_claim: dict[str, int] = field(default_factory=dict)
+    completes_by_second: Counter[int] = field(default_factory=Counter)
+    drain_ts: int | None = None
     # Each sweep that ran and each park, in history order (a park and the sweep after it are
     # often in one ms): (server ms, process, connection, True for a sweep), the loops' own
     # timelines under ``[sut] reap_rhythm = "loop"`` (``chaos.check.cadence``)
@@ -300,6 +307,8 @@ class _Replay:
     # --- the queue's transitions ----------------------------------------------------------
     def enqueue(self, event: Event) -> None:
         job_id = event.job_id or ""
+        if job_id not in self.enqueued:
+            self.facts.awaiting_claim[job_id] = event.ts
         self.enqueued.setdefault(job_id, None)  # enqueued again: it keeps its highest attempt
         claimed_unenqueued = self.claimed_unenqueued
         if claimed_unenqueued and job_id in claimed_unenqueued:  # claimed before it
@@ -340,6 +349,9 @@ class _Replay:
         if highest is None:
             if job_id in enqueued:  # its first claim: the usual case
                 enqueued[job_id] = attempt
+                enqueued_ts = self.facts.awaiting_claim.pop(job_id, None)
+                if enqueued_ts is not None:
+                    self.facts.claim_waits.append(ts - enqueued_ts)
             else:
                 self.unenqueued_claim(event, attempt, worker)
         elif attempt > highest:
@@ -541,6 +553,7 @@ class _Replay:
         facts.last_complete_ts = ts
         if count == 2:
             facts.second_complete_ts[job_id] = ts
+        facts.completes_by_second[ts // 1000] += 1
         scheduled = self.scheduled
         if scheduled and job_id in scheduled:
             del scheduled[job_id]
@@ -679,6 +692,8 @@ class _Replay:
             facts.last_phase_ts = event.ts
             if phase.name == "chaos" and facts.chaos_ts is None:
                 facts.chaos_ts = event.ts
+            if phase.name == "drain" and facts.drain_ts is None:
+                facts.drain_ts = event.ts
             if facts.first_phase_ts is None:
                 facts.first_phase_ts = event.ts
         else:

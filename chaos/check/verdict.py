@@ -330,6 +330,9 @@ class Verdict:
     throughput_per_s: float  # accepted completes per second, first enqueue to last complete
     # The latencies behind ``recovery`` (ms after the fault), so runs can be pooled (``sweep``).
     recovery_samples: dict[str, list[int]] = field(default_factory=dict)
+    # The run's pace (chaos.check.pace.Pace: sweep gaps, claim waits, completes a second, the
+    # drain): what a code change moves whatever the reaper's phase against the faults.
+    pace: Any = None
     final: bool = True  # the end-of-run judgements (no loss, never recovered) were made
     # Per store fault (valkey_restart, failover): its figure; the clients' recovery is filled in
     # by ``store_fault_recovery``, a second pass over the history made only when there are some.
@@ -407,6 +410,7 @@ class Verdict:
             "rejected": self.rejected,
             "events": self.events,
             "throughput_per_s": self.throughput_per_s,
+            **({"pace": self.pace.as_dict()} if self.pace is not None else {}),
             "report_only": list(self.config.report_only),
             "store_faults": self.store_faults,
             "outcomes": asdict(self.outcomes),

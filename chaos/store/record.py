@@ -34,10 +34,22 @@ FIGURES: dict[str, tuple[str, ...]] = {
     "lost": ("jobs", "lost"),
     "duplicated": ("jobs", "double_completed"),
     "bound_ms": ("invariants", "recovery_bound", "bound_ms"),
+    # the pace (report.json's ``pace``: chaos.check.pace), what a code change moves whatever the
+    # reaper's phase against the faults
+    "sweep_gap_p50_ms": ("pace", "sweep_gap", "p50_ms"),
+    "claim_wait_p50_ms": ("pace", "claim_wait", "p50_ms"),
+    "claim_wait_p99_ms": ("pace", "claim_wait", "p99_ms"),
+    "drain_ms": ("pace", "drain_ms"),
+    "needed_redeliveries": ("redeliveries", "needed"),
 }
 # The checker's sample lists (Verdict.recovery_samples) and the figures they are behind.
 SAMPLE_FIGURES = {"reap": "recovery", "deadline_to_reap": "prompt", "reclaim": "reclaim",
                   "recomplete": "recomplete"}
+# The pace's sample lists (Verdict.pace.samples: chaos.check.pace), stored beside them.
+PACE_KINDS = ("sweep_gap", "claim_wait", "completes_per_s")
+# A run's samples of one kind kept at most (a long run's claim waits: evenly spaced order
+# statistics of them), so one run weighs no more than this many samples in a pooled window.
+MAX_SAMPLES = 1000
 # Settings that differ run to run without making it another scenario: left out of the hash.
 UNHASHED_SETTINGS = ("seed",)
 
@@ -131,11 +143,29 @@ def record_of(report: Mapping[str, Any], verdict: Verdict | None,
         command=command,
         run_dir=run_dir,
         figures=report_figures(report),
-        samples={name: list(values) for name, values in
-                 (verdict.recovery_samples if verdict is not None else {}).items()},
+        samples=run_samples(verdict),
         unknown_reasons=unknown_reasons(report) if report.get("verdict") == "unknown" else [],
         labels=dict(labels),
     )
+
+
+def run_samples(verdict: Verdict | None) -> dict[str, list[int]]:
+    """The verdict's recovery samples and its pace's, each kind at most MAX_SAMPLES."""
+    if verdict is None:
+        return {}
+    kinds = dict(verdict.recovery_samples)
+    if verdict.pace is not None:
+        kinds.update({kind: verdict.pace.samples.get(kind, []) for kind in PACE_KINDS})
+    return {kind: capped(values) for kind, values in kinds.items()}
+
+
+def capped(values: list[int], most: int = MAX_SAMPLES) -> list[int]:
+    """``values`` as they are up to ``most``; past it, ``most`` evenly spaced order statistics
+    (the smallest and the largest kept)."""
+    if len(values) <= most:
+        return list(values)
+    ordered = sorted(values)
+    return [ordered[round(k * (len(ordered) - 1) / (most - 1))] for k in range(most)]
 
 
 # figure name -> its key in a capacity search's capacity.json
