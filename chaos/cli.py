@@ -241,7 +241,7 @@ def cmd_trend(args: argparse.Namespace) -> int:
     from chaos.files import write_text_atomic
     from chaos.run.storing import store_url
     from chaos.store.database import STORE_ENV, StoreError, open_store
-    from chaos.store.trend import TrendSettings
+    from chaos.store.trend import TrendSettings, parse_compare
     from chaos.tools import trend
 
     url = store_url(args.store)
@@ -253,11 +253,12 @@ def cmd_trend(args: argparse.Namespace) -> int:
     settings = TrendSettings(**{name: value for name, value in given.items()
                                 if value is not None})  # the defaults are TrendSettings'
     settings.validate()  # exit 2 before the store is opened
+    by, compare = parse_compare(args.by, args.compare)
     if "://" not in url and not Path(url).expanduser().exists():  # never make one to read it
         raise StoreError(f"store {url}: no such SQLite file")
     store = open_store(url)
     try:
-        result = trend.trend(store, settings, by=args.by, scenario=args.scenario)
+        result = trend.trend(store, settings, by=by, scenario=args.scenario, compare=compare)
     finally:
         store.close()
     if args.json:
@@ -617,18 +618,23 @@ def build_parser() -> argparse.ArgumentParser:
     trend_cmd = commands.add_parser(
         "trend", help="each scenario's figures over the stored runs; flag a regression",
         description="Per scenario (whatever its settings: a --set is compared with the runs "
-                    "before it), and per value of a label with --by: its verdict history and "
+                    "before it), or the latest value of a label against the one before with "
+                    "--by (any two with --compare): its verdict history and "
                     "rate of unknown, each figure over time, and its latest --candidates "
                     "judged runs against the --baseline passing runs before them, on the "
-                    "samples behind the recovery figures (a one-sided Mann-Whitney U test, and "
-                    "a median shift of at least the threshold). Exit 0 no regression, 1 a "
-                    "regression (each named), 2 bad arguments, 3 the store unreachable "
-                    "(docs/store.md).")
+                    "samples behind the recovery figures and the run's pace (a one-sided "
+                    "Mann-Whitney U test, and a median shift of at least the threshold). "
+                    "Exit 0 no regression, 1 a regression (each named), 2 bad arguments, 3 "
+                    "the store unreachable (docs/store.md).")
     trend_cmd.add_argument("--store", metavar="URL",
                            help="the store: a path (an SQLite file) or a postgresql:// URL "
                                 "(default: $ECHOMQ_CHAOS_STORE)")
     trend_cmd.add_argument("--by", metavar="KEY",
-                           help="one group per value of this label, e.g. sut_version")
+                           help="per scenario, the latest value of this label (e.g. "
+                                "sut_version, git) against the value before it")
+    trend_cmd.add_argument("--compare", metavar="KEY=A..B",
+                           help="per scenario, the runs labelled KEY=B against those labelled "
+                                "KEY=A (e.g. code=v1..v2)")
     trend_cmd.add_argument("--scenario", metavar="NAME", help="only this scenario")
     trend_cmd.add_argument("--baseline", type=int, metavar="N",
                            help="passing runs in the baseline window (default 5)")

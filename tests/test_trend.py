@@ -174,8 +174,13 @@ def test_groups_by_scenario_whatever_the_settings_and_by_label() -> None:
     assert [(g.scenario, [p.run_id for p in g.points]) for g in groups] == [
         ("a", [3, 1, 0]), ("b", [2])]  # oldest first
     assert groups[0].settings_changes == [(0, "h2", "h1")]
-    by_version = group_runs(stored, by="sut_version")
-    assert [g.name for g in by_version] == ["a [1]", "a [2]", "b [1]"]
+    by_version = group_runs(stored, by="sut_version")  # the latest value against the one before
+    assert [g.name for g in by_version] == ["a [sut_version: 1 -> 2]", "b [1]"]
+    assert [p.run_id for p in by_version[0].points] == [3, 1, 0]
+    choose_windows(by_version[0], TrendSettings(baseline=2, candidates=1))
+    assert by_version[0].candidate_ids == [1] and by_version[0].baseline_ids == [3, 0]
+    reverse = group_runs(stored, by="sut_version", compare=("2", "1"))
+    assert [g.name for g in reverse] == ["a [sut_version: 2 -> 1]"]  # b has no runs of 2
 
 
 def test_capacity_searches_are_a_group_of_their_own() -> None:

@@ -21,14 +21,30 @@ over the runs of each window, not on one noisy percentile per run:
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from chaos.check.verdict import LatencySummary, percentile
-from chaos.store.record import SAMPLE_FIGURES
+from chaos.check.verdict import percentile
+from chaos.store.kinds import (
+    BY_KIND,
+    FLOOR_BOUND,
+    FLOOR_COUNT,
+    FLOOR_MS,
+    KINDS,
+    SHARE_FLOOR,
+    Kind,
+)
+from chaos.store.ranks import (  # noqa: F401 (EXACT_MAX_SAMPLES, _exact_upper_tail, midranks:
+    EXACT_MAX_SAMPLES,  # re-exported for the tests and benchmarks that read them here)
+    _exact_upper_tail,
+    enough_runs,
+    hodges_lehmann,
+    mann_whitney_greater,
+    midranks,
+    smallest_p,
+)
 
 if TYPE_CHECKING:
     from chaos.store.database import StoredRun
@@ -36,8 +52,6 @@ if TYPE_CHECKING:
 DEFAULT_BASELINE = 5
 DEFAULT_CANDIDATES = 3
 MIN_BASELINE_RUNS = 2  # fewer: "too few runs", never an alarm
-HL_MAX_VALUES = 1000  # values a side of the shift estimate (quantiles past it)
-EXACT_MAX_SAMPLES = 24  # pooled samples up to which the U test is exact (a count of splits)
 # The shift an alarm needs is at least this many times how far one baseline run alone sits from
 # the others (run_noise_ms). Over windows of 5 + 3 unchanged runs whose offsets spread widely,
 # x1.5 alarms in up to 2% of them, x2 in up to 0.6%, x3 in none but flags a 300 ms shift in a
@@ -47,8 +61,8 @@ BASELINE_VERDICTS = ("pass",)  # the standard a change is compared against
 CANDIDATE_VERDICTS = ("pass", "fail")  # judged runs; unknown, error and aborted are not
 BOUND_FIGURE = "bound_ms"
 CAPACITY_SUFFIX = " (capacity)"  # the group of a scenario's capacity searches
-# figure name of each sample kind in the table, and the report figure plotted with it
-SAMPLE_PLOTS = {kind: f"{figure}_p99_ms" for kind, figure in SAMPLE_FIGURES.items()}
+# the report figure plotted with each kind
+SAMPLE_PLOTS = {kind.kind: kind.plot for kind in KINDS}
 
 
 class TrendError(ValueError):
@@ -75,60 +89,6 @@ class TrendSettings:
             raise TrendError("--min-shift-ms and --min-shift-of-bound must be >= 0")
 
 
-# --- the test ---------------------------------------------------------------------------------
-
-
-def midranks(values: Sequence[float]) -> list[float]:
-    """1-based ranks of ``values``, ties sharing the mean of their ranks."""
-    order = sorted(range(len(values)), key=values.__getitem__)
-    ranks = [0.0] * len(values)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
-            end += 1
-        for position in range(start, end + 1):
-            ranks[order[position]] = (start + end) / 2 + 1
-        start = end + 1
-    return ranks
-
-
-def mann_whitney_greater(baseline: Sequence[float], candidates: Sequence[float]) -> float:
-    """One-sided p-value of the Mann-Whitney U test that ``candidates`` tend to be larger than
-    ``baseline``: exact (every split of the pooled midranks counted) up to EXACT_MAX_SAMPLES
-    pooled samples, else the normal approximation with tie and continuity corrections."""
-    n_base, n_cand = len(baseline), len(candidates)
-    if not n_base or not n_cand:
-        return 1.0
-    ranks = midranks([*baseline, *candidates])
-    rank_sum = sum(ranks[n_base:])
-    if n_base + n_cand <= EXACT_MAX_SAMPLES:
-        return _exact_upper_tail(ranks, n_cand, rank_sum)
-    pooled = n_base + n_cand
-    u = rank_sum - n_cand * (n_cand + 1) / 2
-    ties = sum(t ** 3 - t for t in Counter(ranks).values())
-    variance = n_base * n_cand / 12 * ((pooled + 1) - ties / (pooled * (pooled - 1)))
-    if variance <= 0:
-        return 1.0  # every sample equal: nothing moved
-    z = (u - n_base * n_cand / 2 - 0.5) / math.sqrt(variance)
-    return 0.5 * math.erfc(z / math.sqrt(2))
-
-
-def _exact_upper_tail(ranks: Sequence[float], drawn: int, observed: float) -> float:
-    """P(rank sum of ``drawn`` ranks picked at random >= observed): a count over subsets by
-    dynamic programming on doubled (so integer) midranks."""
-    doubled = [round(rank * 2) for rank in ranks]
-    target = round(observed * 2)
-    # ways[k] maps a doubled rank sum to the number of k-subsets having it
-    ways: list[Counter[int]] = [Counter({0: 1})] + [Counter() for _ in range(drawn)]
-    for rank in doubled:
-        for k in range(drawn, 0, -1):
-            for total, count in ways[k - 1].items():
-                ways[k][total + rank] += count
-    everything = sum(ways[drawn].values())
-    return sum(count for total, count in ways[drawn].items() if total >= target) / everything
-
-
 # --- windows ----------------------------------------------------------------------------------
 
 
@@ -136,9 +96,9 @@ def _exact_upper_tail(ranks: Sequence[float], drawn: int, observed: float) -> fl
 class Comparison:
     """One sample kind of one group: the baseline window against the candidates."""
 
-    figure: str  # recovery | prompt | reclaim | recomplete
-    kind: str  # the sample kind (RunStore.samples)
-    status: str  # regression | ok | too few runs | no samples
+    figure: str  # recovery | prompt | ... (chaos.store.kinds.KINDS)
+    kind: str  # the sample kind (RunStore.samples) or per-run figure
+    status: str  # regression | ok | too few runs | no samples | cannot alarm
     baseline_runs: list[int] = field(default_factory=list)
     candidate_runs: list[int] = field(default_factory=list)
     baseline_samples: int = 0
@@ -151,10 +111,25 @@ class Comparison:
     threshold_ms: float = 0.0  # the shift an alarm needs
     noise_ms: float = 0.0  # how far one baseline run sits from the others (run_noise_ms)
     p_value: float = 1.0
+    unit: str = "ms"
+    worse: int = 1  # +1: a larger value is worse; -1: a smaller one
+    per_run: bool = False  # one value a run (a figure), not samples
+    smallest_p: float = 0.0  # the smallest p-value these sizes can give (exact test)
+    enough: str = ""  # cannot alarm: the window that could
 
     @property
     def regression(self) -> bool:
         return self.status == "regression"
+
+    @property
+    def baseline_values(self) -> list[float]:
+        return self._values[0]
+
+    @property
+    def candidate_values(self) -> list[float]:
+        return self._values[1]
+
+    _values: tuple[list[float], list[float]] = field(default=([], []), repr=False)
 
     def as_dict(self) -> dict[str, Any]:
         return {"figure": self.figure, "kind": self.kind, "status": self.status,
@@ -166,19 +141,34 @@ class Comparison:
                 "baseline_p99_ms": self.baseline_p99_ms,
                 "candidate_p99_ms": self.candidate_p99_ms, "shift_ms": self.shift_ms,
                 "threshold_ms": self.threshold_ms, "noise_ms": self.noise_ms,
-                "p_value": self.p_value}
+                "p_value": self.p_value, "unit": self.unit, "worse": self.worse,
+                "per_run": self.per_run, "smallest_p": self.smallest_p,
+                "enough": self.enough or None}
 
     def text(self) -> str:
         """What moved, as one line: baseline vs now, the shift, its threshold and p-value."""
         if self.status in ("too few runs", "no samples"):
             return (f"{self.figure}: {self.status} ({len(self.baseline_runs)} baseline, "
                     f"{len(self.candidate_runs)} candidate run(s))")
-        return (f"{self.figure}: p50 {_ms(self.baseline_p50_ms)} -> "
-                f"{_ms(self.candidate_p50_ms)} ms, p99 {_ms(self.baseline_p99_ms)} -> "
-                f"{_ms(self.candidate_p99_ms)} ms (shift {self.shift_ms:+.0f} ms, alarm at "
-                f">= {self.threshold_ms:.0f} ms; Mann-Whitney p = {self.p_value:.2g}; "
-                f"{self.baseline_samples} vs {self.candidate_samples} samples of "
-                f"{len(self.baseline_runs)} vs {len(self.candidate_runs)} runs)")
+        unit = f" {self.unit}" if self.unit else ""
+        alarm = (f">= {self.threshold_ms:.0f}" if self.worse > 0
+                 else f"<= {-self.threshold_ms:.1f}")
+        shift = f"{self.shift_ms:+.0f}" if self.worse > 0 else f"{self.shift_ms:+.1f}"
+        sizes = (f"one value a run, {len(self.baseline_runs)} vs {len(self.candidate_runs)}"
+                 f" runs" if self.per_run else
+                 f"{self.baseline_samples} vs {self.candidate_samples} samples of "
+                 f"{len(self.baseline_runs)} vs {len(self.candidate_runs)} runs")
+        middle = ("median" if self.per_run else "p50")
+        text = (f"{self.figure}: {middle} {_ms(self.baseline_p50_ms)} -> "
+                f"{_ms(self.candidate_p50_ms)}{unit}"
+                + ("" if self.per_run else f", p99 {_ms(self.baseline_p99_ms)} -> "
+                   f"{_ms(self.candidate_p99_ms)}{unit}")
+                + f" (shift {shift}{unit}, alarm at {alarm}{unit}; Mann-Whitney p = "
+                f"{self.p_value:.2g}; {sizes})")
+        if self.status == "cannot alarm":
+            text += (f"; cannot alarm at these sizes: the smallest p they give is "
+                     f"{self.smallest_p:.2g}{self.enough}")
+        return text
 
 
 def _ms(value: float | None) -> str:
@@ -193,9 +183,12 @@ def compare_kind(kind: str, baseline: Sequence[Mapping[str, list[int]]],
                  candidates: Sequence[Mapping[str, list[int]]], settings: TrendSettings,
                  bound_ms: float | None = None, baseline_ids: Sequence[int] = (),
                  candidate_ids: Sequence[int] = ()) -> Comparison:
-    """Judge one sample kind: the candidates' pooled samples against the baseline's."""
-    comparison = Comparison(SAMPLE_FIGURES.get(kind, kind), kind, "ok",
-                            list(baseline_ids), list(candidate_ids))
+    """Judge one kind (chaos.store.kinds): the candidates' pooled samples against the
+    baseline's, one-sided towards the worse (a latency up, a throughput down). The shift and
+    its threshold are in the kind's unit, signed as candidate - baseline."""
+    meta = BY_KIND.get(kind) or Kind(kind, kind, "ms", 1, FLOOR_BOUND, "")
+    comparison = Comparison(meta.figure, kind, "ok", list(baseline_ids), list(candidate_ids),
+                            unit=meta.unit, worse=meta.worse, per_run=bool(meta.per_run))
     if len(baseline) < MIN_BASELINE_RUNS or not candidates:
         comparison.status = "too few runs"
         return comparison
@@ -204,36 +197,29 @@ def compare_kind(kind: str, baseline: Sequence[Mapping[str, list[int]]],
     if not base or not cand:
         comparison.status = "no samples"
         return comparison
-    base_summary, cand_summary = LatencySummary.of(base), LatencySummary.of(cand)
-    comparison.baseline_p50_ms = _median(base)
-    comparison.candidate_p50_ms = _median(cand)
-    comparison.baseline_p99_ms = float(base_summary.p99_ms or 0)
-    comparison.candidate_p99_ms = float(cand_summary.p99_ms or 0)
+    comparison._values = ([float(v) for v in base], [float(v) for v in cand])
+    comparison.baseline_p50_ms, comparison.candidate_p50_ms = _median(base), _median(cand)
+    comparison.baseline_p99_ms = float(percentile(sorted(base), 99))
+    comparison.candidate_p99_ms = float(percentile(sorted(cand), 99))
+    sign = meta.worse
     comparison.shift_ms = hodges_lehmann(base, cand)
     comparison.noise_ms = run_noise_ms(baseline, kind)
-    comparison.threshold_ms = max(settings.min_shift_ms,
-                                  settings.min_shift_of_bound * (bound_ms or 0),
-                                  NOISE_FACTOR * comparison.noise_ms)
-    comparison.p_value = mann_whitney_greater(base, cand)
-    if comparison.p_value < settings.alpha and comparison.shift_ms >= comparison.threshold_ms:
+    floor = (max(settings.min_shift_ms, settings.min_shift_of_bound * (bound_ms or 0))
+             if meta.floor == FLOOR_BOUND else settings.min_shift_ms if meta.floor == FLOOR_MS
+             else 1.0 if meta.floor == FLOOR_COUNT
+             else SHARE_FLOOR * abs(comparison.baseline_p50_ms))
+    comparison.threshold_ms = max(floor, NOISE_FACTOR * comparison.noise_ms)
+    comparison.p_value = mann_whitney_greater([sign * v for v in base],
+                                              [sign * v for v in cand])
+    comparison.smallest_p = smallest_p(len(base), len(cand))
+    if comparison.smallest_p >= settings.alpha:
+        comparison.status = "cannot alarm"
+        comparison.enough = enough_runs(len(base), len(cand), settings.alpha,
+                                        meta.per_run != ())
+    elif comparison.p_value < settings.alpha and \
+            sign * comparison.shift_ms >= comparison.threshold_ms:
         comparison.status = "regression"
     return comparison
-
-
-def hodges_lehmann(baseline: Sequence[float], candidates: Sequence[float]) -> float:
-    """The shift estimate that goes with the U test: the median of every candidate - baseline
-    difference. Robust where a median is not: samples in clusters (one per reaper pass) whose
-    pooled median jumps from one cluster to the next. Past HL_MAX_VALUES values a side, each is
-    first reduced to that many evenly spaced quantiles."""
-    import numpy as np
-
-    def reduced(values: Sequence[float]) -> Any:
-        ordered = np.sort(np.asarray(values, dtype=float))
-        if len(ordered) <= HL_MAX_VALUES:
-            return ordered
-        return np.quantile(ordered, np.linspace(0, 1, HL_MAX_VALUES))
-
-    return float(np.median(np.subtract.outer(reduced(candidates), reduced(baseline))))
 
 
 def run_noise_ms(runs: Sequence[Mapping[str, list[int]]], kind: str) -> float:
@@ -259,9 +245,9 @@ def compare_windows(baseline: Sequence[Mapping[str, list[int]]],
                     settings: TrendSettings, bound_ms: float | None = None,
                     baseline_ids: Sequence[int] = (),
                     candidate_ids: Sequence[int] = ()) -> list[Comparison]:
-    """Every sample kind (SAMPLE_FIGURES, in order) of two windows of runs' samples."""
-    return [compare_kind(kind, baseline, candidates, settings, bound_ms, baseline_ids,
-                         candidate_ids) for kind in SAMPLE_FIGURES]
+    """Every kind (chaos.store.kinds.KINDS, in order) of two windows of runs' samples."""
+    return [compare_kind(kind.kind, baseline, candidates, settings, bound_ms, baseline_ids,
+                         candidate_ids) for kind in KINDS]
 
 
 # --- groups -----------------------------------------------------------------------------------
@@ -277,6 +263,8 @@ class Point:
     settings_hash: str
     figures: dict[str, float]
     unknown_reasons: list[str]
+    label: str | None = None  # the --by label's value ("" when the run has none)
+    labels: dict[str, str] = field(default_factory=dict)  # every label of the run
 
 
 @dataclass
@@ -289,9 +277,15 @@ class Group:
     baseline_ids: list[int] = field(default_factory=list)
     candidate_ids: list[int] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
+    # a comparison by label (--by, --compare): (key, the baseline's value); the candidates'
+    # value is ``label``. None: the latest runs against the runs before them.
+    compared: tuple[str, str] | None = None
 
     @property
     def name(self) -> str:
+        if self.compared is not None:
+            key, before = self.compared
+            return f"{self.scenario} [{key}: {before} -> {self.label}]"
         return self.scenario if self.label is None else f"{self.scenario} [{self.label}]"
 
     @property
@@ -320,6 +314,8 @@ class Group:
     def as_dict(self) -> dict[str, Any]:
         return {
             "scenario": self.scenario, "label": self.label, "runs": len(self.points),
+            "compared": None if self.compared is None else
+            {"key": self.compared[0], "baseline": self.compared[1], "candidates": self.label},
             "verdicts": self.verdicts, "unknown_rate": self.unknown_rate,
             "unknown_reasons": dict(Counter(reason for point in self.points
                                             for reason in point.unknown_reasons)),
@@ -328,34 +324,81 @@ class Group:
             "baseline_runs": self.baseline_ids, "candidate_runs": self.candidate_ids,
             "comparisons": [c.as_dict() for c in self.comparisons],
             "history": [{"run": p.run_id, "started_ms": p.started_ms, "verdict": p.verdict,
-                         "settings_hash": p.settings_hash, "figures": p.figures}
-                        for p in self.points],
+                         "settings_hash": p.settings_hash, "labels": p.labels,
+                         "figures": p.figures} for p in self.points],
         }
 
 
+def parse_compare(by: str | None, compare: str | None) -> tuple[str | None,
+                                                                 tuple[str, str] | None]:
+    """``--by KEY`` and ``--compare KEY=A..B`` -> (the label's key, (A, B) or None); TrendError
+    (exit 2) names a malformed one."""
+    if compare is None:
+        return by, None
+    key, sep, pair = compare.partition("=")
+    before, dots, after = pair.partition("..")
+    if not sep or not dots or not key.strip() or not before or not after:
+        raise TrendError(f"--compare {compare!r}: expected KEY=A..B, e.g. code=v1..v2")
+    if by is not None and by != key.strip():
+        raise TrendError(f"--by {by} and --compare {compare}: two labels; give one")
+    return key.strip(), (before, after)
+
+
 def group_runs(stored: Sequence[StoredRun], by: str | None = None,
-               scenario: str | None = None) -> list[Group]:
+               scenario: str | None = None,
+               compare: tuple[str, str] | None = None) -> list[Group]:
     """The store's runs per scenario name (whatever its settings hash: a ``--set`` is compared
-    with the runs before it), and per value of the label ``by``; each oldest first. A capacity
-    search of a scenario is a group of its own (``<name> (capacity)``): it has figures of
-    another kind and no samples, and would hide the scenario's runs from its windows."""
-    groups: dict[tuple[str, str | None], list[Point]] = {}
+    with the runs before it), each oldest first. A capacity search of a scenario is a group of
+    its own (``<name> (capacity)``): it has figures of another kind and no samples, and would
+    hide the scenario's runs from its windows.
+
+    By a label (``by``, the label's key): per scenario, the latest value of the label (the one
+    whose first run came last) against the value before it (``compare``: (A, B), the value A
+    against B, whenever their runs came); runs without the label are left out. A scenario with
+    one value of it: its latest runs against the runs before them, as without ``by``."""
+    per_scenario: dict[str, list[Point]] = {}
     for run in sorted(stored, key=lambda run: (run.record.started_ms, run.id)):
         record = run.record
         if scenario is not None and record.scenario != scenario:
             continue
         name = record.scenario + (CAPACITY_SUFFIX if record.command == "capacity" else "")
-        key = (name, None if by is None else record.labels.get(by, ""))
-        groups.setdefault(key, []).append(Point(
+        per_scenario.setdefault(name, []).append(Point(
             run.id, record.started_ms, record.verdict, record.settings_hash,
-            dict(record.figures), list(record.unknown_reasons)))
-    return [Group(name, label, points) for (name, label), points in sorted(
-        groups.items(), key=lambda item: (item[0][0], item[0][1] or ""))]
+            dict(record.figures), list(record.unknown_reasons),
+            None if by is None else record.labels.get(by), dict(record.labels)))
+    groups = []
+    for name, points in sorted(per_scenario.items()):
+        if by is None:
+            groups.append(Group(name, None, points))
+            continue
+        labelled = [p for p in points if p.label is not None]
+        values = list(dict.fromkeys(p.label for p in labelled if p.label is not None))
+        pair = compare if compare is not None else (
+            (values[-2], values[-1]) if len(values) >= 2 else None)
+        if pair is None:
+            if values:
+                groups.append(Group(name, values[0], labelled))
+            continue
+        if not any(p.label == pair[0] for p in labelled) or \
+                not any(p.label == pair[1] for p in labelled):
+            continue  # a scenario without runs of both values: nothing to compare
+        groups.append(Group(name, pair[1], [p for p in labelled if p.label in pair],
+                            compared=(by, pair[0])))
+    return groups
 
 
 def choose_windows(group: Group, settings: TrendSettings) -> None:
     """The candidates: the group's latest ``candidates`` judged runs; the baseline: the
-    ``baseline`` passing runs before the first of them."""
+    ``baseline`` passing runs before the first of them. Compared by label: the latest
+    ``candidates`` judged runs of the candidates' value, the latest ``baseline`` passing runs
+    of the baseline's value."""
+    if group.compared is not None:
+        baseline_value = group.compared[1]
+        group.candidate_ids = [p.run_id for p in group.points if p.label == group.label
+                               and p.verdict in CANDIDATE_VERDICTS][-settings.candidates:]
+        group.baseline_ids = [p.run_id for p in group.points if p.label == baseline_value
+                              and p.verdict in BASELINE_VERDICTS][-settings.baseline:]
+        return
     judged = [p for p in group.points if p.verdict in CANDIDATE_VERDICTS]
     candidates = judged[-settings.candidates:]
     first = group.points.index(candidates[0]) if candidates else len(group.points)
@@ -366,13 +409,23 @@ def choose_windows(group: Group, settings: TrendSettings) -> None:
 
 def judge_group(group: Group, samples: Mapping[int, Mapping[str, list[int]]],
                 settings: TrendSettings) -> None:
-    """Compare the group's windows (choose_windows first) on every sample kind."""
+    """Compare the group's windows (choose_windows first) on every kind: the runs' samples,
+    and the figures a run gives one of (``Kind.per_run``) as a sample of one."""
     by_id = {p.run_id: p for p in group.points}
     bounds = [by_id[i].figures[BOUND_FIGURE] for i in group.baseline_ids
               if BOUND_FIGURE in by_id[i].figures]
+
+    def of_run(run_id: int) -> dict[str, list[int]]:
+        kept = dict(samples.get(run_id, {}))
+        figures = by_id[run_id].figures
+        for kind in KINDS:
+            if kind.per_run and all(name in figures for name in kind.per_run):
+                kept[kind.kind] = [round(sum(figures[name] for name in kind.per_run))]
+        return kept
+
     group.comparisons = compare_windows(
-        [samples.get(i, {}) for i in group.baseline_ids],
-        [samples.get(i, {}) for i in group.candidate_ids], settings,
+        [of_run(i) for i in group.baseline_ids],
+        [of_run(i) for i in group.candidate_ids], settings,
         bound_ms=percentile(sorted(int(b) for b in bounds), 50) if bounds else None,
         baseline_ids=group.baseline_ids, candidate_ids=group.candidate_ids)
 

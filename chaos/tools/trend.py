@@ -19,6 +19,7 @@ from chaos.report.junit import SUITE_PREFIX
 from chaos.store.database import RunStore, redacted
 from chaos.store.trend import (
     BOUND_FIGURE,
+    SAMPLE_PLOTS,
     Group,
     TrendSettings,
     choose_windows,
@@ -56,10 +57,11 @@ class TrendResult:
 
 
 def trend(store: RunStore, settings: TrendSettings, by: str | None = None,
-          scenario: str | None = None) -> TrendResult:
-    """Group the store's runs, choose each group's windows, read only their samples, judge."""
+          scenario: str | None = None, compare: tuple[str, str] | None = None) -> TrendResult:
+    """Group the store's runs (by a label: its latest value against the one before, or
+    ``compare``'s two), choose each group's windows, read only their samples, judge."""
     settings.validate()
-    groups = group_runs(store.runs(), by=by, scenario=scenario)
+    groups = group_runs(store.runs(), by=by, scenario=scenario, compare=compare)
     for group in groups:
         choose_windows(group, settings)
     wanted = [i for group in groups for i in (*group.baseline_ids, *group.candidate_ids)]
@@ -93,6 +95,10 @@ def table(result: TrendResult) -> str:
                      f": {history}")
         for run_id, old, new in group.settings_changes[-5:]:
             lines.append(f"  settings changed at run {run_id}: {old or '-'} -> {new or '-'}")
+        if group.compared is not None:
+            key, before = group.compared
+            lines.append(f"  compared by label: {key}={before} (baseline) against "
+                         f"{key}={group.label} (candidates)")
         lines.append(f"  baseline runs {_ids(group.baseline_ids)}; candidates "
                      f"{_ids(group.candidate_ids)}")
         for comparison in group.comparisons:
@@ -173,7 +179,9 @@ def _figure_svg(group: Group, name: str, salt: str) -> str:
                       color="#6b7280", linestyle="--", linewidth=1, label="recovery bound")
             axes.legend(fontsize=8, loc="upper left", frameon=False)
     for comparison in group.comparisons:  # recovery_p50_ms, _p99_ms, _max_ms: recovery's
-        if not name.startswith(f"{comparison.figure}_") or not comparison.candidate_runs:
+        if not comparison.candidate_runs or not (
+                name.startswith(f"{comparison.figure}_")
+                or name == SAMPLE_PLOTS.get(comparison.kind)):
             continue
         index = {p.run_id: i for i, p in enumerate(points)}
         marked = [index[i] for i in comparison.candidate_runs if i in index]
@@ -235,9 +243,11 @@ tr.bad td {{ background: #fdd; }}
 <h1>Trend of {escape(result.store)}</h1>
 <p><strong>{escape(summary)}</strong>. The latest {result.settings.candidates} judged run(s) of
 each scenario against the {result.settings.baseline} passing run(s) before them: a one-sided
-Mann-Whitney U test on the pooled samples (alarm at p &lt; {result.settings.alpha:g}) and a
-median shift of at least max({result.settings.min_shift_ms:g} ms,
-{result.settings.min_shift_of_bound:.0%} of the recovery bound). Points: blue pass, red fail,
+Mann-Whitney U test on the pooled samples, towards the worse (alarm at p &lt;
+{result.settings.alpha:g}), and a median shift of at least each figure's threshold (recovery
+figures: max({result.settings.min_shift_ms:g} ms, {result.settings.min_shift_of_bound:.0%} of
+the recovery bound, twice the run-to-run noise); the pace's: its own floor and twice the
+noise; docs/store.md). Points: blue pass, red fail,
 orange otherwise; the shaded span is the candidates (red: a regression).</p>
 {''.join(sections)}
 </body></html>
