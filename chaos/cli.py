@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -24,6 +25,9 @@ DEFAULT_CERTIFY_SEEDS = 3  # certify --seeds: what a likely (not certain) catch 
 # certify --unexercised-retries: how often a run whose faults stranded no lease (no evidence)
 # is run again with another seed
 DEFAULT_UNEXERCISED_RETRIES = 2
+# capacity --hold-ms: long enough for a backlog growing by the smallest step over the knee to
+# show against a sustainable rate's noise (measured: docs/tuning-and-capacity.md)
+HOLD_MS = 30_000
 
 if TYPE_CHECKING:
     from chaos.run.result import RunResult
@@ -413,13 +417,15 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     search = capacity.CapacitySearch(
         start_rate=start, step_rate=args.step_rate if args.step_rate is not None else start,
         max_steps=args.steps, step_ms=args.step_ms, p99_ms=args.p99_ms,
-        backlog_growth=args.backlog_growth, fault=args.fault, refine=args.refine)
+        backlog_growth=args.backlog_growth, fault=args.fault, refine=args.refine,
+        hold_ms=args.hold_ms)
     search.validate(scenario)  # exit 2 before anything starts
     out = _output_dir(args, f"capacity-{scenario.name}")
     rates = search.rates()
     print(f"capacity {scenario.name}: {scenario.topology.workers} workers x "
           f"{scenario.topology.concurrency} slots; enqueue rate {rates[0]:g} .. {rates[-1]:g} "
-          f"jobs/s in steps of {search.step_rate:g}, {search.step_ms} ms each; output in {out}",
+          f"jobs/s in steps of {search.step_rate:g}, {search.step_ms} ms each, the knee held "
+          f"{search.hold_ms} ms; output in {out}",
           file=sys.stderr)
     with InterruptsTearDown(f"capacity-{scenario.name}", out):
         result = capacity.run_capacity(scenario, search, out)
@@ -438,17 +444,23 @@ def _capacity_plan(args: argparse.Namespace, scenario: Scenario) -> int:
     from chaos.tools import capacity, capacity_plan
 
     sizes = capacity_plan.parse_workers(args.workers)
-    spec = capacity_plan.PlanSpec(sizes, args.target_rate, args.lose or 0)
-    spec.validate()
     if args.concurrency is not None and not 1 <= args.concurrency <= 1024:
         raise ScenarioError(f"--concurrency {args.concurrency}: must be 1..1024")
     concurrency = args.concurrency or scenario.topology.concurrency
+    # how to hold one pool of the plan at the target rate (the recommendation's "hold it")
+    confirm = shlex.join(["echomq-chaos", "capacity", args.scenario,
+                          *(part for value in args.set for part in ("--set", value)),
+                          "--set", f"topology.concurrency={concurrency}",
+                          "--p99-ms", f"{args.p99_ms:g}"])
+    spec = capacity_plan.PlanSpec(sizes, args.target_rate, args.lose or 0, confirm)
+    spec.validate()
     slots = scenario.topology.workers * scenario.topology.concurrency
     start = args.start_rate if args.start_rate is not None else scenario.load.rate / 2 / slots
     search = capacity.CapacitySearch(
         start_rate=start, step_rate=args.step_rate if args.step_rate is not None else start,
         max_steps=args.steps, step_ms=args.step_ms, p99_ms=args.p99_ms,
-        backlog_growth=args.backlog_growth, fault=args.fault, refine=args.refine)
+        backlog_growth=args.backlog_growth, fault=args.fault, refine=args.refine,
+        hold_ms=args.hold_ms)
     scenarios = {size: load_scenario(args.scenario, [*args.set, f"topology.workers={size}",
                                                      f"topology.concurrency={concurrency}"])
                  for size in sizes}
@@ -458,7 +470,8 @@ def _capacity_plan(args: argparse.Namespace, scenario: Scenario) -> int:
     out = _output_dir(args, f"capacity-{scenario.name}")
     print(f"capacity plan {scenario.name}: pools of {', '.join(map(str, sizes))} worker(s) x "
           f"{concurrency} slots; each searches from {search.start_rate:g} jobs/s per slot in "
-          f"steps of {search.step_rate:g} per slot, {search.step_ms} ms each; output in {out}",
+          f"steps of {search.step_rate:g} per slot, {search.step_ms} ms each, each knee held "
+          f"{search.hold_ms} ms; output in {out}",
           file=sys.stderr)
     with InterruptsTearDown(f"capacity-{scenario.name}", out):
         plan = capacity_plan.run_plan(scenarios, search, spec, out)
@@ -813,9 +826,12 @@ def build_parser() -> argparse.ArgumentParser:
     capacity_cmd.add_argument("--step-ms", type=int, default=5000, help="length of a step")
     capacity_cmd.add_argument("--p99-ms", type=float, default=500.0,
                               help="claim wait p99 target in ms (default 500)")
-    capacity_cmd.add_argument("--backlog-growth", type=float, default=0.05, metavar="SHARE",
-                              help="bounded backlog: pending grows by at most SHARE x rate per "
-                                   "second over a step's second half (default 0.05)")
+    capacity_cmd.add_argument("--backlog-growth", type=float, default=0.0, metavar="SHARE",
+                              help="bounded backlog: the backlog's slope (less 2.33 standard "
+                                   "errors) may be at most SHARE x rate per second (default 0)")
+    capacity_cmd.add_argument("--hold-ms", type=int, default=HOLD_MS, metavar="MS",
+                              help="hold the knee this long to confirm it; a hold that fails "
+                                   f"steps down and holds again (default {HOLD_MS}; 0: no hold)")
     capacity_cmd.add_argument("--fault", action="store_true",
                               help="run the scenario's fault schedule inside every step "
                                    "(killed workers are restarted between steps)")

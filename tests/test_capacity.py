@@ -23,6 +23,7 @@ from chaos.tools.capacity import (
     step_events,
     table,
 )
+from chaos.tools.capacity_judge import growth_of, service_times, step_down
 from tests.test_sut_node import NODE_SUT, processes_in
 from tests.test_sut_node import _missing as node_missing
 
@@ -123,43 +124,122 @@ def test_the_backlog_sampled_leaves_out_the_jobs_the_reaper_returned(queue):
     assert family.fresh_backlog(queue) == 1
 
 
+def knee_of(result: CapacityResult) -> str:
+    (line,) = [line for line in table(result).splitlines() if line.startswith("knee:")]
+    return line
+
+
 def test_the_knee_line_reads_as_one_statement():
     search = CapacitySearch(start_rate=30, step_rate=30, max_steps=3, step_ms=4000, p99_ms=200)
     fits = [Step(1, 30.0, within=True), Step(2, 60.0, within=True)]
     over = Step(3, 90.0, within=False, reason="backlog grows 9.0/s")
     result = CapacityResult("s", search, [*fits, over], 60.0, "over capacity")
-    assert table(result).splitlines()[-1] == (
+    assert knee_of(result) == (
         "knee: 60 jobs/s, the highest rate that fit; 90 jobs/s did not (backlog grows 9.0/s)")
     result = CapacityResult("s", search, [*fits, Step(3, 90.0, within=True)], 90.0,
                             "max steps (knee not reached)")
-    assert table(result).splitlines()[-1] == (
+    assert knee_of(result) == (
         "knee: not reached; every step fit, up to 90 jobs/s (more with --steps or --step-rate)")
     result = CapacityResult("s", search, [over], None, "over capacity")
-    assert table(result).splitlines()[-1] == (
+    assert knee_of(result) == (
         "knee: none; the first step, 90 jobs/s, did not fit (backlog grows 9.0/s)")
     limited = Step(2, 60.0, within=False, reason="generator delivered 40.0 < 90% of target")
     result = CapacityResult("s", search, [fits[0], limited], 30.0, "generator limited")
-    assert table(result).splitlines()[-1] == (
+    assert knee_of(result) == (
         "knee: at least 30 jobs/s; at 60 jobs/s the load generator, not the pool, was the limit "
         "(generator delivered 40.0 < 90% of target)")
 
 
-@pytest.mark.parametrize(("delivered", "growth", "tail_max", "p99", "within", "why"), [
-    (40.0, 0.5, 3, 100.0, True, ""),
-    (30.0, 0.0, 0, 100.0, False, "generator delivered 30.0 < 90% of target"),
-    (40.0, 5.0, 45, 100.0, False, "backlog grows 5.0/s"),
-    # A steep slope over a backlog of a few jobs (rate 40 x 500 ms allows 20): noise.
-    (40.0, 5.0, 20, 100.0, True, ""),
-    (40.0, 0.0, 0, 900.0, False, "claim wait p99 900.0 ms > 500"),
+@pytest.mark.parametrize(("kind", "delivered", "growth", "se", "tail", "p99", "within", "why"), [
+    ("ramp", 40.0, 0.5, 0.4, 3, 100.0, True, ""),  # within its noise
+    ("ramp", 30.0, 0.0, 0.0, 0, 100.0, False, "generator delivered 30.0 < 90% of target"),
+    ("ramp", 40.0, 5.0, 1.0, 45, 100.0, False, "backlog grows +5.00 ± 1.00/s over 2.5 s"),
+    # A ramp step's slope over a backlog the claim-wait target allows (40 x 500 ms): a screen
+    ("ramp", 40.0, 3.8, 0.3, 19, 100.0, True, ""),
+    # ... but a hold growing 3.8/s is over, whatever its level.
+    ("hold", 40.0, 3.8, 0.3, 19, 100.0, False, "backlog grows +3.80 ± 0.30/s over 2.5 s"),
+    ("hold", 40.0, 0.7, 0.5, 5, 100.0, True, ""),  # 0.7 - 2.33 x 0.5 < 0: not shown to grow
+    ("ramp", 40.0, 0.0, 0.0, 0, 900.0, False, "claim wait p99 900.0 ms > 500"),
 ])
-def test_a_step_is_judged_on_delivery_backlog_and_claim_wait(delivered: float, growth: float,
-                                                             tail_max: int, p99: float,
+def test_a_step_is_judged_on_delivery_backlog_and_claim_wait(kind: str, delivered: float,
+                                                             growth: float, se: float,
+                                                             tail: int, p99: float,
                                                              within: bool, why: str):
     search = CapacitySearch(start_rate=40, step_rate=20, max_steps=3, step_ms=2000, p99_ms=500)
-    step = Step(1, 40.0, delivered_rate=delivered, backlog_growth_per_s=growth,
-                backlog_tail_max=tail_max, claim_wait_p99_ms=p99)
+    step = Step(1, 40.0, kind, delivered_rate=delivered, backlog_growth_per_s=growth,
+                backlog_growth_se=se, backlog_growth_span_s=2.5, backlog_tail_max=tail,
+                claim_wait_p99_ms=p99)
     judge(step, search)
     assert step.within is within and step.reason == why
+
+
+def test_a_rate_above_the_pools_service_rate_is_over_whatever_its_backlog():
+    """Little's law: 16 slots each busy 249.7 ms a job serve at most 64.1 jobs/s. A 5 s step
+    at 67.5 jobs/s whose backlog had not yet shown its growth was a knee before."""
+    search = CapacitySearch(start_rate=30, step_rate=30, max_steps=3, step_ms=5000, p99_ms=500)
+    step = Step(4, 67.5, delivered_rate=67.4, backlog_growth_per_s=0.4, backlog_growth_se=0.3,
+                backlog_growth_span_s=2.5, claim_wait_p99_ms=310.0, live_slots_mean=16.0,
+                service_ms_mean=249.7, service_rate=64.1)
+    judge(step, search)
+    assert not step.within
+    assert step.reason == ("above the service rate 64.1 jobs/s (16 slots / 249.7 ms mean "
+                           "claim-to-complete)")
+    under = Step(3, 60.0, delivered_rate=60.1, claim_wait_p99_ms=80.0, service_rate=64.1)
+    judge(under, search)
+    assert under.within, under.reason
+
+
+def test_the_backlog_slope_is_tested_against_its_noise():
+    """A backlog growing 3.8 jobs/s, sampled every 250 ms over a 30 s hold, grows whatever its
+    jitter; a flat one with a burst of a job or two does not; nor does one job at the end."""
+    jitter = [0, 2, -1, 1, -2, 1, 0, -1]
+    growing = [(t / 4, max(0, round(3.8 * t / 4) + jitter[t % 8])) for t in range(120)]
+    growth = growth_of(growing, skip=0.2)
+    assert growth.slope == pytest.approx(3.8, abs=0.1) and growth.grows(0.0), growth
+    flat = [(t / 4, jitter[t % 8] + 2) for t in range(120)]
+    assert not growth_of(flat, skip=0.2).grows(0.0)
+    blip = [(t / 4, 0) for t in range(19)] + [(4.75, 1)]
+    assert not growth_of(blip).grows(0.0)  # a job at the end of a ramp step is no trend
+
+
+def test_a_failed_hold_steps_down_below_the_service_rate_it_measured():
+    failed = Step(9, 67.5, kind="hold", service_rate=64.1)
+    assert step_down(67.5, failed, 7.5) == 60.0
+    assert step_down(67.5, failed, 2.0) == 63.5  # 65.5 is still above 64.1
+    assert step_down(5.0, Step(1, 5.0, kind="hold"), 7.5) is None
+
+
+def test_the_service_time_is_the_completing_attempts():
+    """A reclaimed job's first attempt ended with its killed worker: its slot time is not the
+    completing attempt's (first claim -> complete would add the lease's lapse)."""
+    entries = [
+        ("1-0", {"type": "claim", "id": "a", "ts": "1000"}),
+        ("2-0", {"type": "claim", "id": "a", "ts": "2500"}),  # reclaimed after a kill
+        ("3-0", {"type": "complete", "id": "a", "ts": "2750"}),
+        ("4-0", {"type": "claim", "id": "b", "ts": "1000"}),
+        ("5-0", {"type": "complete", "id": "b", "ts": "1300"}),
+    ]
+    assert service_times(decode_entries(entries)) == [250.0, 300.0]
+
+
+def test_the_table_says_the_hold_and_the_service_rate():
+    search = CapacitySearch(start_rate=30, step_rate=30, max_steps=3, step_ms=5000, p99_ms=500,
+                            hold_ms=30000)
+    steps = [Step(1, 30.0, within=True), Step(2, 60.0, within=True),
+             Step(3, 90.0, within=False, reason="claim wait p99 900 ms > 500"),
+             Step(4, 60.0, kind="hold", length_ms=30000, within=True, claim_wait_p99_ms=120.0,
+                  backlog_growth_per_s=0.01, backlog_growth_se=0.02,
+                  backlog_growth_span_s=23.8)]
+    result = CapacityResult("s", search, steps, 60.0, "over capacity", workers=4, slots=16,
+                            held=True, service_ms_mean=249.7)
+    text = table(result)
+    assert "steps of 5 s; knee held 30 s" in text.splitlines()[0]
+    assert ("hold: 60 jobs/s held 30 s: backlog +0.01 ± 0.02/s over 23.8 s, claim wait p99 "
+            "120 ms") in text
+    assert ("service rate: 64.1 jobs/s (16 slots / 249.7 ms mean claim-to-complete, Little's "
+            "law)") in text
+    unheld = CapacityResult("s", search, steps[:3], None, "not held", workers=4, slots=16)
+    assert "knee: none held" in table(unheld)
 
 
 @pytest.mark.parametrize(("args", "message"), [
@@ -168,6 +248,9 @@ def test_a_step_is_judged_on_delivery_backlog_and_claim_wait(delivered: float, g
     (["--p99-ms", "nan"], "--p99-ms nan: must be > 0"),
     (["--fault", "--step-ms", "1500"], "faults.1.at_ms = 2000 would never fire inside a step"),
     (["--step-rate", "abc"], "invalid float value: 'abc'"),
+    (["--hold-ms", "500"], "--hold-ms 500: must be 0 (no hold) or 1000..3600000"),
+    (["--fault", "--hold-ms", "1500"],
+     "--fault with --hold-ms 1500: faults.1.at_ms = 2000 would never fire"),
 ])
 def test_bad_arguments_exit_2_naming_the_option(tmp_path: Path, args: list[str], message: str):
     result = run_cli("capacity", KILL_WORKER, "--out", str(tmp_path / "cap"), *args)
@@ -189,7 +272,7 @@ def test_capacity_finds_the_knee_of_a_small_pool(tmp_path: Path):
     result = run_cli("capacity", KILL_WORKER, "--set", "topology.workers=1",
                      "--set", "topology.concurrency=2", "--set", "faults=[]",
                      "--start-rate", "4", "--step-rate", "8", "--steps", "3",
-                     "--step-ms", "2500", "--out", str(out),
+                     "--step-ms", "2500", "--hold-ms", "4000", "--out", str(out),
                      "--store", str(tmp_path / "runs.sqlite"), "--label", "host=ci")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "knee: 4 jobs/s, the highest rate that fit; 12 jobs/s did not" in result.stdout
@@ -206,13 +289,19 @@ def test_capacity_finds_the_knee_of_a_small_pool(tmp_path: Path):
     assert stored.record.figures["knee_rate_per_s"] == report["knee_rate"] == 4
     assert stored.record.figures["slots"] == 2
     assert report["knee_rate"] == 4 and report["stopped_by"] == "over capacity"
-    first, second = report["steps"]
+    # the knee held 4 s, below the service rate (2 slots / about 250 ms: about 8 jobs/s)
+    first, second, hold = report["steps"]
+    assert hold["kind"] == "hold" and hold["target_rate"] == 4 and hold["within"], hold
+    assert hold["length_ms"] == 4000 and len(hold["backlog_samples"]) >= 12
+    assert report["held"] and report["knee_rate"] <= report["service_rate"]
+    assert "hold: 4 jobs/s held 4 s" in result.stdout
     assert first["within"] and first["enqueued"] > 0 and first["enqueue_failures"] == 0
     assert first["claim_wait_p99_ms"] <= 500
     # Over by a growing backlog or by the claim wait it causes, whichever shows first in 2.5 s
     # (asserting the backlog alone failed 1 run in 4: claim wait p99 781 ms, tail under 6 jobs).
     assert not second["within"] and ("backlog grows" in second["reason"]
                                      or "claim wait p99" in second["reason"]), second
+    assert "above the service rate" in second["reason"], second  # 12 > 2 slots / ~250 ms
     assert second["delivered_rate"] >= 0.9 * 12  # the pool, not the generator, was the limit
     assert (out / "step01_stats.csv").exists() and (out / "history.jsonl").stat().st_size
 
@@ -224,7 +313,7 @@ def test_capacity_with_faults_judges_the_step_not_the_recovery(tmp_path: Path):
     phase (the live progress) and the rows under a header."""
     out = tmp_path / "cap"
     result = run_cli("capacity", KILL_WORKER, "--p99-ms", "1000", "--fault", "--steps", "1",
-                     "--step-ms", "4000", "--out", str(out))
+                     "--step-ms", "4000", "--hold-ms", "0", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     report = json.loads((out / "capacity.json").read_text())
     (step,) = report["steps"]
@@ -246,7 +335,7 @@ def test_capacity_of_the_node_example_reads_the_claims_its_recorder_saw(tmp_path
     needs(node_missing())
     out = tmp_path / "cap"
     result = run_cli("capacity", NODE_KILL_WORKER, "--steps", "1", "--step-ms", "2500",
-                     "--out", str(out))
+                     "--hold-ms", "0", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "knee: not reached; every step fit, up to 20 jobs/s" in result.stdout
     (step,) = json.loads((out / "capacity.json").read_text())["steps"]
@@ -271,7 +360,7 @@ def test_capacity_finds_the_knee_of_a_small_bullmq_pool(tmp_path: Path):
     result = run_cli("capacity", BULLMQ_KILL_WORKER, "--set", "topology.workers=1",
                      "--set", "topology.concurrency=2", "--set", "faults=[]",
                      "--start-rate", "4", "--step-rate", "8", "--steps", "2",
-                     "--step-ms", "2500", "--out", str(out))
+                     "--step-ms", "2500", "--hold-ms", "0", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     assert "knee: 4 jobs/s, the highest rate that fit; 12 jobs/s did not" in result.stdout
     first, second = json.loads((out / "capacity.json").read_text())["steps"]

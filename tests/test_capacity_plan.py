@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 
 from chaos.tools.bottleneck import HOST_WAY_OUT, StepLoad, host_busy, host_cpu_times, name
+from chaos.tools.capacity import CapacityResult, CapacitySearch, Step
+from chaos.tools.capacity_plan import CapacityPlan, PlanSpec, plan_table, render_html
+from chaos.tools.scaling import scaling_model
 from tests.procs import processes_mentioning
 from tests.test_capacity import KILL_WORKER, run_cli
 
@@ -78,8 +81,8 @@ def test_a_plan_over_two_pool_sizes(tmp_path: Path):
     out = tmp_path / "plan"
     result = run_cli("capacity", KILL_WORKER, "--workers", "1,2", "--concurrency", "2",
                      "--set", "faults=[]", "--start-rate", "2", "--step-rate", "4",
-                     "--steps", "2", "--step-ms", "2500", "--target-rate", "4", "--lose", "1",
-                     "--out", str(out))
+                     "--steps", "2", "--step-ms", "2500", "--hold-ms", "3000",
+                     "--target-rate", "4", "--lose", "1", "--out", str(out))
     assert result.returncode == 0, result.stdout + result.stderr[-3000:]
     plan = json.loads((out / "capacity.json").read_text())
     one, two = plan["sizes"]
@@ -93,9 +96,60 @@ def test_a_plan_over_two_pool_sizes(tmp_path: Path):
     assert model["kind"] == "usl" and model["holdout_error"] is not None
     assert not model["trusted"] and "2 pool size(s)" in model["distrust"][0]
     assert plan["store_ceiling"] > two["knee_rate"]
-    assert plan["recommendation"]["workers"] == 2  # one left carries 4 jobs/s (measured)
+    for size in (one, two):  # each knee held, none above what the pool serves
+        assert size["held"] and size["knee_rate"] <= size["service_rate"], size
+    assert plan["recommendation"]["workers"] == 2  # one left carries 4 jobs/s (held)
+    assert plan["recommendation"]["held"], plan["recommendation"]
     assert "hold-out: fitted without 2 workers" in result.stdout
     assert "recommendation (target 4 jobs/s" in result.stdout
     page = (out / "capacity.html").read_text()
     assert "<svg" in page and "USL fit" in page and "http" not in page.split("<svg")[0]
     assert processes_mentioning(str(out)) == []  # its servers gone (valkey.conf is in there)
+
+
+def hand_made_plan(faults: int, recorder: bool, host: bool) -> CapacityPlan:
+    """Two sizes of 4 slots measured in 5 s steps, each knee held 30 s."""
+    search = CapacitySearch(start_rate=7.5, step_rate=7.5, max_steps=3, step_ms=5000,
+                            p99_ms=500, hold_ms=30000, fault=faults > 0)
+    plan = CapacityPlan("kill-worker", search, PlanSpec((1, 2)), 4, faults > 0)
+    for workers in (1, 2):
+        slots = 4 * workers
+        over = Step(3, 22.5 * workers, delivered_rate=22.5 * workers, slots_busy=0.99,
+                    store_cpu=0.02, host_cpu=0.95 if host else 0.3, hold_p50_ms=240.0,
+                    live_workers_min=workers - 1 if faults else workers, faults=faults,
+                    completed=100, reason="claim wait p99 900 ms > 500")
+        steps = [Step(1, 7.5 * workers, within=True, completed=100, hold_p50_ms=240.0),
+                 Step(2, 15.0 * workers, within=True, completed=100), over,
+                 Step(4, 15.0 * workers, kind="hold", length_ms=30000, within=True,
+                      completed=100)]
+        size = CapacityResult("kill-worker", search, steps, 15.0 * workers, "over capacity",
+                              workers=workers, slots=slots, held=True, service_ms_mean=249.7,
+                              recorder=recorder)
+        size.name_bottleneck()
+        if host:
+            size.bottleneck, size.bottleneck_why = "host", "the host 95% busy"
+        plan.sizes.append(size)
+    plan.model = scaling_model(plan.knees(), None, predict_to=8,
+                               service_per_worker=plan.service_per_worker())
+    return plan
+
+
+def test_the_page_says_only_what_applies():
+    """Issue 45: the page printed "as few as N alive" for a run with no faults, a MONITOR note
+    where no recorder ran, the host paragraph where no knee was the host's, and not the step
+    length."""
+    plain = hand_made_plan(faults=0, recorder=False, host=False)
+    page, text = render_html(plain), plan_table(plain)
+    for shown in (page, text):
+        assert "as few as" not in shown and "MONITOR" not in shown
+        assert "this machine's limit" not in shown and "this machine's, not" not in shown
+        assert "steps of 5 s, each knee held 30 s" in shown
+    assert "predicted knees, not measured (jobs/s, band): 3 workers" in text
+    for workers in range(3, 9):  # every size predicted, not a chosen few
+        assert f" {workers} workers " in text.split("predicted knees, not measured")[1]
+        assert f"<tr><td>{workers}</td>" in page
+    busy = hand_made_plan(faults=2, recorder=True, host=True)
+    page = render_html(busy)
+    assert "MONITOR" in page and "this machine's limit" in page
+    faulted = hand_made_plan(faults=2, recorder=False, host=False)
+    assert "as few as 1 worker(s) alive" in plan_table(faulted)

@@ -2,11 +2,13 @@
 
 For each pool size the knee search of ``chaos.tools.capacity`` runs on its own bring-up (the
 scenario with ``topology.workers`` set, in ``workers-N/``), its rates scaled with the pool's
-slots, and names what limited the knee (``chaos.tools.bottleneck``). Then, pure
-(``chaos.tools.scaling``): the store's ceiling from the CPU per job every step measured, the
-Universal Scalability Law through the knees with its hold-out check and band, and with
-``--target-rate`` the smallest pool that carries it with ``--lose`` workers lost. Writes
-``capacity.json`` and ``capacity.html`` beside the sizes' directories.
+slots, holds its knee (``--hold-ms``) and names what limited it (``chaos.tools.bottleneck``).
+Then, pure (``chaos.tools.scaling``): the store's ceiling from the CPU per job every step
+measured, the pool's service rate per worker (slots / mean claim-to-complete), the Universal
+Scalability Law through the knees with its hold-out check and band, and with ``--target-rate``
+the smallest pool whose survivors were held at it with ``--lose`` workers lost (or the one
+predicted, not held, and how to hold it). Writes ``capacity.json`` and ``capacity.html`` beside
+the sizes' directories.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class PlanSpec:
     workers: tuple[int, ...]
     target_rate: float | None = None
     lose: int = 0
+    confirm: str = ""  # the command that holds one pool of the plan (capacity SCENARIO --set ...)
 
     def validate(self) -> None:
         """Bad plan options are ScenarioError (exit 2), named with their value."""
@@ -110,6 +113,21 @@ class CapacityPlan:
     stopped_by: str = ""  # "" | aborted | error
 
     @property
+    def recorder(self) -> bool:
+        """A MONITOR recorder ran (its MONITOR is in the store's CPU)."""
+        return any(size.recorder for size in self.sizes)
+
+    def service_per_worker(self) -> float | None:
+        """One worker's slots over the mean claim-to-complete of every size's attempts."""
+        weighted = [(size.service_ms_mean, sum(step.completed for step in size.steps))
+                    for size in self.sizes if size.service_ms_mean]
+        count = sum(n for _, n in weighted)
+        if not count:
+            return None
+        mean_ms = sum(ms * n for ms, n in weighted) / count
+        return round(self.concurrency * 1000 / mean_ms, 2)
+
+    @property
     def exit_code(self) -> int:
         if self.stopped_by == "aborted":
             return EXIT_ABORTED
@@ -120,7 +138,7 @@ class CapacityPlan:
         return EXIT_PASS if all(size.knee_rate is not None for size in self.sizes) else EXIT_FAIL
 
     def knees(self) -> list[Knee]:
-        return [Knee(size.workers, size.knee_rate, size.over_rate, size.bottleneck)
+        return [Knee(size.workers, size.knee_rate, size.over_rate, size.bottleneck, size.held)
                 for size in self.sizes if size.knee_rate is not None]
 
     def as_dict(self) -> dict[str, Any]:
@@ -130,8 +148,11 @@ class CapacityPlan:
             "under_faults": self.under_faults, "host_cores": host_cores(),
             "target_rate": self.spec.target_rate, "lose": self.spec.lose,
             "stopped_by": self.stopped_by, "store_ceiling": self.ceiling,
+            "service_per_worker": self.service_per_worker(),
             "sizes": [{"workers": size.workers, "slots": size.slots,
                        "knee_rate": size.knee_rate, "over_rate": size.over_rate,
+                       "held": size.held, "service_rate": size.service_rate,
+                       "service_ms_mean": size.service_ms_mean,
                        "bottleneck": size.bottleneck, "bottleneck_why": size.bottleneck_why,
                        "stopped_by": size.stopped_by, "store_ceiling": size.store_ceiling(),
                        "error": size.error, "dir": f"workers-{size.workers}",
@@ -171,11 +192,12 @@ def run_plan(scenarios: dict[int, Scenario], search: CapacitySearch, spec: PlanS
             break
     plan.ceiling = ceiling_of(step for size in plan.sizes for step in size.steps)
     largest = max(spec.workers)
-    plan.model = scaling_model(plan.knees(), plan.ceiling, predict_to=max(2 * largest, 8))
+    plan.model = scaling_model(plan.knees(), plan.ceiling, predict_to=max(2 * largest, 8),
+                               service_per_worker=plan.service_per_worker())
     if spec.target_rate is not None and plan.stopped_by == "":
         plan.recommendation = recommend(
-            PlanRequest(spec.target_rate, spec.lose, search.fault), plan.knees(), plan.model,
-            plan.ceiling, max_workers=max(4 * largest, MAX_WORKERS))
+            PlanRequest(spec.target_rate, spec.lose, search.fault, search.hold_ms, spec.confirm),
+            plan.knees(), plan.model, plan.ceiling, max_workers=max(4 * largest, MAX_WORKERS))
     write_json_atomic(out / "capacity.json", plan.as_dict())
     write_text_atomic(out / "capacity.html", render_html(plan))
     return plan
@@ -185,7 +207,8 @@ def knee_words(size: CapacityResult) -> str:
     if size.knee_rate is None:
         return f"no knee ({size.stopped_by}{': ' + size.error if size.error else ''})"
     over = f", {size.over_rate:g} did not" if size.over_rate is not None else ""
-    return f"knee {size.knee_rate:g} jobs/s{over}; bottleneck {size.bottleneck}"
+    held = (f"held {size.search.hold_ms / 1000:g} s" if size.held else "not held")
+    return f"knee {size.knee_rate:g} jobs/s ({held}){over}; bottleneck {size.bottleneck}"
 
 
 def _share(value: float | None) -> str:
@@ -200,6 +223,8 @@ def size_rows(plan: CapacityPlan) -> list[tuple[str, ...]]:
             max(size.steps, key=lambda step: step.target_rate) if size.steps else None)
         rows.append((str(size.workers), str(size.slots),
                      "-" if size.knee_rate is None else f"{size.knee_rate:g}",
+                     "yes" if size.held else "no",
+                     "-" if size.service_rate is None else f"{size.service_rate:g}",
                      "-" if size.over_rate is None else f"{size.over_rate:g}",
                      _share(limit.slots_busy if limit else None),
                      _share(limit.store_cpu if limit else None),
@@ -208,8 +233,8 @@ def size_rows(plan: CapacityPlan) -> list[tuple[str, ...]]:
     return rows
 
 
-SIZE_COLUMNS = ("workers", "slots", "knee", "over", "slots busy", "store CPU", "host CPU",
-                "bottleneck")
+SIZE_COLUMNS = ("workers", "slots", "knee", "held", "service", "over", "slots busy",
+                "store CPU", "host CPU", "bottleneck")
 
 
 def model_lines(plan: CapacityPlan) -> list[str]:
@@ -226,18 +251,24 @@ def model_lines(plan: CapacityPlan) -> list[str]:
     if model.holdout_error is None:
         lines.append("hold-out: none (one size: nothing to leave out)")
     else:
+        band = ("" if model.holdout_band is None else
+                f", band {model.holdout_band[0]:g}-{model.holdout_band[1]:g}")
         lines.append(f"hold-out: fitted without {model.holdout_workers} workers, it predicts "
-                     f"{model.holdout_predicted:g} jobs/s there; measured "
+                     f"{model.holdout_predicted:g} jobs/s there{band}; measured "
                      f"{model.holdout_measured:g} (error {model.holdout_error:+.1%})")
+    if model.service_per_worker is not None:
+        lines.append(f"service rate: {model.service_per_worker:g} jobs/s a worker "
+                     f"({plan.concurrency} slots / mean claim-to-complete, Little's law): no "
+                     "prediction above N x that")
     lines.append("trust: " + ("the fit holds on what it was checked against" if model.trusted
                               else "not to be trusted: " + "; ".join(model.distrust)))
     measured = {size.workers for size in plan.sizes}
-    beyond = [p for p in model.predictions if p.workers not in measured
-              and p.workers in (3, 6, 8, 12, 16, 24, 32, 48, 64)]
+    beyond = [p for p in model.predictions if p.workers not in measured]
     if beyond:
-        lines.append("predicted knees (jobs/s, band): " + ", ".join(
+        lines.append("predicted knees, not measured (jobs/s, band): " + ", ".join(
             f"{p.workers} workers {p.rate:g} ({p.low:g}-{p.high:g})"
-            + (" store-capped" if p.capped else "") for p in beyond))
+            + (" store-capped" if p.capped else " service-capped" if p.served else "")
+            for p in beyond))
     return lines
 
 
@@ -245,7 +276,7 @@ def plan_table(plan: CapacityPlan) -> str:
     search = plan.search
     lines = [f"capacity plan of {plan.scenario}: pool sizes "
              f"{', '.join(str(size) for size in plan.spec.workers)} x {plan.concurrency} slots; "
-             f"claim wait p99 <= {search.p99_ms:g} ms"
+             f"claim wait p99 <= {search.p99_ms:g} ms; {lengths(search)}"
              + ("; the scenario's faults in every step" if plan.under_faults else ""),
              *_columns(SIZE_COLUMNS, size_rows(plan))]
     for size in plan.sizes:
@@ -266,6 +297,13 @@ def plan_table(plan: CapacityPlan) -> str:
                      f"<= {search.p99_ms:g} ms, {plan.spec.lose} lost): "
                      f"{plan.recommendation.text}")
     return "\n".join(lines)
+
+
+def lengths(search: CapacitySearch) -> str:
+    """The step and hold lengths, as the plan's header and page say them."""
+    hold = (f"each knee held {search.hold_ms / 1000:g} s" if search.hold_ms
+            else "knees not held (--hold-ms 0)")
+    return f"steps of {search.step_ms / 1000:g} s, {hold}"
 
 
 def _columns(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
@@ -290,7 +328,12 @@ def _curve_svg(plan: CapacityPlan) -> str:
         xs = [p.workers for p in model.predictions]
         ax.fill_between(xs, [p.low for p in model.predictions],
                         [p.high for p in model.predictions], color="#4e79a7", alpha=0.18,
-                        linewidth=0, label="band (leave-one-out and upper-bound fits)")
+                        linewidth=0, label="band (residuals, hold-out, leave-one-out and "
+                                           "upper-bound fits)")
+        if model.service_per_worker is not None:
+            ax.plot(xs, [x * model.service_per_worker for x in xs], color="#9a6700",
+                    linestyle="-.", linewidth=1,
+                    label=f"service rate ({model.service_per_worker:g} jobs/s a worker)")
         ax.plot(xs, [p.rate for p in model.predictions], color="#4e79a7", linewidth=1.8,
                 label="USL fit" + ("" if model.trusted else " (not to be trusted)"))
     for size in plan.sizes:
@@ -300,7 +343,8 @@ def _curve_svg(plan: CapacityPlan) -> str:
         top = size.over_rate if size.over_rate is not None else size.knee_rate
         ax.plot([size.workers] * 2, [size.knee_rate, top], color=color, linewidth=1)
         ax.plot(size.workers, size.knee_rate, "o", color=color, markersize=7)
-        ax.annotate(f"{size.knee_rate:g} ({size.bottleneck})", (size.workers, size.knee_rate),
+        ax.annotate(f"{size.knee_rate:g} ({size.bottleneck}"
+                    f"{'' if size.held else ', not held'})", (size.workers, size.knee_rate),
                     xytext=(6, -10), textcoords="offset points", fontsize=8, color=color)
     ax.plot([], [], "o", color="#111827", label="measured knee (bar: up to the first rate over)")
     if plan.spec.target_rate is not None:
@@ -342,6 +386,13 @@ def render_html(plan: CapacityPlan) -> str:
            f"<div class='rec{'' if recommendation.workers else ' none'}'><p>"
            f"{escape(recommendation.text)}</p></div>")
     model = "".join(f"<p>{escape(line)}</p>" for line in model_lines(plan))
+    included = ("the recorder's MONITOR and the exporter's reads" if plan.recorder
+                else "the exporter's reads")
+    machine = [size.workers for size in plan.sizes if size.bottleneck in NOT_THE_QUEUES]
+    host = ("" if not machine else
+            f"<p>The knee(s) at {escape(', '.join(map(str, machine)))} workers were set by the "
+            "host or the generator: this machine's limit, not the queue's: "
+            f"{escape(HOST_WAY_OUT)}.</p>")
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>capacity plan {escape(plan.scenario)}</title>
@@ -356,7 +407,8 @@ svg {{ max-width: 100%; height: auto; }}
 <h1>Capacity plan of {escape(plan.scenario)}</h1>
 <p>Pool sizes {escape(', '.join(map(str, plan.spec.workers)))} x {plan.concurrency} slots; a
 knee is the highest rate whose claim wait p99 stayed within {plan.search.p99_ms:g} ms with a
-bounded backlog{escape("; the scenario's faults in every step" if plan.under_faults else "")}.
+backlog that did not grow{escape("; the scenario's faults in every step" if plan.under_faults
+                                 else "")}; {escape(lengths(plan.search))}.
 {escape(f"Stopped: {plan.stopped_by}." if plan.stopped_by else "")}</p>
 <h2>Recommendation</h2>
 {rec or "<p>none asked for (--target-rate)</p>"}
@@ -366,10 +418,24 @@ bounded backlog{escape("; the scenario's faults in every step" if plan.under_fau
 <h2>Pool sizes</h2>
 <table><tr>{header}</tr>{rows}</table>
 <ul>{why}</ul>
+{_predictions_html(plan)}
 <p>Store ceiling: {escape(f"{plan.ceiling:g} jobs/s" if plan.ceiling else "not measured")}, the
 rate at which the store's main thread would be busy all the time at the CPU per completed job
-measured in these steps (INFO cpu; the recorder's MONITOR and the exporter's reads included).
-A knee set by the host or the generator is this machine's limit, not the queue's:
-{escape(HOST_WAY_OUT)}.</p>
+measured in these steps (INFO cpu; {escape(included)} included).</p>
+{host}
 </body></html>
 """
+
+
+def _predictions_html(plan: CapacityPlan) -> str:
+    """Every size the model predicts, measured or not, with its band."""
+    model = plan.model
+    if model is None or not model.predictions:
+        return ""
+    rows = "".join(
+        f"<tr><td>{p.workers}</td><td>{p.rate:g}</td><td>{p.low:g}-{p.high:g}</td>"
+        f"<td>{'-' if p.measured is None else f'{p.measured:g}'}</td>"
+        f"<td>{'store' if p.capped else 'service rate' if p.served else '-'}</td></tr>"
+        for p in model.predictions)
+    return ("<h2>Predicted knees</h2><table><tr><th>workers</th><th>predicted</th><th>band</th>"
+            f"<th>measured</th><th>capped by</th></tr>{rows}</table>")

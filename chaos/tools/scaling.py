@@ -42,6 +42,7 @@ class Knee:
     rate: float
     over: float | None = None
     bottleneck: str = "pool"
+    held: bool = False  # the knee was held (confirmed over a longer window), not only stepped
 
 
 @dataclass(frozen=True)
@@ -117,11 +118,12 @@ def fit_usl(workers: Sequence[float], rates: Sequence[float]) -> USL:
 @dataclass(frozen=True)
 class Prediction:
     workers: int
-    rate: float  # the fit's, capped at the store's ceiling
+    rate: float  # the fit's, capped at the store's ceiling and the pool's service rate
     low: float
     high: float
     measured: float | None = None  # the knee measured at this size, if it was run
     capped: bool = False  # the store's ceiling, not the model, sets it
+    served: bool = False  # the pool's service rate (N x slots / mean hold), not the model, sets it
 
 
 @dataclass
@@ -133,21 +135,33 @@ class ScalingModel:
     holdout_predicted: float | None = None
     holdout_measured: float | None = None
     holdout_error: float | None = None  # (predicted - measured) / measured at the left-out size
+    holdout_band: tuple[float, float] | None = None  # the fit without it: its band there
     ceiling: float | None = None  # the store's, jobs/s
+    service_per_worker: float | None = None  # slots / mean claim-to-complete, one worker's
     trusted: bool = False
     distrust: list[str] = field(default_factory=list)
     fits: list[USL] = field(default_factory=list)  # the band's: jackknife and upper-bound fits
+    # How far below and above the fit the knees measured fell (the fit's residuals and the
+    # hold-out's error, as shares of the fit): the band spans at least these at every size.
+    spread: tuple[float, float] = (0.0, 0.0)
     predictions: list[Prediction] = field(default_factory=list)
 
     def predict(self, workers: int) -> Prediction:
-        rates = [fit.rate(workers) for fit in self.fits] or [self.usl.rate(workers)]
         central = self.usl.rate(workers)
-        low, high = min([central, *rates]), max([central, *rates])
+        rates = [fit.rate(workers) for fit in self.fits]
+        low = min([central * (1 + self.spread[0]), *rates])
+        high = max([central * (1 + self.spread[1]), *rates])
         capped = self.ceiling is not None and central > self.ceiling
-        if self.ceiling is not None:
-            central, low, high = (min(value, self.ceiling) for value in (central, low, high))
+        served = (self.service_per_worker is not None
+                  and central > workers * self.service_per_worker
+                  and (self.ceiling is None or workers * self.service_per_worker < self.ceiling))
+        for cap in (self.ceiling,
+                    None if self.service_per_worker is None
+                    else workers * self.service_per_worker):
+            if cap is not None:
+                central, low, high = (min(value, cap) for value in (central, low, high))
         return Prediction(workers, round(central, 1), round(low, 1), round(high, 1),
-                          capped=capped)
+                          capped=capped, served=served)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -158,7 +172,9 @@ class ScalingModel:
             "sizes": self.sizes, "holdout_workers": self.holdout_workers,
             "holdout_predicted": self.holdout_predicted,
             "holdout_measured": self.holdout_measured, "holdout_error": self.holdout_error,
-            "store_ceiling": self.ceiling, "trusted": self.trusted, "distrust": self.distrust,
+            "holdout_band": self.holdout_band, "spread": self.spread,
+            "store_ceiling": self.ceiling, "service_per_worker": self.service_per_worker,
+            "trusted": self.trusted, "distrust": self.distrust,
             "predictions": [asdict(p) for p in self.predictions],
         }
 
@@ -170,35 +186,75 @@ def _fit(knees: Sequence[Knee], upper: bool = False) -> USL:
                    [(k.over if upper and k.over is not None else k.rate) for k in knees])
 
 
+def _spread(fit: USL, knees: Sequence[Knee], extra: Sequence[float] = ()) -> tuple[float, float]:
+    """How far below (<= 0) and above (>= 0) ``fit`` the knees lie, as shares of the fit."""
+    errors = [k.rate / fit.rate(k.workers) - 1 for k in knees if fit.rate(k.workers) > 0]
+    errors += list(extra)
+    return round(min([0.0, *errors]), 4), round(max([0.0, *errors]), 4)
+
+
+def _band_model(knees: Sequence[Knee], ceiling: float | None,
+                service_per_worker: float | None) -> ScalingModel:
+    """The fit to ``knees`` with its band (no hold-out): what the hold-out check predicts with."""
+    model = ScalingModel(MODEL_KIND, _fit(knees), len(knees), ceiling=ceiling,
+                         service_per_worker=service_per_worker)
+    if len(knees) >= 2:
+        model.fits = [_fit([k for k in knees if k is not left]) for left in knees]
+    if any(k.over is not None for k in knees):
+        model.fits.append(_fit(knees, upper=True))
+    model.spread = _spread(model.usl, knees)
+    return model
+
+
 def scaling_model(knees: Sequence[Knee], ceiling: float | None = None,
-                  predict_to: int | None = None) -> ScalingModel | None:
+                  predict_to: int | None = None,
+                  service_per_worker: float | None = None) -> ScalingModel | None:
     """The USL through the knees (None without one), its hold-out check (fitted without the
-    largest size, predicting it), a band (the fits leaving out each size in turn, and the fit
-    to the first rates that did not fit) and predictions up to ``predict_to`` workers (default
-    twice the largest size), capped at the store's ``ceiling``."""
+    largest size, predicting it, with that fit's band there), a band and predictions up to
+    ``predict_to`` workers (default twice the largest size), capped at the store's ``ceiling``
+    and at N x ``service_per_worker`` (Little's law: no pool serves more than its slots over
+    the mean hold time).
+
+    The band at each size spans the fits leaving out each size in turn, the fit to the first
+    rates that did not fit, and the fit widened by the largest share any knee (and the hold-out
+    measurement) lay below or above it: so it holds every knee measured, and a size not run is
+    given at least the uncertainty the hold-out showed."""
     usable = sorted((k for k in knees if k.rate > 0), key=lambda k: k.workers)
     if not usable:
         return None
-    model = ScalingModel(MODEL_KIND, _fit(usable), len(usable), ceiling=ceiling)
+    model = _band_model(usable, ceiling, service_per_worker)
+    holdout_error: list[float] = []
+    outside = ""  # the hold-out measurement outside the band the fit without it gave
     if len(usable) >= 2:
         held, rest = usable[-1], usable[:-1]
-        guess = _fit(rest).rate(held.workers)
+        without = _band_model(rest, ceiling, service_per_worker)
+        guess = without.predict(held.workers)
         model.holdout_workers = held.workers
-        model.holdout_predicted = round(guess, 1)
+        model.holdout_predicted = round(without.usl.rate(held.workers), 1)
         model.holdout_measured = held.rate
-        model.holdout_error = round((guess - held.rate) / held.rate, 3)
-        model.fits = [_fit([k for k in usable if k is not left]) for left in usable]
-    if any(k.over is not None for k in usable):
-        model.fits.append(_fit(usable, upper=True))
+        model.holdout_error = round((model.holdout_predicted - held.rate) / held.rate, 3)
+        model.holdout_band = (guess.low, guess.high)
+        holdout_error = [held.rate / without.usl.rate(held.workers) - 1]
+        if not guess.low <= held.rate <= guess.high:
+            outside = (f"the fit without {held.workers} workers gives a band of "
+                       f"{guess.low:g}-{guess.high:g} jobs/s there; the knee measured, "
+                       f"{held.rate:g}, lies outside it")
+    model.spread = _spread(model.usl, usable, holdout_error)
     if len(usable) < TRUSTED_SIZES:
         model.distrust.append(f"{len(usable)} pool size(s) with a knee: at least "
                               f"{TRUSTED_SIZES} are needed to fit three parameters and check "
                               "them")
+    if outside:
+        model.distrust.append(outside)
     if model.holdout_error is not None and abs(model.holdout_error) > TRUSTED_HOLDOUT:
         model.distrust.append(f"the fit without {model.holdout_workers} workers predicts "
                               f"{model.holdout_predicted:g} jobs/s there, "
                               f"{model.holdout_error:+.0%} off the measured "
                               f"{model.holdout_measured:g}")
+    unheld = [k.workers for k in usable if not k.held]
+    if unheld:
+        model.distrust.append("the knee(s) at " + ", ".join(map(str, unheld)) + " workers "
+                              "were not held (a step's, not a rate shown sustained)")
     for knee in usable:
         if knee.bottleneck in NOT_THE_QUEUES:
             model.distrust.append(f"the knee at {knee.workers} workers was set by the "
@@ -210,10 +266,11 @@ def scaling_model(knees: Sequence[Knee], ceiling: float | None = None,
     largest = usable[-1].workers
     measured = {k.workers: k.rate for k in usable}
     for workers in range(1, (predict_to or 2 * largest) + 1):
-        prediction = model.predict(workers)
-        model.predictions.append(Prediction(
-            prediction.workers, prediction.rate, prediction.low, prediction.high,
-            measured.get(workers), prediction.capped))
+        p = model.predict(workers)
+        seen = measured.get(workers)
+        low, high = (p.low, p.high) if seen is None else (min(p.low, seen), max(p.high, seen))
+        model.predictions.append(Prediction(workers, p.rate, low, high, seen, p.capped,
+                                            p.served))
     return model
 
 
@@ -222,6 +279,8 @@ class PlanRequest:
     target_rate: float
     lose: int = 0
     under_faults: bool = False  # the knees were measured with the scenario's faults in each step
+    hold_ms: int = 0  # how long each knee was held (0: not held)
+    confirm: str = ""  # the command that holds one pool (``--set topology.workers=N`` follows)
 
 
 @dataclass
@@ -229,16 +288,26 @@ class Recommendation:
     workers: int | None  # the smallest pool that carries the target, None when none can
     text: str
     measured: bool = False  # the carrying size (less the lost workers) was measured, not modelled
+    held: bool = False  # ... and held at the target rate or above
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
+def _confirm(request: PlanRequest, left: int) -> str:
+    hold_ms = request.hold_ms or 30_000
+    command = request.confirm or "echomq-chaos capacity SCENARIO"
+    return (f"hold it: {command} --set topology.workers={left} --start-rate "
+            f"{request.target_rate:g} --steps 1 --hold-ms {hold_ms}"
+            + (" --fault" if request.under_faults else ""))
+
+
 def recommend(request: PlanRequest, knees: Sequence[Knee], model: ScalingModel | None,
               ceiling: float | None, max_workers: int = 256) -> Recommendation:
-    """The smallest pool N whose N - lose workers carry the target rate: a measured knee where
-    that size was run (its knee is already judged on the claim-wait target), else the model's
-    low band (the careful end), and never past the store's ceiling."""
+    """The smallest pool N whose N - lose workers were held at the target rate (a held knee at
+    or above it), else the smallest one predicted to carry it (a knee not held, or the model's
+    low band: "predicted, not held", with the command that holds it), never past the store's
+    ceiling."""
     rate, lose = request.target_rate, request.lose
     faults = ("with the scenario's faults in every step" if request.under_faults
               else "without faults (add --fault to size under them)")
@@ -248,25 +317,39 @@ def recommend(request: PlanRequest, knees: Sequence[Knee], model: ScalingModel |
             f"{ceiling:g} jobs/s (its main thread busy all the time at the CPU per job "
             "measured); a faster store or a queue sharded over several is needed"))
     measured = {k.workers: k for k in knees}
+    predicted: Recommendation | None = None  # the smallest pool predicted, not held
     for workers in range(lose + 1, max_workers + 1):
         left = workers - lose
         knee = measured.get(left)
-        if knee is not None and knee.rate >= rate:  # a lower bound carries it too
+        if knee is not None and knee.rate >= rate and knee.held:
+            smaller = ("" if predicted is None else
+                       f"; fewer may do: {predicted.text}")
             return Recommendation(workers, (
-                f"{workers} workers: with {lose} lost, {left} carry {rate:g} jobs/s (measured "
-                f"knee {knee.rate:g} jobs/s at {left}, {faults})"), measured=True)
+                f"{workers} workers: with {lose} lost, {left} carry {rate:g} jobs/s (held "
+                f"{request.hold_ms / 1000:g} s at {knee.rate:g} jobs/s, {faults}){smaller}"),
+                measured=True, held=True)
+        if predicted is not None:
+            continue  # looking on for a held pool only
+        if knee is not None and knee.rate >= rate:
+            predicted = Recommendation(workers, (
+                f"{workers} workers, predicted, not held: with {lose} lost, {left} fit "
+                f"{rate:g} jobs/s in steps (knee {knee.rate:g} jobs/s, {faults}) but were not "
+                f"held there; {_confirm(request, left)}"), measured=True)
+            continue
         if knee is not None and knee.over is not None and knee.bottleneck not in NOT_THE_QUEUES:
             continue  # measured, and the queue's limit is below the target: no model overrules
         if model is None:
             continue
-        predicted = model.predict(left)
-        if predicted.low >= rate:
+        band = model.predict(left)
+        if band.low >= rate:
             trust = ("" if model.trusted else
                      "; the model is not to be trusted (" + "; ".join(model.distrust) + ")")
-            return Recommendation(workers, (
-                f"{workers} workers: with {lose} lost, {left} are predicted to carry "
-                f"{predicted.low:g}-{predicted.high:g} jobs/s (USL, not measured: run "
-                f"--workers {left} to confirm; knees {faults}){trust}"))
+            predicted = Recommendation(workers, (
+                f"{workers} workers, predicted, not held: with {lose} lost, {left} are "
+                f"predicted to carry {band.low:g}-{band.high:g} jobs/s (USL, knees {faults}); "
+                f"{_confirm(request, left)}{trust}"))
+    if predicted is not None:
+        return predicted
     if model is not None and model.usl.peak_workers is not None:
         peak = model.usl.rate(model.usl.peak_workers)
         if peak < rate:
