@@ -1,29 +1,30 @@
-"""python -m benchmarks.trend_calibration --out DIR [--sound 24] [--slow 9]: how `trend`'s
-defaults behave on real runs of scenarios/kill-worker.toml (docs/store.md, "trend").
+"""python -m benchmarks.trend_calibration --out DIR [--sound 24] [--changed 9] [--slow 0]: how
+`trend`'s defaults behave on real runs of scenarios/kill-worker.toml (docs/store.md, "trend").
 
-Runs the scenario as it is (reap_interval_ms 250) ``--sound`` times into ``DIR/sound-r<k>`` and
-with ``--set topology.reap_interval_ms=600`` (still passing, recovering slower) ``--slow``
-times into ``DIR/slow-r<k>``, one after another (runs already there are kept), and stores them
-all into ``DIR/store.sqlite`` with `store import`. Then, with trend's default test:
+Runs, one after another (runs already in DIR are kept), the scenario as it is ``--sound`` times
+(``DIR/sound-r<k>``), each changed build of VARIANTS ``--changed`` times (code, not settings:
+ECHOMQ_CHAOS_BUILD_VARIANT; ``DIR/reaper350-r<k>``, ``claim25-r<k>``, ``handler110-r<k>``),
+and with ``--set topology.reap_interval_ms=600`` ``--slow`` times (``DIR/slow-r<k>``),
+interleaved, and stores them all into ``DIR/store.sqlite`` with `store import`. Then, with
+trend's tests, ``--draws`` windows re-sampled at random (without replacement within a window):
 
-- false alarms: every window of the sound runs in order, ``--baseline`` runs then the next
-  ``--candidates`` runs, judged as `trend` judges the latest ones (an alarm on any figure of
-  a window counts once);
-- detection: each group of ``--candidates`` slow runs after the last ``--baseline`` sound runs
-  (the nightly case: a change lands, its runs follow the old ones).
+- false alarms: ``--baseline`` sound runs and ``--candidates`` other sound runs (an alarm on
+  any figure counts once);
+- detection: ``--baseline`` sound runs and ``--candidates`` runs of one changed build.
 
-Prints both, with each window's per-figure median shift / the shift an alarm needs, and its
-p-value, and writes DIR/calibration.json.
+Prints per set how many alarmed and, per figure, how often it was flagged, its shifts and how
+near its threshold it came; writes DIR/calibration.json.
 
 ``--synthetic`` adds what the test sees on synthetic runs (each run's leases sharing an offset,
 as one reaper pass reaps them together) for several NOISE_FACTORs.
 
-    python -m benchmarks.trend_calibration --out /tmp/trend-calibration --synthetic
+    python -m benchmarks.trend_calibration --out /tmp/trend-calibration
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import random
 import subprocess
 import sys
@@ -31,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from chaos.files import write_json_atomic
+from chaos.reference.variant import VARIANT_ENV
 from chaos.store.database import StoredRun, open_store
 from chaos.store.trend import (
-    DEFAULT_BASELINE,
     DEFAULT_CANDIDATES,
     Group,
     Point,
@@ -46,36 +47,54 @@ from chaos.store.trend import (
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "kill-worker.toml"
 SLOW = ["--set", "topology.reap_interval_ms=600"]
+# The changed builds (ECHOMQ_CHAOS_BUILD_VARIANT: code, not settings; docs/store.md), by the
+# prefix of their run directories.
+VARIANTS = {"reaper350": "reaper_period_ms=350", "claim25": "claim_delay_ms=25",
+            "handler110": "handler_scale=1.1"}
 
 
-def run_one(out: Path, extra: list[str]) -> None:
-    """One run of the scenario into ``out`` unless it is already there (a report.json)."""
+def run_one(out: Path, extra: list[str], variant: str = "") -> None:
+    """One run of the scenario into ``out`` unless it is already there (a report.json), under
+    the build ``variant`` (ECHOMQ_CHAOS_BUILD_VARIANT; '' the sound build)."""
     if (out / "report.json").exists():
         return
+    env = {key: value for key, value in os.environ.items() if key != VARIANT_ENV}
+    if variant:
+        env[VARIANT_ENV] = variant
     subprocess.run([sys.executable, "-m", "chaos", "run", str(SCENARIO), "--out", str(out),
                     "--force", *extra], cwd=ROOT, stdout=subprocess.DEVNULL,
-                   stderr=subprocess.DEVNULL, check=False)
+                   stderr=subprocess.DEVNULL, check=False, env=env)
 
 
-def build_store(out: Path, sound: int, slow: int) -> Path:
-    dirs = [out / f"sound-r{k}" for k in range(1, sound + 1)]
-    slow_dirs = [out / f"slow-r{k}" for k in range(1, slow + 1)]
-    for k, run_dir in enumerate(dirs + slow_dirs):
-        run_one(run_dir, SLOW if run_dir in slow_dirs else [])
-        print(f"run {k + 1}/{len(dirs) + len(slow_dirs)}: {run_dir.name}", file=sys.stderr,
-              flush=True)
+def build_store(out: Path, sound: int, slow: int, changed: int = 0) -> Path:
+    """The runs, one after another: ``sound`` of the scenario as it is, ``slow`` with the
+    slower reap interval (a settings change), ``changed`` of each VARIANTS build, interleaved
+    (a sound run, then one of each variant, ...) so the machine's load falls on all alike."""
+    plan: list[tuple[Path, list[str], str]] = []
+    for k in range(1, max(sound, slow, changed) + 1):
+        if k <= sound:
+            plan.append((out / f"sound-r{k}", [], ""))
+        plan += [(out / f"{name}-r{k}", [], variant) for name, variant in VARIANTS.items()
+                 if k <= changed]
+        if k <= slow:
+            plan.append((out / f"slow-r{k}", SLOW, ""))
+    for k, (run_dir, extra, variant) in enumerate(plan):
+        run_one(run_dir, extra, variant)
+        print(f"run {k + 1}/{len(plan)}: {run_dir.name}", file=sys.stderr, flush=True)
     store = out / "store.sqlite"
     store.unlink(missing_ok=True)
     subprocess.run([sys.executable, "-m", "chaos", "store", "import", "--store", str(store),
-                    *map(str, dirs + slow_dirs)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                   check=True)
+                    *(str(run_dir) for run_dir, _, _ in plan)], cwd=ROOT,
+                   stdout=subprocess.DEVNULL, check=True)
     return store
 
 
-def windows(store_path: Path, baseline: int, candidates: int,
-            settings: TrendSettings) -> dict[str, Any]:
-    """Judge every window as `trend` judges a group's latest runs (judge_group: the same test,
-    the same bound)."""
+def windows(store_path: Path, baseline: int, candidates: int, settings: TrendSettings,
+            draws: int = 300, seed: int = 45) -> dict[str, Any]:
+    """Judge windows as `trend` judges a group's latest runs (judge_group: the same tests, the
+    same bound), re-sampled: ``draws`` times, ``baseline`` sound runs drawn at random and
+    ``candidates`` more sound runs (false alarms), or ``candidates`` runs of each changed build
+    or of the slower settings (detection), each draw without replacement."""
     store = open_store(str(store_path))
     try:
         stored = store.runs()
@@ -83,8 +102,10 @@ def windows(store_path: Path, baseline: int, candidates: int,
     finally:
         store.close()
     (group,) = group_runs(stored)
-    sound = [p for p in group.points if p.run_id in _named(stored, "sound")]
-    slow = [p for p in group.points if p.run_id in _named(stored, "slow")]
+    prefixes = ["sound", *VARIANTS, "slow"]
+    runs = {prefix: [p for p in group.points if p.run_id in _named(stored, prefix)]
+            for prefix in prefixes}
+    rng = random.Random(seed)
 
     def judged(base: list[Point], cand: list[Point]) -> dict[str, Any]:
         window = Group(group.scenario, None, [*base, *cand], [p.run_id for p in base],
@@ -92,20 +113,54 @@ def windows(store_path: Path, baseline: int, candidates: int,
         judge_group(window, samples, settings)
         return {"baseline": window.baseline_ids, "candidates": window.candidate_ids,
                 "alarm": bool(window.regressions),
-                "figures": {c.figure: {"shift_ms": c.shift_ms, "p_value": c.p_value,
-                                       "threshold_ms": c.threshold_ms,
-                                       "regression": c.regression}
-                            for c in window.comparisons}}
+                "figures": {c.figure: {"shift": c.shift_ms, "p_value": c.p_value,
+                                       "threshold": c.threshold_ms, "worse": c.worse,
+                                       "status": c.status} for c in window.comparisons}}
 
-    null = [judged(sound[start:start + baseline],
-                   sound[start + baseline:start + baseline + candidates])
-            for start in range(0, len(sound) - baseline - candidates + 1)]
-    detect = [judged(sound[-baseline:], slow[start:start + candidates])
-              for start in range(0, len(slow) - candidates + 1, candidates)]
-    return {"sound_runs": len(sound), "slow_runs": len(slow),
-            "verdicts": sorted(group.verdicts), "baseline": baseline, "candidates": candidates,
-            "false_alarms": sum(w["alarm"] for w in null), "null_windows": null,
-            "detected": sum(w["alarm"] for w in detect), "slow_windows": detect}
+    result: dict[str, Any] = {"verdicts": group.verdicts, "baseline": baseline,
+                              "candidates": candidates, "draws": draws,
+                              "runs": {prefix: len(points) for prefix, points in runs.items()}}
+    sound = runs["sound"]
+    if len(sound) >= baseline + candidates:
+        result["sound"] = [judged(*_split(rng.sample(sound, baseline + candidates), baseline))
+                           for _ in range(draws)]
+    for prefix in prefixes[1:]:
+        if len(runs[prefix]) >= candidates and len(sound) >= baseline:
+            result[prefix] = [judged(rng.sample(sound, baseline),
+                                     rng.sample(runs[prefix], candidates))
+                              for _ in range(draws)]
+    return result
+
+
+def _split(points: list[Point], at: int) -> tuple[list[Point], list[Point]]:
+    return points[:at], points[at:]
+
+
+def summary(result: dict[str, Any]) -> list[str]:
+    """Per set of windows: how many alarmed, and per figure how many flagged it and how close
+    it came (the largest shift towards the worse over its threshold)."""
+    lines = [f"runs {result['runs']}; verdicts {result['verdicts']}; windows of "
+             f"{result['baseline']} sound + {result['candidates']}, {result['draws']} draws each"]
+    for prefix in ("sound", *VARIANTS, "slow"):
+        drawn = result.get(prefix)
+        if not drawn:
+            continue
+        what = "false alarms" if prefix == "sound" else "flagged"
+        lines.append(f"{prefix}: {what} {sum(w['alarm'] for w in drawn)}/{len(drawn)}")
+        for name in drawn[0]["figures"]:
+            figures = [w["figures"][name] for w in drawn]
+            flagged = sum(f["status"] == "regression" for f in figures)
+            ratios = sorted(f["worse"] * f["shift"] / f["threshold"] for f in figures
+                            if f["threshold"] > 0 and f["status"] in ("ok", "regression"))
+            shifts = sorted(f["shift"] for f in figures)
+            if not ratios:
+                lines.append(f"  {name:<13} {figures[0]['status']}")
+                continue
+            lines.append(f"  {name:<13} flagged {flagged:>3}  shift {shifts[0]:+.1f} .. "
+                         f"{shifts[-1]:+.1f}  shift/threshold max {ratios[-1]:.2f} median "
+                         f"{ratios[len(ratios) // 2]:.2f}  p max "
+                         f"{max(f['p_value'] for f in figures):.2g}")
+    return lines
 
 
 def _named(stored: list[StoredRun], prefix: str) -> set[int]:
@@ -157,9 +212,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--sound", type=int, default=24)
-    parser.add_argument("--slow", type=int, default=9)
-    parser.add_argument("--baseline", type=int, default=DEFAULT_BASELINE)
+    parser.add_argument("--slow", type=int, default=0,
+                        help="runs with the slower reap interval (a settings change)")
+    parser.add_argument("--changed", type=int, default=9,
+                        help="runs of each changed build (VARIANTS)")
+    parser.add_argument("--baseline", type=int, default=6)
     parser.add_argument("--candidates", type=int, default=DEFAULT_CANDIDATES)
+    parser.add_argument("--draws", type=int, default=300)
     parser.add_argument("--synthetic", action="store_true",
                         help="also print the synthetic table (offsets per run, NOISE_FACTORs)")
     args = parser.parse_args(argv)
@@ -169,20 +228,11 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['false_alarms']}/{row['windows']}  +300 ms flagged "
                   f"{row['flagged_300ms']}/{row['shifted_windows']}")
     args.out.mkdir(parents=True, exist_ok=True)
-    store = build_store(args.out, args.sound, args.slow)
-    result = windows(store, args.baseline, args.candidates, TrendSettings())
+    store = build_store(args.out, args.sound, args.slow, args.changed)
+    result = windows(store, args.baseline, args.candidates,
+                     TrendSettings(baseline=max(args.baseline, 2)), draws=args.draws)
     write_json_atomic(args.out / "calibration.json", result)
-    for title, key in (("sound windows", "null_windows"), ("slow windows", "slow_windows")):
-        print(title)
-        for window in result[key]:
-            cells = "  ".join(f"{name} {fig['shift_ms']:+.0f}/{fig['threshold_ms']:.0f} ms "
-                              f"p={fig['p_value']:.2g}{' ALARM' if fig['regression'] else ''}"
-                              for name, fig in window["figures"].items())
-            print(f"  {_span(window['baseline'])} vs {_span(window['candidates'])}: {cells}")
-    print(f"verdicts {result['verdicts']}; {result['sound_runs']} sound runs, "
-          f"{len(result['null_windows'])} windows of {args.baseline}+{args.candidates}: "
-          f"{result['false_alarms']} false alarm(s); {len(result['slow_windows'])} windows of "
-          f"{args.baseline} sound + {args.candidates} slow: {result['detected']} flagged")
+    print("\n".join(summary(result)))
     return 0
 
 

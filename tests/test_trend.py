@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
 import random
 import sqlite3
 import subprocess
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from chaos.reference.variant import VARIANT_ENV
 from chaos.store.database import StoredRun, open_store
 from chaos.store.record import RunRecord
 from chaos.store.trend import (
@@ -128,6 +130,45 @@ def test_too_few_runs_and_no_samples_are_never_alarms() -> None:
     assert compare_kind("reap", [{"reap": [1]}], [{"reap": [900]}], settings).status == \
         "too few runs"
     assert compare_kind("reap", [{}, {}], [{}], settings).status == "no samples"
+
+
+def test_the_pace_is_tested_towards_the_worse_in_its_own_unit() -> None:
+    rng = random.Random(6)
+    base = [{"completes_per_s": [rng.randint(34, 38) for _ in range(5)]} for _ in range(5)]
+    fewer = [{"completes_per_s": [rng.randint(27, 31) for _ in range(5)]} for _ in range(3)]
+    more = [{"completes_per_s": [rng.randint(41, 45) for _ in range(5)]} for _ in range(3)]
+    slower = compare_kind("completes_per_s", base, fewer, TrendSettings())
+    assert slower.status == "regression" and slower.figure == "throughput"
+    assert slower.shift_ms < 0 and slower.unit == "/s"
+    assert "alarm at <= -" in slower.text() and " /s" in slower.text()
+    assert compare_kind("completes_per_s", base, more, TrendSettings()).status == "ok"
+    gaps = [{"sweep_gap": [250] * 20} for _ in range(5)]
+    longer = compare_kind("sweep_gap", gaps, [{"sweep_gap": [350] * 14}] * 3, TrendSettings())
+    assert longer.status == "regression" and longer.shift_ms == 100
+    assert longer.threshold_ms == 50  # --min-shift-ms: no recovery bound in its floor
+
+
+def test_one_value_a_run_says_it_cannot_alarm_and_which_window_could() -> None:
+    base = [{"drain": [900 + 10 * k]} for k in range(5)]
+    cand = [{"drain": [2000 + k]} for k in range(3)]
+    drain = compare_kind("drain", base, cand, TrendSettings())
+    assert drain.p_value == pytest.approx(1 / 56)  # every candidate above every baseline run
+    assert drain.status == "cannot alarm" and drain.smallest_p == pytest.approx(1 / 56)
+    assert "--baseline 7 or --candidates 4 could alarm" in drain.text()
+    more = [{"drain": [900 + 10 * k]} for k in range(7)]
+    assert compare_kind("drain", more, cand, TrendSettings()).status == "regression"
+
+
+def test_compare_is_key_and_two_values() -> None:
+    from chaos.store.trend import TrendError, parse_compare
+
+    assert parse_compare(None, "code=v1..v2") == ("code", ("v1", "v2"))
+    assert parse_compare("git", None) == ("git", None)
+    for bad in ("code=v1", "v1..v2", "code=..v2"):
+        with pytest.raises(TrendError, match="KEY=A..B"):
+            parse_compare(None, bad)
+    with pytest.raises(TrendError, match="two labels"):
+        parse_compare("git", "code=a..b")
 
 
 @pytest.mark.parametrize("settings, word", [
@@ -268,6 +309,8 @@ def test_trend_bad_arguments_exit_2_and_an_unreachable_store_3(tmp_path: Path) -
     corrupt.write_bytes(b"not a database" * 100)
     broken = cli("trend", "--store", str(corrupt))
     assert broken.returncode == 3 and str(corrupt) in broken.stderr
+    compare = cli("trend", "--store", str(tmp_path / "s.sqlite"), "--compare", "code=v1")
+    assert compare.returncode == 2 and "KEY=A..B" in compare.stderr
     scheme = cli("trend", "--store", "mysql://x@127.0.0.1/db")
     assert scheme.returncode == 3 and "unsupported scheme" in scheme.stderr
     newer = tmp_path / "newer.sqlite"
@@ -279,61 +322,101 @@ def test_trend_bad_arguments_exit_2_and_an_unreachable_store_3(tmp_path: Path) -
 
 # --- the done-when, on real runs --------------------------------------------------------------
 
-# kill-worker as it is (Locust, kills at 500 and 2000 ms of chaos), as the calibration runs it
-# (docs/store.md), one run at a time. What is asserted is the regression of `prompt` (each lapsed
-# lease's deadline to reap), the figure the reap interval sets directly: the two kills fall
-# 1,500 ms apart, half a 600 ms tick, so between them their leases' deadlines meet every phase of
-# the slower grid. Fault-to-reap `recovery` is not asserted: it carries the reaper's phase against
-# each kill, which the schedule fixes and the machine's load moves. In a CI run under load one
-# kill's leases were reaped 976 ms after it by both reapers and the other's 1,275 vs 963 ms, so
-# recovery's shift (the median of every difference) fell between the two clusters at +67 ms,
-# under its 75 ms alarm, while prompt moved +191 ms. The shortened phases of
-# tests/test_evaluation.py hide even more (docs/store.md, "Calibration").
-SLOW_REAPER = ["--set", "topology.reap_interval_ms=600"]
+# kill-worker as it is (Locust, kills at 500 and 2000 ms of chaos), one run at a time, and two
+# changed builds of the same settings (code, not settings: ECHOMQ_CHAOS_BUILD_VARIANT,
+# docs/store.md): a reaper sweeping every 350 ms (the scenario still says 250) and a claim
+# path 25 ms slower. What is asserted is what a code change moves whatever the reaper's phase
+# against the kills (the sweep period; the claim wait and the throughput): fault- and
+# deadline-relative recovery carries that phase, and a 350 ms grid lands some reaps earlier
+# than the 250 ms one (docs/store.md, "Calibration").
+SLOW_REAPER = "reaper_period_ms=350"
+SLOW_CLAIM = "claim_delay_ms=25"
 
 
-def run_in_order(tmp_path: Path, planned: list[tuple[list[str], tuple[Path, ...]]]) -> None:
-    """Each planned run (its extra arguments, the stores it goes to), one after another; a run
-    for more than one store is stored in the first and imported into the others."""
-    for k, (extra, stores) in enumerate(planned):
+def run_in_order(tmp_path: Path, planned: list[tuple[str, str]]) -> list[Path]:
+    """Each planned run (its build variant, its ``code`` label), one after another, stored in
+    nothing (stores are filled by importing the run directories)."""
+    made = []
+    for k, (variant, _code) in enumerate(planned):
         run_dir = tmp_path / f"run-{k}"
-        done = cli("run", str(ROOT / "scenarios" / "kill-worker.toml"), "--out", str(run_dir),
-                   "--store", str(stores[0]), *extra)
+        env = {key: value for key, value in os.environ.items() if key != VARIANT_ENV}
+        if variant:
+            env[VARIANT_ENV] = variant
+        done = subprocess.run(
+            [sys.executable, "-m", "chaos", "run", str(ROOT / "scenarios" / "kill-worker.toml"),
+             "--out", str(run_dir)], capture_output=True, text=True, timeout=120, cwd=ROOT,
+            env=env)
         assert done.returncode == 0, done.stderr[-2000:]
-        for also in stores[1:]:
-            imported = cli("store", "import", "--store", str(also), str(run_dir))
-            assert imported.returncode == 0, imported.stderr
+        made.append(run_dir)
+    return made
+
+
+def import_runs(store: str | Path, runs: list[tuple[Path, str]]) -> None:
+    """Import each run directory with its ``code`` label, in order."""
+    for code in dict.fromkeys(code for _, code in runs):
+        done = cli("store", "import", "--store", str(store), "--label", f"code={code}",
+                   *[str(run_dir) for run_dir, label in runs if label == code])
+        assert done.returncode == 0, done.stderr
+
+
+def regressions_of(done: subprocess.CompletedProcess[str]) -> list[str]:
+    """The regression lines of trend's table (each names its group and figure)."""
+    if "regression(s):" not in done.stdout:
+        return []
+    return [line.strip() for line in done.stdout.split("regression(s):", 1)[1].splitlines()
+            if line.strip()]
 
 
 @pytest.mark.integration
-def test_a_slower_reaper_is_flagged_and_sound_runs_are_not(tmp_path: Path,
-                                                          request: pytest.FixtureRequest) -> None:
-    """4 sound runs then 3 with reap_interval_ms 600 (still passing): exit 1 naming
-    kill-worker's deadline-to-reap (`prompt`); the 4 and 3 more sound runs: exit 0. The same
-    runs imported into a real PostgreSQL store (where installed; required under CI=true): the
-    same answers."""
-    flagged, sound = tmp_path / "flagged.sqlite", tmp_path / "sound.sqlite"
-    run_in_order(tmp_path, [*[([], (flagged, sound))] * 4, *[([], (sound,))] * 3,
-                            *[(SLOW_REAPER, (flagged,))] * 3])
-    slower = cli("trend", "--store", str(flagged))
+def test_code_regressions_are_flagged_and_sound_runs_are_not(
+        tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    """6 sound runs then 3 of a reaper sweeping every 350 ms (code, not settings): exit 1
+    naming the sweep period; the 6 then 3 of a claim path 25 ms slower: exit 1 naming the claim
+    wait; the 6 and 3 more sound runs: exit 0. ``--by code`` names the regression between the
+    two codes; ``--compare`` any two. The reaper's store imported into a real PostgreSQL store
+    (where installed; required under CI=true): the same answers."""
+    plan = [*[("", "v1")] * 6, *[(SLOW_REAPER, "v2-reaper")] * 3,
+            *[(SLOW_CLAIM, "v2-claim")] * 3, *[("", "v1-again")] * 3]
+    runs = list(zip(run_in_order(tmp_path, plan), [code for _, code in plan], strict=True))
+    sound, reaper, claim, again = runs[:6], runs[6:9], runs[9:12], runs[12:]
+    stores = {name: tmp_path / f"{name}.sqlite" for name in ("reaper", "claim", "sound")}
+    import_runs(stores["reaper"], sound + reaper)
+    import_runs(stores["claim"], sound + claim)
+    import_runs(stores["sound"], sound + again)
+
+    slower = cli("trend", "--store", str(stores["reaper"]))
     assert slower.returncode == 1, slower.stdout
-    regressions = slower.stdout.split("regression(s):", 1)[1]
-    assert "kill-worker: prompt: p50" in regressions, slower.stdout
-    assert all(line.strip().startswith("kill-worker: ") for line in regressions.splitlines()
-               if line.strip()), slower.stdout
-    assert "settings changed at run 5" in slower.stdout
-    steady = cli("trend", "--store", str(sound))
+    assert "settings changed" not in slower.stdout  # one settings hash: the code changed
+    assert any(line.startswith("kill-worker: sweep_period:") for line in
+               regressions_of(slower)), slower.stdout
+    claims = cli("trend", "--store", str(stores["claim"]))
+    assert claims.returncode == 1, claims.stdout
+    assert any(line.startswith("kill-worker: claim_wait:") for line in
+               regressions_of(claims)), claims.stdout
+    steady = cli("trend", "--store", str(stores["sound"]))
     assert steady.returncode == 0, steady.stdout
-    assert "7 pass" in steady.stdout
+    assert "9 pass" in steady.stdout
+
+    by_code = cli("trend", "--store", str(stores["reaper"]), "--by", "code")
+    assert by_code.returncode == 1, by_code.stdout
+    assert any(line.startswith("kill-worker [code: v1 -> v2-reaper]: sweep_period:")
+               for line in regressions_of(by_code)), by_code.stdout
+    assert "code=v1 (baseline) against code=v2-reaper (candidates)" in by_code.stdout
+    together = tmp_path / "all.sqlite"
+    import_runs(together, runs)  # the latest code (v1 again) against v2-claim: no regression
+    assert cli("trend", "--store", str(together), "--by", "code").returncode == 0
+    picked = cli("trend", "--store", str(together), "--compare", "code=v1..v2-claim")
+    assert picked.returncode == 1, picked.stdout
+    assert all(line.startswith("kill-worker [code: v1 -> v2-claim]: ")
+               for line in regressions_of(picked)), picked.stdout
     if not postgres_installed():
         return
     server = request.getfixturevalue("postgres_url")
-    for runs, code in (([0, 1, 2, 3, 7, 8, 9], 1), (range(7), 0)):
+    for chosen, code in ((sound + reaper, 1), (sound + again, 0)):
         with fresh_database(server) as url:
-            done = cli("store", "import", "--store", url,
-                       *[str(tmp_path / f"run-{k}") for k in runs])
-            assert done.returncode == 0, done.stderr
+            import_runs(url, chosen)
             shared = cli("trend", "--store", url)
             assert shared.returncode == code, shared.stdout + shared.stderr
             if code == 1:
-                assert "kill-worker: prompt: p50" in shared.stdout.split("regression(s):")[1]
+                assert any(line.startswith("kill-worker: sweep_period:")
+                           for line in regressions_of(shared)), shared.stdout

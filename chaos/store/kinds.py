@@ -22,7 +22,7 @@ from chaos.store.record import SAMPLE_FIGURES
 # floors (the least shift an alarm needs besides NOISE_FACTOR x the run-to-run noise):
 FLOOR_BOUND = "bound"  # --min-shift-ms and --min-shift-of-bound of the recovery bound
 FLOOR_MS = "ms"  # --min-shift-ms
-FLOOR_SHARE = "share"  # SHARE_FLOOR of the baseline's median
+FLOOR_SHARE = "share"  # SHARE_FLOOR of the baseline's median (pooled p50)
 FLOOR_COUNT = "count"  # one (a count: a redelivery more)
 SHARE_FLOOR = 0.05
 
@@ -46,7 +46,7 @@ KINDS: tuple[Kind, ...] = (
     *(Kind(kind, figure, "ms", 1, FLOOR_BOUND, f"{figure}_p99_ms")
       for kind, figure in SAMPLE_FIGURES.items()),
     Kind("sweep_gap", "sweep_period", "ms", 1, FLOOR_MS, "sweep_gap_p50_ms"),
-    Kind("claim_wait", "claim_wait", "ms", 1, FLOOR_MS, "claim_wait_p50_ms"),
+    Kind("claim_wait", "claim_wait", "ms", 1, FLOOR_SHARE, "claim_wait_p50_ms"),
     Kind("completes_per_s", "throughput", "/s", -1, FLOOR_SHARE, "completes_per_s"),
     Kind("drain", "drain", "ms", 1, FLOOR_MS, "drain_ms", per_run=("drain_ms",)),
     Kind("redeliveries", "redeliveries", "", 1, FLOOR_COUNT, "needed_redeliveries",
