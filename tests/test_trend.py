@@ -266,6 +266,8 @@ def test_trend_exits_1_naming_the_regression_with_json_html_and_junit(tmp_path: 
     assert "other: 1 run(s)" in done.stdout and "unknown 100%" in done.stdout
     text = page.read_text()
     assert text.count("<svg") >= 2 and "regression: shift" in text and "recovery bound" in text
+    assert "Why recovery is flagged" in text and "against an alarm threshold of" in text
+    assert "The runs compared" in text and text.count("<td>candidate</td>") == 3
     suites = ET.fromstring(junit.read_text())
     failed = [case.get("name") for case in suites.iter("testcase")
               if case.find("failure") is not None]

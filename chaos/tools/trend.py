@@ -27,6 +27,7 @@ from chaos.store.trend import (
     group_runs,
     judge_group,
 )
+from chaos.tools.trend_why import why_section
 
 
 @dataclass
@@ -226,7 +227,7 @@ def render_html(result: TrendResult) -> str:
             f"{escape(', '.join(f'{n} {v}' for v, n in sorted(group.verdicts.items())))}; "
             f"unknown {group.unknown_rate:.0%}. Settings changes: {escape(changes)}.</p>"
             f"<table><tr><th>figure</th><th>status</th><th>baseline vs candidates</th></tr>"
-            f"{rows}</table><div class='plots'>{plots}</div>")
+            f"{rows}</table>{why_section(group, number)}<div class='plots'>{plots}</div>")
     regressions = result.regressions
     summary = (f"{len(regressions)} regression(s): " + "; ".join(
         f"{g.name} {c.figure}" for g, c in regressions) if regressions else "no regression")
