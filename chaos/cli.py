@@ -827,8 +827,9 @@ def build_parser() -> argparse.ArgumentParser:
     capacity_cmd.add_argument("--p99-ms", type=float, default=500.0,
                               help="claim wait p99 target in ms (default 500)")
     capacity_cmd.add_argument("--backlog-growth", type=float, default=0.0, metavar="SHARE",
-                              help="bounded backlog: the backlog's slope (less 2.33 standard "
-                                   "errors) may be at most SHARE x rate per second (default 0)")
+                              help="bounded backlog: the backlog's slope (its lower one-sided "
+                                   "99%% bound) may be at most SHARE x rate per second "
+                                   "(default 0)")
     capacity_cmd.add_argument("--hold-ms", type=int, default=HOLD_MS, metavar="MS",
                               help="hold the knee this long to confirm it; a hold that fails "
                                    f"steps down and holds again (default {HOLD_MS}; 0: no hold)")

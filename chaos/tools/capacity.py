@@ -52,6 +52,7 @@ from chaos.tools.capacity_history import (
 from chaos.tools.capacity_judge import (
     HOLD_SKIP,
     MAX_HOLDS,
+    SAMPLE_PERIOD_S,
     CapacitySearch,
     Step,
     backlog_slope,
@@ -69,7 +70,7 @@ __all__ = ["CapacityResult", "CapacityRun", "CapacitySearch", "HistoryTail", "St
            "backlog_slope", "ceiling_of", "claim_waits", "judge", "percentile", "run_capacity",
            "step_events", "table"]
 
-SAMPLE_S = 0.25
+SAMPLE_S = SAMPLE_PERIOD_S
 SETTLE_TIMEOUT_S = 30.0
 RECORDER_WAIT_S = 10.0  # for the MONITOR recorder to write a step's closing phase
 

@@ -7,15 +7,19 @@ A step (a ramp step, a refining step or a hold, ``chaos.tools.capacity``) is wit
 - its rate is at most the pool's **service rate**: the live slots over the mean claim-to-complete
   time of an attempt (Little's law: a slot busy H ms a job completes at most 1000 / H jobs/s),
   measured in the run. No sampling of a backlog can make a rate above it sustainable,
-- the backlog does not grow: a least-squares slope of the fresh backlog's 250 ms samples (the
-  step's own jobs; a job the reaper returned is recovery, not the pool falling behind), with a
-  standard error that allows for the samples' autocorrelation (Newey-West), is growth only when
-  its lower one-sided 99% bound is above ``backlog_growth`` x rate and the fitted rise over the
-  window is at least ``MIN_RISE_JOBS`` (a job or two waiting at the end of a window is not a
-  trend). A ramp step reads its second half, and its growth counts only past the backlog the
-  claim-wait target allows (rate x ``p99_ms``): a few seconds of a near-full pool tilt either
-  way, and the hold decides. A hold reads all but its first ``HOLD_SKIP`` (the backlog's fill
-  at the start), on its slope alone, and
+- the backlog does not grow: the fresh backlog's 250 ms samples (the step's own jobs; a job
+  the reaper returned is recovery, not the pool falling behind) are averaged in ``BATCHES``
+  consecutive batches and a least-squares line is fitted through the batch means; its slope's
+  standard error comes from their residuals (batch means: a queue's backlog is autocorrelated
+  over seconds near a full pool, where a standard error from the raw samples was half the
+  slopes' real spread, docs/tuning-and-capacity.md). It is growth when the slope's lower
+  one-sided 99% bound (Student's t, ``BATCHES`` - 2 degrees of freedom) is above
+  ``backlog_growth`` x rate and the fitted rise over the window is at least ``MIN_RISE_JOBS``
+  (a job or two waiting at the end of a window is not a trend). A ramp step reads its second
+  half, and its growth counts only past the backlog the claim-wait target allows (rate x
+  ``p99_ms``): a few seconds of a near-full pool tilt either way, and the hold decides. A hold
+  reads all but its first ``HOLD_SKIP`` (the backlog's fill at the start), on its slope
+  alone, and
 - the claim wait p99 (enqueue -> first claim, Valkey clock; a job still unclaimed at the end
   counts with the wait so far) is at most ``p99_ms``.
 """
@@ -32,10 +36,12 @@ from chaos.scenario.loading import ScenarioError
 from chaos.scenario.model import Scenario
 from chaos.tools.bottleneck import MIN_DELIVERED, StepLoad
 
-GROWTH_Z = 2.326  # one-sided 99%: a slope this many standard errors above the tolerance grows
+BATCHES = 5  # the window's samples are averaged in this many batches
+GROWTH_T = 4.541  # Student's t, one-sided 99%, BATCHES - 2 = 3 degrees of freedom
 MIN_RISE_JOBS = 2.0  # the fitted rise over the window must reach this many jobs
 HOLD_SKIP = 0.2  # a hold's slope leaves out this share of its start (the backlog filling)
 MAX_HOLDS = 3  # a knee that fails its hold steps down at most this many times in all
+SAMPLE_PERIOD_S = 0.25  # the backlog is sampled this often in a step
 
 
 @dataclass(frozen=True)
@@ -101,7 +107,7 @@ class Growth:
     @property
     def low(self) -> float:
         """The slope's lower one-sided 99% bound."""
-        return self.slope - GROWTH_Z * self.se
+        return self.slope - GROWTH_T * self.se
 
     def grows(self, tolerance: float) -> bool:
         return self.low > tolerance and self.slope * self.span_s >= MIN_RISE_JOBS
@@ -111,29 +117,27 @@ class Growth:
 
 
 def growth_of(samples: list[tuple[float, int]], skip: float = 0.5) -> Growth:
-    """The least-squares slope of (seconds, backlog) samples after the first ``skip`` share,
-    with a Newey-West standard error (Bartlett weights, lag n^(1/3) samples and at least 1 s)."""
+    """The backlog's slope over (seconds, backlog) samples after the first ``skip`` share: a
+    least-squares line through the means of ``BATCHES`` consecutive batches, its standard error
+    from their residuals."""
     tail = samples[int(len(samples) * skip):]
     n = len(tail)
-    if n < 3:
+    size = n // BATCHES
+    if size < 1:
         return Growth(samples=n)
-    mean_t = sum(t for t, _ in tail) / n
-    mean_p = sum(p for _, p in tail) / n
-    xs = [t - mean_t for t, _ in tail]
-    spread = sum(x * x for x in xs)
+    tail = tail[n - size * BATCHES:]  # whole batches: the oldest samples left out
+    batches = [tail[i * size:(i + 1) * size] for i in range(BATCHES)]
+    points = [(sum(t for t, _ in batch) / size, sum(p for _, p in batch) / size)
+              for batch in batches]
+    mean_t = sum(t for t, _ in points) / BATCHES
+    mean_p = sum(p for _, p in points) / BATCHES
+    spread = sum((t - mean_t) ** 2 for t, _ in points)
     if spread == 0:
         return Growth(samples=n)
-    slope = sum(x * (p - mean_p) for x, (_, p) in zip(xs, tail, strict=True)) / spread
-    scores = [x * (p - mean_p - slope * x) for x, (_, p) in zip(xs, tail, strict=True)]
-    span = tail[-1][0] - tail[0][0]
-    period = span / (n - 1) if n > 1 else 0.25
-    lag = min(n - 1, max(math.ceil(n ** (1 / 3)), math.ceil(1.0 / period) if period else 1))
-    variance = sum(s * s for s in scores)
-    for k in range(1, lag + 1):
-        weight = 1 - k / (lag + 1)
-        variance += 2 * weight * sum(scores[i] * scores[i - k] for i in range(k, n))
-    se = math.sqrt(max(variance, 0.0)) / spread * math.sqrt(n / max(n - 2, 1))
-    return Growth(round(slope, 3), round(se, 3), round(span, 2), n)
+    slope = sum((t - mean_t) * (p - mean_p) for t, p in points) / spread
+    residual = sum((p - mean_p - slope * (t - mean_t)) ** 2 for t, p in points)
+    se = math.sqrt(residual / (BATCHES - 2) / spread)
+    return Growth(round(slope, 3), round(se, 3), round(tail[-1][0] - tail[0][0], 2), n)
 
 
 def backlog_slope(samples: list[tuple[float, int]]) -> float:
