@@ -29,6 +29,7 @@ from chaos.scenario.loading import ScenarioError
 from chaos.scenario.model import Scenario
 from chaos.tools.bottleneck import HOST_WAY_OUT, host_cores
 from chaos.tools.capacity import CapacityResult, CapacityRun, CapacitySearch, ceiling_of
+from chaos.tools.capacity_result import hold_line
 from chaos.tools.scaling import (
     NOT_THE_QUEUES,
     Knee,
@@ -282,6 +283,8 @@ def plan_table(plan: CapacityPlan) -> str:
     for size in plan.sizes:
         if size.bottleneck_why:
             lines.append(f"  {size.workers} worker(s): {size.bottleneck}: {size.bottleneck_why}")
+        if held := hold_line(size):
+            lines.append(f"  {size.workers} worker(s): {held}")
         if size.error:
             lines.append(f"  {size.workers} worker(s): error: {size.error}")
     lines.append("store ceiling: " + (
@@ -379,7 +382,8 @@ def render_html(plan: CapacityPlan) -> str:
                    for row in size_rows(plan))
     header = "".join(f"<th>{escape(name)}</th>" for name in SIZE_COLUMNS)
     why = "".join(f"<li>{size.workers} worker(s): <b>{escape(size.bottleneck)}</b>: "
-                  f"{escape(size.bottleneck_why or size.error or size.stopped_by)}</li>"
+                  f"{escape(size.bottleneck_why or size.error or size.stopped_by)}"
+                  f"{'; ' + escape(hold_line(size)) if hold_line(size) else ''}</li>"
                   for size in plan.sizes)
     recommendation = plan.recommendation
     rec = ("" if recommendation is None else

@@ -127,8 +127,9 @@ def hold_line(result: CapacityResult) -> str:
     failed = [step for step in result.holds() if not step.within]
     before = ("; held lower after " + ", ".join(f"{step.target_rate:g}" for step in failed)
               + " jobs/s failed theirs") if failed else ""
+    wait = "-" if held.claim_wait_p99_ms is None else f"{held.claim_wait_p99_ms:g}"
     return (f"hold: {result.knee_rate:g} jobs/s held {held.length_ms / 1000:g} s: backlog "
-            f"{held.growth().words()}, claim wait p99 {held.claim_wait_p99_ms:g} ms{before}")
+            f"{held.growth().words()}, claim wait p99 {wait} ms{before}")
 
 
 def service_line(result: CapacityResult) -> str:
