@@ -34,10 +34,11 @@ VERDICT_KEYS = ("verdict", "invariants", "jobs", "redeliveries", "recovery", "st
                 "faults", "rejected", "events", "throughput_per_s", "report_only", "store_faults",
                 "outcomes", "dead_letter", "needless_by_fault", "needless_by_duration",
                 "ack_ledger", "stranded_lease_count", "slowed_lease_count", "undrained",
-                "evidence", "checker_errors", "faults_skipped", "exercised", "exercise")
+                "evidence", "checker_errors", "faults_skipped", "exercised", "exercise",
+                "pace")
 # Decided by the checker, but only since a later version: a report written before has none,
 # and a re-check adding them is no disagreement.
-ADDED_LATER = frozenset(("exercised", "exercise"))
+ADDED_LATER = frozenset(("exercised", "exercise", "pace"))
 
 __all__ = ["VERDICT_KEYS", "SavedRun", "SavedRunError", "recheck", "write_missing_report"]
 
