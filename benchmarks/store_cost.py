@@ -22,6 +22,7 @@ from typing import Any
 from benchmarks.common import Row, median
 from chaos.run.offline import recheck
 from chaos.run.storing import RunRecorder
+from chaos.store.record import run_samples
 
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIO = ROOT / "scenarios" / "kill-worker.toml"
@@ -52,8 +53,7 @@ def measure(rounds: int) -> dict[str, Any]:
             if recorder.failures:
                 raise RuntimeError(recorder.failures[0])
     store_ms, judge_ms = median(storing), median(judging)
-    samples = sum(len(values) for values in (saved.verdict.recovery_samples.values()
-                                             if saved.verdict else []))
+    samples = sum(len(values) for values in run_samples(saved.verdict).values())
     met = "met" if store_ms < TARGET_MS else "MISSED"
     return {"rows": [Row(
         "store", "storing one run (new SQLite store: schema, record, samples)", store_ms, "ms",

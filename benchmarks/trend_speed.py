@@ -2,8 +2,9 @@
 10,000 stored runs answers in < 2 s").
 
 A store of ``runs`` synthetic records (an SQLite file, bulk-inserted: 20 scenarios, each run
-with report.json's 14 figures, 4 sample lists of 8 values and 2 labels, a few runs unknown or
-failed) is built once, then timed in alternating rounds:
+with report.json's figures (FIGURES), 4 recovery sample lists of 8 values and the pace's 3
+(SAMPLE_SHAPES: 20 sweep gaps, 240 claim waits, 5 completes a second) and 2 labels, a few runs
+unknown or failed) is built once, then timed in alternating rounds:
 
 - ``trend`` in process (chaos.tools.trend.trend: every run's figures and labels read, the
   windows chosen, their samples read and judged) against the baseline of reading the runs alone
@@ -27,13 +28,20 @@ import sqlalchemy as sa
 
 from benchmarks.common import Row, median
 from chaos.store.database import open_store, run_figures, run_labels, run_samples, runs
-from chaos.store.record import FIGURES, SAMPLE_FIGURES
+from chaos.store.record import FIGURES, PACE_KINDS, SAMPLE_FIGURES
 from chaos.store.trend import TrendSettings
 from chaos.tools.trend import trend
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 2000  # the issue's target for trend over 10,000 runs
 SCENARIOS = 20
+
+
+# per sample kind: (values a run, low, high), about a kill-worker run's: a value per stranded
+# lease of the recovery kinds; the pace's sweep gaps, claim waits and completes a second
+SAMPLE_SHAPES = {**{kind: (8, 900, 1300) for kind in SAMPLE_FIGURES},
+                 **dict(zip(PACE_KINDS, ((20, 248, 253), (240, 0, 1700), (5, 25, 50)),
+                            strict=True))}
 
 
 def build(path: Path, count: int, seed: int = 1) -> None:
@@ -55,8 +63,8 @@ def build(path: Path, count: int, seed: int = 1) -> None:
             figures += [{"run_id": run_id, "name": name, "value": rng.uniform(0, 2000)}
                         for name in FIGURES]
             samples += [{"run_id": run_id, "kind": kind,
-                         "values_ms": json.dumps([rng.randint(900, 1300) for _ in range(8)])}
-                        for kind in SAMPLE_FIGURES]
+                         "values_ms": json.dumps([rng.randint(low, high) for _ in range(n)])}
+                        for kind, (n, low, high) in SAMPLE_SHAPES.items()]
             labels += [{"run_id": run_id, "key": "sut_version", "value": f"2.6.{run_id // 500}"},
                        {"run_id": run_id, "key": "git", "value": f"{rng.getrandbits(28):07x}"}]
         with store.engine.begin() as connection:
