@@ -4,8 +4,9 @@ against a baseline window of the runs before them (docs/store.md, "trend").
 Pure: plain records and their samples in, plain results out; the store is read by the caller.
 
 The test is on the samples behind the figures (RunStore.samples: each stranded lease's reap,
-re-claim and re-complete, ms after the fault, and each lapsed lease's deadline to reap), pooled
-over the runs of each window, not on one noisy percentile per run:
+re-claim and re-complete, ms after the fault, and each lapsed lease's deadline to reap; the
+run's pace: sweep gaps, claim waits, completes a second; chaos.store.kinds), pooled over the
+runs of each window, not on one noisy percentile per run, towards the worse of each figure:
 
 - a one-sided Mann-Whitney U test (candidates later than the baseline), exact over the pooled
   ranks for small windows, else the normal approximation with the tie correction;
