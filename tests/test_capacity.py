@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -240,6 +241,13 @@ def test_the_table_says_the_hold_and_the_service_rate():
             "law)") in text
     unheld = CapacityResult("s", search, steps[:3], None, "not held", workers=4, slots=16)
     assert "knee: none held" in table(unheld)
+    faulted = CapacityResult("s", replace(search, fault=True),
+                             [*steps[:3], replace(steps[3], live_slots_mean=10.0,
+                                                  service_rate=41.5)],
+                             60.0, "over capacity", workers=4, slots=16, held=True,
+                             service_ms_mean=249.7)
+    assert ("that is with every worker alive: under the faults fewer slots were live (hold at "
+            "60 jobs/s 10 slots, 41.5 jobs/s)") in table(faulted)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -138,6 +138,12 @@ def service_line(result: CapacityResult) -> str:
         return "service rate: not measured (no job completed)"
     line = (f"service rate: {rate:g} jobs/s ({result.slots} slots / {result.service_ms_mean:g} "
             "ms mean claim-to-complete, Little's law)")
+    if result.search.fault:
+        served = [f"{step.target_rate:g} jobs/s {step.live_slots_mean:g} slots, "
+                  f"{step.service_rate:g} jobs/s" for step in result.holds()
+                  if step.service_rate is not None and step.live_slots_mean is not None]
+        line += ("; that is with every worker alive: under the faults fewer slots were live"
+                 + (f" (hold at {served[-1]})" if served else ""))
     if result.knee_rate is not None and result.knee_rate > rate:
         line += (f"; the knee {result.knee_rate:g} is above it: the mean fell as steps were "
                  "added after the knee's own (a knee is judged on the service rate measured "
