@@ -809,12 +809,14 @@ def build_parser() -> argparse.ArgumentParser:
         "capacity", help="find the enqueue rate a scenario's worker pool sustains (the knee)",
         description="Bring up the scenario's Valkey, reaper(s) and workers, then ramp the "
                     "enqueue rate in steps (each a headless Locust run) and report the highest "
-                    "rate at which the backlog of the step's own jobs stays bounded (jobs the "
-                    "reaper returned after a fault do not count) and the claim wait p99 "
-                    "(enqueue to first claim, Valkey clock) stays under --p99-ms. Exit 0: a "
-                    "knee was found (or every step fit: knee not reached); "
-                    "1: not even the first step fits; 2: bad arguments; 3: infrastructure; "
-                    "130: interrupted.")
+                    "rate at which the backlog of the step's own jobs does not grow (jobs the "
+                    "reaper returned after a fault do not count), the claim wait p99 "
+                    "(enqueue to first claim, Valkey clock) stays under --p99-ms and the rate "
+                    "is at most the pool's service rate (slots / mean claim-to-complete); then "
+                    "hold that knee for --hold-ms (a failed hold steps down). Exit 0: a knee "
+                    "was found and held (or every step fit: knee not reached); "
+                    "1: not even the first step fits, or no hold held; 2: bad arguments; "
+                    "3: infrastructure; 130: interrupted.")
     capacity_cmd.add_argument("scenario", help="scenario file (TOML): its topology is the pool")
     capacity_cmd.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                               help="override a scenario field (repeatable), as for run")
