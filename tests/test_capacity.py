@@ -20,6 +20,7 @@ from chaos.tools.capacity import (
     Step,
     backlog_slope,
     claim_waits,
+    confirm_knee,
     judge,
     step_events,
     table,
@@ -208,6 +209,41 @@ def test_a_failed_hold_steps_down_below_the_service_rate_it_measured():
     assert step_down(67.5, failed, 7.5) == 60.0
     assert step_down(67.5, failed, 2.0) == 63.5  # 65.5 is still above 64.1
     assert step_down(5.0, Step(1, 5.0, kind="hold"), 7.5) is None
+
+
+# 30 s at each rate with 4 workers x 4 slots (docs/tuning-and-capacity.md): rate -> (backlog
+# slope, its standard error, claim wait p99 ms); the pool served 64.1 jobs/s.
+HELD_30S = {67.5: (3.94, 0.15, 1775.0), 60.0: (0.01, 0.01, 81.0), 52.5: (0.0, 0.01, 40.0)}
+
+
+def test_a_knee_above_the_service_rate_is_held_and_confirmed_down():
+    """Issue 45: 5 s steps took 67.5 jobs/s as 4 workers' knee. Held 30 s it fails (the
+    backlog grows 3.9/s, above the service rate): the knee steps down to 60, which holds."""
+    search = CapacitySearch(start_rate=30, step_rate=30, max_steps=3, step_ms=5000, p99_ms=500,
+                            refine=2, hold_ms=30000)
+    held: list[float] = []
+    figures = dict(HELD_30S)
+
+    def hold(rate: float) -> Step:
+        held.append(rate)
+        slope, se, p99 = figures[rate]
+        step = Step(len(held) + 5, rate, "hold", 30000, delivered_rate=rate,
+                    backlog_growth_per_s=slope, backlog_growth_se=se,
+                    backlog_growth_span_s=23.5, claim_wait_p99_ms=p99, live_slots_mean=16.0,
+                    service_ms_mean=249.7, service_rate=64.1)
+        judge(step, search)
+        return step
+
+    result = CapacityResult("kill-worker", search, knee_rate=67.5, stopped_by="over capacity")
+    confirm_knee(result, hold)
+    assert held == [67.5, 60.0] and result.knee_rate == 60.0 and result.held
+    # every hold fails: no knee, said so
+    figures.update({rate: (3.0, 0.1, 900.0) for rate in figures})
+    held.clear()
+    result = CapacityResult("kill-worker", search, knee_rate=67.5, stopped_by="over capacity")
+    confirm_knee(result, hold)
+    assert held == [67.5, 60.0, 52.5]  # at most 3 holds
+    assert result.knee_rate is None and not result.held and result.stopped_by == "not held"
 
 
 def test_the_service_time_is_the_completing_attempts():

@@ -27,6 +27,7 @@ from __future__ import annotations
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
 
@@ -67,8 +68,8 @@ from chaos.tools.capacity_judge import (
 from chaos.tools.capacity_result import HEADER, CapacityResult, ceiling_of, table
 
 __all__ = ["CapacityResult", "CapacityRun", "CapacitySearch", "HistoryTail", "Step",
-           "backlog_slope", "ceiling_of", "claim_waits", "judge", "percentile", "run_capacity",
-           "step_events", "table"]
+           "backlog_slope", "ceiling_of", "claim_waits", "confirm_knee", "judge", "percentile",
+           "run_capacity", "step_events", "table"]
 
 SAMPLE_S = SAMPLE_PERIOD_S
 SETTLE_TIMEOUT_S = 30.0
@@ -169,21 +170,12 @@ class CapacityRun:
 
     def _hold(self) -> None:
         """Hold the knee for ``search.hold_ms``; a hold that fails steps down and holds again."""
-        result = self.result
-        rate: float | None = result.knee_rate
-        for _ in range(MAX_HOLDS):
-            if rate is None:
-                break
+        def hold(rate: float) -> Step:
             step = self._next(rate, "hold", self.search.hold_ms)
             self.progress.say(step.row())
-            if step.within:
-                result.knee_rate, result.held = rate, True
-                return
-            if step.delivered_rate < MIN_DELIVERED * step.target_rate:
-                break  # the generator, not the pool: a lower rate says nothing more
-            result.stopped_by = "over capacity"
-            rate = step_down(rate, step, self.search.resolution)
-        result.knee_rate, result.stopped_by = None, "not held"
+            return step
+
+        confirm_knee(self.result, hold)
 
     def _next(self, rate: float, kind: str, length_ms: int) -> Step:
         self._settle()
@@ -328,6 +320,25 @@ class CapacityRun:
             step.enqueue_failures = figures["failures"]
         judge(step, self.search)
         return step
+
+
+def confirm_knee(result: CapacityResult, hold: Callable[[float], Step]) -> None:
+    """Hold ``result``'s knee (``hold``: one hold at a rate, its judged step); a failed hold
+    steps down (``step_down``) and holds again, at most ``MAX_HOLDS`` holds. The knee becomes
+    the rate held, or None ("not held")."""
+    rate: float | None = result.knee_rate
+    for _ in range(MAX_HOLDS):
+        if rate is None:
+            break
+        step = hold(rate)
+        if step.within:
+            result.knee_rate, result.held = rate, True
+            return
+        if step.delivered_rate < MIN_DELIVERED * step.target_rate:
+            break  # the generator, not the pool: a lower rate says nothing more
+        result.stopped_by = "over capacity"
+        rate = step_down(rate, step, result.search.resolution)
+    result.knee_rate, result.stopped_by = None, "not held"
 
 
 def run_capacity(scenario: Scenario, search: CapacitySearch, out: Path,
