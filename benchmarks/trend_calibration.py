@@ -151,7 +151,7 @@ def summary(result: dict[str, Any]) -> list[str]:
             figures = [w["figures"][name] for w in drawn]
             flagged = sum(f["status"] == "regression" for f in figures)
             ratios = sorted(f["worse"] * f["shift"] / f["threshold"] for f in figures
-                            if f["threshold"] > 0 and f["status"] in ("ok", "regression"))
+                            if f["threshold"] > 0 and f["status"] in ("ok", "regression", "shown"))
             shifts = sorted(f["shift"] for f in figures)
             if not ratios:
                 lines.append(f"  {name:<13} {figures[0]['status']}")

@@ -99,7 +99,7 @@ class Comparison:
 
     figure: str  # recovery | prompt | ... (chaos.store.kinds.KINDS)
     kind: str  # the sample kind (RunStore.samples) or per-run figure
-    status: str  # regression | ok | too few runs | no samples | cannot alarm
+    status: str  # regression | ok | too few runs | no samples | cannot alarm | shown
     baseline_runs: list[int] = field(default_factory=list)
     candidate_runs: list[int] = field(default_factory=list)
     baseline_samples: int = 0
@@ -166,6 +166,8 @@ class Comparison:
                    f"{_ms(self.candidate_p99_ms)}{unit}")
                 + f" (shift {shift}{unit}, alarm at {alarm}{unit}; Mann-Whitney p = "
                 f"{self.p_value:.2g}; {sizes})")
+        if self.status == "shown":
+            text += "; shown, not tested: the sum of figures tested on their own"
         if self.status == "cannot alarm":
             text += (f"; cannot alarm at these sizes: the smallest p they give is "
                      f"{self.smallest_p:.2g}{self.enough}")
@@ -213,7 +215,9 @@ def compare_kind(kind: str, baseline: Sequence[Mapping[str, list[int]]],
     comparison.p_value = mann_whitney_greater([sign * v for v in base],
                                               [sign * v for v in cand])
     comparison.smallest_p = smallest_p(len(base), len(cand))
-    if comparison.smallest_p >= settings.alpha:
+    if not meta.tested:
+        comparison.status = "shown"  # its parts are tested (chaos.store.kinds.Kind.tested)
+    elif comparison.smallest_p >= settings.alpha:
         comparison.status = "cannot alarm"
         comparison.enough = enough_runs(len(base), len(cand), settings.alpha,
                                         meta.per_run != ())
