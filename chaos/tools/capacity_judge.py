@@ -263,28 +263,26 @@ def claim_waits(events: Iterable[Event], end_ts: int) -> tuple[list[float], int]
 
 def hold_times(events: Iterable[Event]) -> list[float]:
     """First claim -> complete (ms) of each job claimed and completed in ``events``."""
-    claimed: dict[str, int] = {}
-    held: list[float] = []
-    for event in events:
-        if event.job_id is None:
-            continue
-        if event.type == Claim.TYPE:
-            claimed.setdefault(event.job_id, event.ts)
-        elif event.type == Complete.TYPE and event.job_id in claimed:
-            held.append(float(event.ts - claimed.pop(event.job_id)))
-    return held
+    return _claim_to_complete(events, first_claim=True)
 
 
 def service_times(events: Iterable[Event]) -> list[float]:
     """Claim -> complete (ms) of each completing attempt in ``events``: its latest claim (a
     reclaimed job's earlier attempt ended with its worker, not in this one's slot)."""
+    return _claim_to_complete(events, first_claim=False)
+
+
+def _claim_to_complete(events: Iterable[Event], first_claim: bool) -> list[float]:
     claimed: dict[str, int] = {}
     held: list[float] = []
     for event in events:
         if event.job_id is None:
             continue
         if event.type == Claim.TYPE:
-            claimed[event.job_id] = event.ts
+            if first_claim:
+                claimed.setdefault(event.job_id, event.ts)
+            else:
+                claimed[event.job_id] = event.ts
         elif event.type == Complete.TYPE and event.job_id in claimed:
             held.append(float(event.ts - claimed.pop(event.job_id)))
     return held

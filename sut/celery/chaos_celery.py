@@ -24,8 +24,11 @@ A setting this app cannot honour ends it with exit 3 and the reason on stderr.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
+import time
+from collections.abc import Callable
 
 from celery import Celery
 
@@ -99,3 +102,25 @@ def make_app(ordinary: bool = False) -> Celery:
 
 # The ordinary app's worker (plain_worker.py) sets this before it imports the module.
 app = make_app(ordinary=os.environ.get("CELERY_SUT_ORDINARY") == "1")
+
+
+def register_handler(crash: Callable[[], None]) -> None:
+    """The task the producer sends (``chaos.handle``), for a worker of either app: it logs
+    ``<unix ms> start|finish id=<task id> worker=<name>`` (its log is what a verdict is checked
+    against), sleeps the payload's handler_ms, and calls ``crash`` for a poison pill."""
+    name = setting("CHAOS_NAME")
+
+    def log(word: str, task_id: str) -> None:
+        # os.write: one line in one call, from any pool thread or process (Celery redirects
+        # sys.stdout)
+        os.write(1, f"{int(time.time() * 1000)} {word} id={task_id} worker={name}\n".encode())
+
+    @app.task(name="chaos.handle", bind=True)
+    def handle(self, payload: str) -> None:  # type: ignore[no-untyped-def]
+        task_id = self.request.id
+        log("start", task_id)
+        job = json.loads(payload)
+        if job.get("crash"):
+            crash()
+        time.sleep(int(job.get("handler_ms", 0)) / 1000)
+        log("finish", task_id)

@@ -14,7 +14,6 @@ taking and finishing tasks."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import time
@@ -22,25 +21,11 @@ import time
 os.environ["CELERY_SUT_ORDINARY"] = "1"  # chaos_celery builds the ordinary app
 
 from celery import signals  # noqa: E402
-from chaos_celery import app, milliseconds, setting  # noqa: E402
+from chaos_celery import app, milliseconds, register_handler, setting  # noqa: E402
 
 NAME = setting("CHAOS_NAME")
-
-
-def log(word: str, task_id: str) -> None:
-    # os.write: one line in one call, from whichever pool process runs the task
-    os.write(1, f"{int(time.time() * 1000)} {word} id={task_id} worker={NAME}\n".encode())
-
-
-@app.task(name="chaos.handle", bind=True)
-def handle(self, payload: str) -> None:  # type: ignore[no-untyped-def]
-    task_id = self.request.id
-    log("start", task_id)
-    job = json.loads(payload)
-    if job.get("crash"):
-        os.killpg(os.getpgid(0), signal.SIGKILL)  # a poison pill: its worker, pool and all
-    time.sleep(int(job.get("handler_ms", 0)) / 1000)
-    log("finish", task_id)
+# a poison pill takes its worker down, pool and all (its process group)
+register_handler(lambda: os.killpg(os.getpgid(0), signal.SIGKILL))
 
 
 def stop_sweeping_after(delay_ms: int) -> None:

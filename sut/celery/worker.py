@@ -11,30 +11,14 @@ sleeps handler_ms, or SIGKILLs its own process when crash is true (a poison pill
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-import time
 
-from chaos_celery import app, milliseconds, setting
+from chaos_celery import app, milliseconds, register_handler, setting
 
 NAME = setting("CHAOS_NAME")
-
-
-def log(word: str, task_id: str) -> None:
-    # os.write: one line in one call from any pool thread (Celery redirects sys.stdout)
-    os.write(1, f"{int(time.time() * 1000)} {word} id={task_id} worker={NAME}\n".encode())
-
-
-@app.task(name="chaos.handle", bind=True)
-def handle(self, payload: str) -> None:  # type: ignore[no-untyped-def]
-    task_id = self.request.id
-    log("start", task_id)
-    job = json.loads(payload)
-    if job.get("crash"):
-        os.kill(os.getpid(), signal.SIGKILL)
-    time.sleep(int(job.get("handler_ms", 0)) / 1000)
-    log("finish", task_id)
+# a poison pill SIGKILLs its own process
+register_handler(lambda: os.kill(os.getpid(), signal.SIGKILL))
 
 
 def main() -> None:

@@ -9,7 +9,6 @@ producer.py`` sends each payload through Celery's ``send_task``). Registered as 
 
 from __future__ import annotations
 
-import functools
 import json
 from pathlib import Path
 from typing import Any
@@ -25,11 +24,8 @@ def _family(scenario: Any, keys: Any) -> Any:
 
 def _dialect(prefix: str, queue: str, lease_ms: int | None) -> Any:
     from chaos.queues.celery.dialect import Celery
-    from chaos.queues.celery.readiness import ready_action
 
-    dialect = Celery(prefix, queue, lease_ms)
-    dialect.ready_action = functools.partial(ready_action, dialect)  # type: ignore[attr-defined]
-    return dialect
+    return Celery(prefix, queue, lease_ms)
 
 
 def _refuses(scenario: Any) -> str | None:

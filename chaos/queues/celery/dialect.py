@@ -129,6 +129,16 @@ class Celery:
     def _ours(self, key: str) -> bool:
         return self._is_queue(key) or key in (self.unacked, self.index, self.mutex_key)
 
+    def ready_action(self, call: Call, decoded: Decoded) -> str | None:
+        """A worker is at work at its loop's first BRPOP on the queue's list
+        (chaos.history.readiness), not at its first restore: with mingle on (Celery's default) a
+        worker restores once while mingle waits a second for its peers' replies, before its loop
+        runs, and a BRPOP on mingle's reply queue is no work on this queue either."""
+        args = call.args
+        if args and args[0].upper() == "BRPOP" and any(self._is_queue(key) for key in args[1:-1]):
+            return f"BRPOP {self.queue_key}"
+        return None
+
     def jobs_named(self, call: Call) -> list[str]:
         named: dict[str, None] = {}
         commands = [args for _, args in self.open.get(call.client, _Transaction()).commands]
